@@ -1,0 +1,118 @@
+"""Tables of the application database (separate from Dagster's own storage).
+
+Timestamps are naive UTC everywhere, so SQLite and PostgreSQL compare them alike.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, DateTime, ForeignKey, Index, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+KEY_LENGTH = 255
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSON, datetime: DateTime()}
+
+
+class Posting(Base):
+    """One job posting, upserted by its key; `content_hash` changes when any field changes."""
+
+    __tablename__ = "postings"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    key: Mapped[str] = mapped_column(String(KEY_LENGTH), unique=True)
+    title: Mapped[str] = mapped_column(Text)
+    company: Mapped[str | None] = mapped_column(Text)
+    location: Mapped[str | None] = mapped_column(Text)
+    description: Mapped[str] = mapped_column(Text)
+    url: Mapped[str | None] = mapped_column(Text)
+    posted_at: Mapped[datetime | None]
+    content_hash: Mapped[str] = mapped_column(String(64))
+    ingested_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class UseCaseOutput(Base):
+    """The current output of one use case for one posting.
+
+    It is current while `use_case_version` equals the declaration's version and
+    `posting_hash` equals the posting's content hash (and no upstream output is newer).
+    Every earlier attempt stays in `interactions`.
+    """
+
+    __tablename__ = "outputs"
+
+    use_case: Mapped[str] = mapped_column(String(100), primary_key=True)
+    posting_key: Mapped[str] = mapped_column(
+        String(KEY_LENGTH), ForeignKey("postings.key", ondelete="CASCADE"), primary_key=True
+    )
+    value: Mapped[dict[str, Any]]
+    model: Mapped[str] = mapped_column(String(200))
+    backend: Mapped[str] = mapped_column(String(50))
+    use_case_version: Mapped[str] = mapped_column(String(50))
+    input_hash: Mapped[str] = mapped_column(String(64))
+    posting_hash: Mapped[str] = mapped_column(String(64))
+    run_id: Mapped[str | None] = mapped_column(String(64))
+    interaction_id: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Interaction(Base):
+    """One LLM call, exactly as sent and as answered."""
+
+    __tablename__ = "interactions"
+    __table_args__ = (Index("ix_interactions_posting", "posting_key", "use_case"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    use_case: Mapped[str] = mapped_column(String(100))
+    use_case_version: Mapped[str] = mapped_column(String(50))
+    posting_key: Mapped[str] = mapped_column(String(KEY_LENGTH))
+    backend: Mapped[str] = mapped_column(String(50))
+    model: Mapped[str] = mapped_column(String(200))
+    prompt: Mapped[str] = mapped_column(Text)
+    system_prompt: Mapped[str] = mapped_column(Text, default="")
+    options: Mapped[dict[str, Any]]
+    raw_response: Mapped[str | None] = mapped_column(Text)
+    parsed_output: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    prompt_tokens: Mapped[int | None]
+    completion_tokens: Mapped[int | None]
+    latency_ms: Mapped[float | None]
+    status: Mapped[str] = mapped_column(String(20))  # ok | item_error | infra_error
+    error: Mapped[str | None] = mapped_column(Text)
+    source: Mapped[str] = mapped_column(String(20))  # sensor | backfill | ui | cli | test
+    run_id: Mapped[str | None] = mapped_column(String(64))
+    started_at: Mapped[datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[datetime | None]
+
+
+class WorkItem(Base):
+    """Work state of one (use case, posting): attempts, errors and the claim of the run holding it.
+
+    A row exists only once a run has claimed the item: the work itself is found by each
+    use case's discovery query, not queued here.
+    """
+
+    __tablename__ = "work_items"
+    __table_args__ = (Index("ix_work_items_status", "use_case", "status"),)
+
+    use_case: Mapped[str] = mapped_column(String(100), primary_key=True)
+    posting_key: Mapped[str] = mapped_column(
+        String(KEY_LENGTH), ForeignKey("postings.key", ondelete="CASCADE"), primary_key=True
+    )
+    status: Mapped[str] = mapped_column(String(20), default="pending")  # pending | claimed | done | failed
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    claimed_by: Mapped[str | None] = mapped_column(String(64))
+    lease_expires_at: Mapped[datetime | None]
+    next_attempt_at: Mapped[datetime | None]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)

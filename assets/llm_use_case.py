@@ -1,0 +1,497 @@
+"""The asset every declared LLM use case becomes: one run processes a batch of postings.
+
+A run covers a range of posting partitions. Within it, the asset:
+1. asks discovery which postings still need this use case (current ones are skipped),
+2. claims them, so no other run works on the same posting at the same time,
+3. loads the model once, then for each posting renders the prompt, calls the LLM,
+   validates and stores the output with the exact interaction, and logs a
+   materialization for that posting's partition (only postings actually done),
+4. reports progress with an ETA, and evaluates the declared checks over the batch.
+
+An unreachable backend or a missing model ends the run early, gives the claims back
+and spends no attempts; a bad output counts against that posting only.
+"""
+
+import json
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonschema
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    AssetKey,
+    AssetMaterialization,
+    AssetsDefinition,
+    BackfillPolicy,
+    Config,
+    Failure,
+    MetadataValue,
+    asset,
+)
+from sqlalchemy import select
+
+from appdb import work
+from appdb.models import Posting, UseCaseOutput, utcnow
+from assets.partitions import POSTING_PARTITIONS
+from pipeline_defs.declaration import POSTING_VARIABLES, TemplateVariableError, UseCase
+from resources.app_database import AppDatabase
+from resources.llm import BackendUnavailable, Generation, ItemError, LLMResource
+
+ITEMS_OK_CHECK = "outputs_valid"
+PREVIEW_CHARS = 300
+PROGRESS_EVERY_SECONDS = 5.0
+SOURCE_TAG = "pipeline/source"
+
+
+class UseCaseRunConfig(Config):
+    """force: redo postings whose output is already current (and retry parked ones)."""
+
+    force: bool = False
+
+
+@dataclass
+class BatchOutcome:
+    done: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    llm_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    key: str
+    prompt: str
+    system_prompt: str
+    input_hash: str
+    truncated: dict[str, int]
+
+
+def run_source(tags: Mapping[str, str]) -> str:
+    """Where a run came from: sensor, backfill, cli/test (tagged by us), or the UI."""
+    if tags.get(SOURCE_TAG):
+        return tags[SOURCE_TAG]
+    if tags.get("dagster/sensor_name"):
+        return "sensor"
+    if tags.get("dagster/backfill"):
+        return "backfill"
+    return "ui"
+
+
+def build_use_case_asset(use_case: UseCase, spec: work.WorkSpec) -> AssetsDefinition:
+    """The partitioned asset for one declared use case, with its checks."""
+    check_specs = [
+        AssetCheckSpec(
+            ITEMS_OK_CHECK,
+            asset=use_case.name,
+            description="Every posting in the batch produced a valid output (names the failures).",
+        ),
+        *(
+            AssetCheckSpec(
+                check.name, asset=use_case.name, description=check.description, blocking=check.blocking
+            )
+            for check in use_case.checks
+        ),
+    ]
+
+    @asset(
+        name=use_case.name,
+        description=use_case.description,
+        partitions_def=POSTING_PARTITIONS,
+        deps=[AssetKey("postings"), *(AssetKey(name) for name in use_case.upstream)],
+        code_version=use_case.version,
+        output_required=False,
+        backfill_policy=BackfillPolicy.multi_run(max_partitions_per_run=use_case.batch_size),
+        check_specs=check_specs,
+        pool="llm",
+        kinds={"python"},
+        group_name="enrichment",
+        metadata={
+            "model": use_case.model,
+            "use_case_version": use_case.version,
+            "batch_size": use_case.batch_size,
+        },
+    )
+    def _use_case_asset(
+        context: AssetExecutionContext, config: UseCaseRunConfig, app_db: AppDatabase, llm: LLMResource
+    ) -> Iterator[Any]:
+        outcome = yield from process_batch(context, use_case, spec, app_db, llm, force=config.force)
+        context.log.info(
+            f"{use_case.name}: finished: {len(outcome.done)} done, {len(outcome.unchanged)} unchanged input, "
+            f"{len(outcome.failed)} failed"
+        )
+
+    return _use_case_asset
+
+
+def process_batch(
+    context: AssetExecutionContext,
+    use_case: UseCase,
+    spec: work.WorkSpec,
+    app_db: AppDatabase,
+    llm: LLMResource,
+    *,
+    force: bool = False,
+) -> Iterator[Any]:
+    """Process the run's postings; yields Dagster events, returns the outcome."""
+    run_id = context.run_id
+    source = run_source(context.run.tags)
+    keys = list(context.partition_keys)
+    with app_db.session() as session:
+        todo = work.find_pending_work(session, spec, within=keys, include_current=force)
+    with app_db.session() as session:
+        held = work.claim_items(session, use_case.name, todo, run_id, include_parked=force)
+    context.log.info(
+        f"{use_case.name}: {len(keys)} postings in this run: {len(held)} to do, "
+        f"{len(keys) - len(todo)} skipped (already current, waiting for upstream, or backing off), "
+        f"{len(todo) - len(held)} skipped (held by another run)"
+    )
+    outcome = BatchOutcome()
+    if held:
+        outcome = yield from _process_held(context, use_case, app_db, llm, held, run_id, source, force)
+    yield from _check_results(context, use_case, app_db, outcome)
+    return outcome
+
+
+def _process_held(
+    context: AssetExecutionContext,
+    use_case: UseCase,
+    app_db: AppDatabase,
+    llm: LLMResource,
+    held: list[str],
+    run_id: str,
+    source: str,
+    force: bool,
+) -> Iterator[Any]:
+    outcome = BatchOutcome()
+    remaining = set(held)
+    try:
+        started = time.perf_counter()
+        if llm.ensure_loaded(use_case.model):
+            seconds = time.perf_counter() - started
+            context.log.info(f"Loaded {use_case.model} on the {llm.backend_name} backend in {seconds:.1f}s")
+        with app_db.session() as session:
+            postings, values = _load_inputs(session, use_case, held)
+            existing = _existing_outputs(session, use_case.name, held)
+        prepared: list[_Prepared] = []
+        for key in held:
+            try:
+                prompt, system_prompt, truncated = use_case.render(values[key])
+            except TemplateVariableError as exc:
+                _fail(app_db, use_case, key, run_id, str(exc), outcome)
+                remaining.discard(key)
+                continue
+            input_hash = use_case.input_hash(use_case.model, prompt, system_prompt)
+            previous = existing.get(key)
+            if previous is not None and previous.input_hash == input_hash and not force:
+                _keep_unchanged(app_db, use_case, key, run_id, previous, postings[key], outcome)
+                remaining.discard(key)
+                continue
+            prepared.append(_Prepared(key, prompt, system_prompt, input_hash, truncated))
+
+        progress = _Progress(context, use_case.name, len(prepared))
+        for item, result in _generate_all(llm, use_case, prepared):
+            if isinstance(result, BackendUnavailable):
+                raise result
+            event = _store_result(
+                app_db, use_case, llm, item, result, postings[item.key], run_id, source, outcome
+            )
+            remaining.discard(item.key)
+            if event is not None:
+                yield event
+            progress.step(failed=len(outcome.failed))
+    except BackendUnavailable as exc:
+        with app_db.session() as session:
+            released = work.release_items(session, use_case.name, sorted(remaining), run_id)
+        raise Failure(
+            description=f"{use_case.name}: the LLM backend is unavailable, run stopped: {exc}",
+            metadata={
+                "done_before_stop": len(outcome.done),
+                "claims_released": released,
+                "attempts_spent": 0,
+            },
+        ) from exc
+    return outcome
+
+
+def _load_inputs(
+    session: Any, use_case: UseCase, keys: Sequence[str]
+) -> tuple[dict[str, dict], dict[str, dict]]:
+    """Posting fields and upstream outputs for each key (template variables)."""
+    postings: dict[str, dict[str, Any]] = {}
+    for row in session.scalars(select(Posting).where(Posting.key.in_(keys))):
+        postings[row.key] = {name: getattr(row, name) for name in POSTING_VARIABLES}
+        postings[row.key]["content_hash"] = row.content_hash
+    values: dict[str, dict[str, Any]] = {}
+    for key, posting in postings.items():
+        values[key] = {
+            name: (posting[name] if posting[name] is not None else "not stated") for name in POSTING_VARIABLES
+        }
+        values[key]["posted_at"] = str(posting["posted_at"]) if posting["posted_at"] else "not stated"
+    if use_case.upstream:
+        upstream_rows = session.scalars(
+            select(UseCaseOutput).where(
+                UseCaseOutput.use_case.in_(use_case.upstream), UseCaseOutput.posting_key.in_(keys)
+            )
+        )
+        for row in upstream_rows:
+            values[row.posting_key][row.use_case] = row.value
+    return postings, values
+
+
+def _existing_outputs(session: Any, use_case: str, keys: Sequence[str]) -> dict[str, UseCaseOutput]:
+    rows = session.scalars(
+        select(UseCaseOutput).where(UseCaseOutput.use_case == use_case, UseCaseOutput.posting_key.in_(keys))
+    )
+    return {row.posting_key: row for row in rows}
+
+
+def _generate_all(
+    llm: LLMResource, use_case: UseCase, prepared: Sequence[_Prepared]
+) -> Iterator[tuple[_Prepared, Generation | Exception]]:
+    """Call the LLM for each item, keeping up to `llm.max_in_flight` requests open; yields in order."""
+
+    def call(item: _Prepared) -> Generation | Exception:
+        try:
+            return llm.generate(
+                use_case.model,
+                item.prompt,
+                item.system_prompt,
+                dict(use_case.output_schema),
+                dict(use_case.options),
+            )
+        except Exception as exc:  # every failure becomes a recorded outcome, never a crashed run
+            return exc
+
+    if llm.max_in_flight <= 1:
+        for item in prepared:
+            yield item, call(item)
+        return
+    with ThreadPoolExecutor(max_workers=llm.max_in_flight) as pool:
+        window: list[tuple[_Prepared, Future]] = []
+        pending = iter(prepared)
+        for item in pending:
+            window.append((item, pool.submit(call, item)))
+            if len(window) >= llm.max_in_flight:
+                break
+        while window:
+            item, future = window.pop(0)
+            next_item = next(pending, None)
+            if next_item is not None:
+                window.append((next_item, pool.submit(call, next_item)))
+            yield item, future.result()
+
+
+def parse_output(use_case: UseCase, text: str) -> dict[str, Any]:
+    """Parse and validate one raw response; raises ItemError saying what is wrong with it."""
+    if not text.strip():
+        raise ItemError("the model returned an empty response")
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ItemError(f"the response is not valid JSON: {exc.msg} at character {exc.pos}") from exc
+    try:
+        use_case.validate_output(value)
+    except jsonschema.ValidationError as exc:
+        raise ItemError(f"the response breaks the output schema: {exc.message}") from exc
+    if use_case.postprocess is not None:
+        try:
+            value = use_case.postprocess(value)
+        except ValueError as exc:
+            raise ItemError(str(exc)) from exc
+    return value
+
+
+def _store_result(
+    app_db: AppDatabase,
+    use_case: UseCase,
+    llm: LLMResource,
+    item: _Prepared,
+    result: Generation | Exception,
+    posting: Mapping[str, Any],
+    run_id: str,
+    source: str,
+    outcome: BatchOutcome,
+) -> AssetMaterialization | None:
+    """Record the interaction, then the output (or the failure), in one transaction per posting."""
+    error: str | None = None
+    parsed: dict[str, Any] | None = None
+    generation = result if isinstance(result, Generation) else None
+    if generation is None:
+        error = f"{type(result).__name__}: {result}" if not isinstance(result, ItemError) else str(result)
+    else:
+        outcome.llm_ms += generation.latency_ms
+        try:
+            parsed = parse_output(use_case, generation.text)
+        except ItemError as exc:
+            error = str(exc)
+    options = {**use_case.options}
+    if item.truncated:
+        options["truncated_chars"] = item.truncated
+    with app_db.session() as session:
+        interaction_id = work.record_interaction(
+            session,
+            use_case=use_case.name,
+            use_case_version=use_case.version,
+            posting_key=item.key,
+            backend=llm.backend_name,
+            model=use_case.model,
+            prompt=item.prompt,
+            system_prompt=item.system_prompt,
+            options=options,
+            raw_response=generation.text if generation else None,
+            parsed_output=parsed,
+            prompt_tokens=generation.prompt_tokens if generation else None,
+            completion_tokens=generation.completion_tokens if generation else None,
+            latency_ms=generation.latency_ms if generation else None,
+            status="ok" if error is None else "item_error",
+            error=error,
+            source=source,
+            run_id=run_id,
+            finished_at=utcnow(),
+        )
+        if error is not None:
+            status = work.fail_item(session, use_case.name, item.key, run_id, error)
+            outcome.failed[item.key] = (
+                error if status != "failed" else f"{error} (parked after repeated failures)"
+            )
+            return None
+        stored = work.complete_item(
+            session,
+            use_case.name,
+            item.key,
+            run_id,
+            {
+                "value": parsed,
+                "model": use_case.model,
+                "backend": llm.backend_name,
+                "use_case_version": use_case.version,
+                "input_hash": item.input_hash,
+                "posting_hash": posting["content_hash"],
+                "interaction_id": interaction_id,
+            },
+        )
+    if not stored:
+        outcome.failed[item.key] = "claim lost (lease expired and taken by another run); output not written"
+        return None
+    outcome.done.append(item.key)
+    outcome.outputs[item.key] = parsed
+    preview = str(parsed.get(use_case.preview_field, "")) if use_case.preview_field else json.dumps(parsed)
+    return AssetMaterialization(
+        asset_key=use_case.name,
+        partition=item.key,
+        metadata={
+            "model": use_case.model,
+            "backend": llm.backend_name,
+            "use_case_version": use_case.version,
+            "prompt_tokens": generation.prompt_tokens or 0,
+            "completion_tokens": generation.completion_tokens or 0,
+            "latency_ms": round(generation.latency_ms, 1),
+            "preview": MetadataValue.text(preview[:PREVIEW_CHARS]),
+            "interaction_id": interaction_id,
+            "input_hash": item.input_hash,
+            "source": source,
+        },
+    )
+
+
+def _keep_unchanged(
+    app_db: AppDatabase,
+    use_case: UseCase,
+    key: str,
+    run_id: str,
+    previous: UseCaseOutput,
+    posting: Mapping[str, Any],
+    outcome: BatchOutcome,
+) -> None:
+    """The prompt is byte-identical to the one that made the stored output: mark it current, call nothing."""
+    with app_db.session() as session:
+        work.complete_item(
+            session,
+            use_case.name,
+            key,
+            run_id,
+            {
+                "value": previous.value,
+                "model": previous.model,
+                "backend": previous.backend,
+                "use_case_version": use_case.version,
+                "input_hash": previous.input_hash,
+                "posting_hash": posting["content_hash"],
+                "interaction_id": previous.interaction_id,
+            },
+        )
+    outcome.unchanged.append(key)
+
+
+def _fail(
+    app_db: AppDatabase, use_case: UseCase, key: str, run_id: str, error: str, outcome: BatchOutcome
+) -> None:
+    with app_db.session() as session:
+        work.fail_item(session, use_case.name, key, run_id, error)
+    outcome.failed[key] = error
+
+
+def _check_results(
+    context: AssetExecutionContext, use_case: UseCase, app_db: AppDatabase, outcome: BatchOutcome
+) -> Iterator[AssetCheckResult]:
+    """Evaluate the built-in and declared checks over this run's outputs, naming failing postings."""
+    yield AssetCheckResult(
+        check_name=ITEMS_OK_CHECK,
+        passed=not outcome.failed,
+        metadata={
+            "done": len(outcome.done),
+            "unchanged_input": len(outcome.unchanged),
+            "failed": len(outcome.failed),
+            "failures": MetadataValue.json(dict(list(outcome.failed.items())[:50])),
+        },
+    )
+    if not use_case.checks:
+        return
+    with app_db.session() as session:
+        postings = {
+            row.key: {"description": row.description, "title": row.title}
+            for row in session.scalars(select(Posting).where(Posting.key.in_(list(outcome.outputs))))
+        }
+    for check in use_case.checks:
+        failing = {}
+        for key, value in outcome.outputs.items():
+            reason = check.check(value, postings.get(key, {}))
+            if reason:
+                failing[key] = reason
+        yield AssetCheckResult(
+            check_name=check.name,
+            passed=not failing,
+            metadata={
+                "checked": len(outcome.outputs),
+                "failing": len(failing),
+                "failing_postings": MetadataValue.json(dict(list(failing.items())[:50])),
+            },
+        )
+
+
+class _Progress:
+    """Logs done/total, seconds per posting and ETA every few seconds."""
+
+    def __init__(self, context: AssetExecutionContext, name: str, total: int) -> None:
+        self.context, self.name, self.total = context, name, total
+        self.done = 0
+        self.started = self.last_log = time.perf_counter()
+
+    def step(self, failed: int) -> None:
+        self.done += 1
+        now = time.perf_counter()
+        if self.done < self.total and self.done > 1 and now - self.last_log < PROGRESS_EVERY_SECONDS:
+            return
+        self.last_log = now
+        per_item = (now - self.started) / self.done
+        eta = per_item * (self.total - self.done)
+        self.context.log.info(
+            f"{self.name}: {self.done}/{self.total} postings ({failed} failed), {per_item:.1f}s per posting, "
+            f"ETA {eta:.0f}s"
+        )

@@ -1,0 +1,155 @@
+"""What a use case is: a declaration (data), turned into Dagster objects by `factory.py`.
+
+Adding a use case means adding a `UseCase(...)` to `use_cases.py`; no engine code.
+
+Prompt templates name their variables as `{name}`. A variable is a posting field
+(`{title}`, `{description}`, ...) or the output of a declared upstream use case
+(`{posting_summary}`, or one field of it: `{posting_summary.summary}`). Braces that
+do not hold an identifier (such as JSON in few-shot examples) are left alone, and a
+template that names an unknown variable is rejected when the declaration is made.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonschema
+
+POSTING_VARIABLES = ("key", "title", "company", "location", "description", "url", "posted_at")
+_VARIABLE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?)\}")
+_VERSION = re.compile(r"^\d{4}-\d{2}-\d{2}\.\d+$")
+
+
+class DeclarationError(ValueError):
+    """A use-case declaration that cannot work; raised when the code location loads."""
+
+
+class TemplateVariableError(ValueError):
+    """A variable that has no value for this posting (an item error, never a literal placeholder)."""
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    """A structural check of one output: returns None when fine, else the reason it fails."""
+
+    name: str
+    description: str
+    check: Callable[[dict[str, Any], Mapping[str, Any]], str | None]
+    blocking: bool = False
+
+
+@dataclass(frozen=True)
+class UseCase:
+    """One LLM use case, declared as data.
+
+    version: explicit semantic string (`YYYY-MM-DD.N`); bump it when the prompt,
+        schema or options change, and every output made by an older version is stale.
+    model: the model name the configured backend serves (e.g. `gemma3:270m`).
+    prompt: the completion prompt, with `{variables}`.
+    output_schema: JSON schema of the structured output (used as the generation
+        grammar / Ollama `format`, and to validate what comes back).
+    upstream: use cases whose outputs this one reads; they become asset dependencies.
+    discovery_where: optional extra SQL condition on the posting (alias `postings`)
+        narrowing which postings this use case takes on.
+    priority: higher runs first when runs queue (Dagster's `dagster/priority` tag).
+    batch_size: postings per run; the model is loaded once per run.
+    options: generation options (temperature, max_tokens, repeat_penalty, stop, seed).
+    input_limits: maximum characters per variable; longer values are cut, and the
+        cut is recorded in the interaction's options.
+    postprocess: normalizes a parsed output (dedupe, trim); may raise ValueError.
+    """
+
+    name: str
+    version: str
+    model: str
+    prompt: str
+    output_schema: Mapping[str, Any]
+    description: str = ""
+    system_prompt: str = ""
+    upstream: tuple[str, ...] = ()
+    discovery_where: str | None = None
+    priority: int = 0
+    batch_size: int = 25
+    options: Mapping[str, Any] = field(default_factory=dict)
+    input_limits: Mapping[str, int] = field(default_factory=dict)
+    postprocess: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    checks: tuple[OutputCheck, ...] = ()
+    preview_field: str | None = None
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", self.name):
+            raise DeclarationError(f"use case name {self.name!r} must be lower_snake_case")
+        if not _VERSION.match(self.version):
+            raise DeclarationError(
+                f"{self.name}: version {self.version!r} must look like 2026-11-22.1 (date and a counter)"
+            )
+        if self.batch_size < 1:
+            raise DeclarationError(f"{self.name}: batch_size must be at least 1")
+        try:
+            jsonschema.Draft202012Validator.check_schema(self.output_schema)
+        except jsonschema.SchemaError as exc:
+            raise DeclarationError(
+                f"{self.name}: output_schema is not a valid JSON schema: {exc.message}"
+            ) from exc
+        for variable in self.variables:
+            root = variable.split(".", 1)[0]
+            if root not in POSTING_VARIABLES and root not in self.upstream:
+                raise DeclarationError(
+                    f"{self.name}: the prompt uses {{{variable}}}, which is neither a posting field "
+                    f"({', '.join(POSTING_VARIABLES)}) nor a declared upstream use case"
+                )
+
+    @property
+    def variables(self) -> tuple[str, ...]:
+        """The variables the prompt and system prompt use, in order of first use."""
+        found = _VARIABLE.findall(self.system_prompt) + _VARIABLE.findall(self.prompt)
+        return tuple(dict.fromkeys(found))
+
+    def render(self, values: Mapping[str, Any]) -> tuple[str, str, dict[str, int]]:
+        """Substitute variables; returns (prompt, system prompt, {variable: chars cut})."""
+        resolved: dict[str, str] = {}
+        truncated: dict[str, int] = {}
+        for variable in self.variables:
+            text = _lookup(values, variable)
+            limit = self.input_limits.get(variable)
+            if limit is not None and len(text) > limit:
+                truncated[variable] = len(text) - limit
+                text = text[:limit].rstrip() + " [...]"
+            resolved[variable] = text
+
+        def substitute(template: str) -> str:
+            return _VARIABLE.sub(lambda match: resolved[match.group(1)], template)
+
+        return substitute(self.prompt), substitute(self.system_prompt), truncated
+
+    def validate_output(self, value: Any) -> None:
+        """Raise jsonschema.ValidationError when a parsed output breaks the declared schema."""
+        jsonschema.validate(value, self.output_schema)
+
+    def input_hash(self, model: str, prompt: str, system_prompt: str) -> str:
+        """Identity of one generation's input: same hash, same work (the idempotence key)."""
+        payload = json.dumps(
+            [self.name, self.version, model, prompt, system_prompt, dict(self.options)],
+            sort_keys=True,
+            default=str,
+        )
+        return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+def _lookup(values: Mapping[str, Any], variable: str) -> str:
+    root, _, attribute = variable.partition(".")
+    if root not in values or values[root] is None:
+        raise TemplateVariableError(f"template variable {{{variable}}} has no value for this posting")
+    value = values[root]
+    if attribute:
+        if not isinstance(value, Mapping) or value.get(attribute) is None:
+            raise TemplateVariableError(f"template variable {{{variable}}} has no value for this posting")
+        value = value[attribute]
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)

@@ -1,0 +1,54 @@
+"""Settings read from the environment, with defaults that need no server.
+
+Everything a user may want to point elsewhere is one environment variable:
+
+| variable                     | default                                  |
+|------------------------------|------------------------------------------|
+| PIPELINE_DATA_DIR            | ``<project>/data``                       |
+| PIPELINE_DATABASE_URL        | ``sqlite:///<data dir>/app.db``          |
+| PIPELINE_LLM_BACKEND         | ``ollama`` if OLLAMA_HOST is set, else ``embedded`` |
+| OLLAMA_HOST                  | unset (use the embedded model)           |
+| PIPELINE_BATCH_SIZE          | unset (each use case's declared batch size) |
+| PIPELINE_DAGSTER_POSTGRES_URL| unset (Dagster's own storage is SQLite in DAGSTER_HOME) |
+| DAGSTER_HOME                 | ``<data dir>/dagster_home``              |
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Settings:
+    data_dir: Path
+    database_url: str
+    llm_backend: str
+    ollama_host: str | None
+    batch_size_override: int | None
+    dagster_home: Path
+    dagster_postgres_url: str | None
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        env = os.environ
+        data_dir = Path(env.get("PIPELINE_DATA_DIR") or PROJECT_ROOT / "data").resolve()
+        ollama_host = env.get("OLLAMA_HOST") or None
+        backend = env.get("PIPELINE_LLM_BACKEND") or ("ollama" if ollama_host else "embedded")
+        if backend not in ("ollama", "embedded"):
+            raise ValueError(f"PIPELINE_LLM_BACKEND must be 'ollama' or 'embedded', not {backend!r}")
+        batch = env.get("PIPELINE_BATCH_SIZE")
+        if batch is not None and (not batch.isdigit() or int(batch) < 1):
+            raise ValueError(f"PIPELINE_BATCH_SIZE must be a positive integer, not {batch!r}")
+        return cls(
+            data_dir=data_dir,
+            database_url=env.get("PIPELINE_DATABASE_URL") or f"sqlite:///{data_dir / 'app.db'}",
+            llm_backend=backend,
+            ollama_host=ollama_host,
+            batch_size_override=int(batch) if batch else None,
+            dagster_home=Path(env.get("DAGSTER_HOME") or data_dir / "dagster_home").resolve(),
+            dagster_postgres_url=env.get("PIPELINE_DAGSTER_POSTGRES_URL") or None,
+        )

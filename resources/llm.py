@@ -1,0 +1,104 @@
+"""The one LLM interface every use case talks to, and the errors it distinguishes.
+
+Two kinds of failure matter to the engine:
+- `ItemError`: this posting's call went wrong (context overflow, unusable output);
+  it counts against the posting's attempts.
+- `BackendUnavailable`: the backend itself is down, the model is missing, or the call
+  timed out against a dead server; it spends no attempts and ends the run early.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from dagster import ConfigurableResource, InitResourceContext
+from pydantic import PrivateAttr
+
+# Generation options every backend understands (each maps them to its own names).
+DEFAULT_OPTIONS: dict[str, Any] = {"temperature": 0.0, "max_tokens": 256, "repeat_penalty": 1.15, "seed": 0}
+
+
+class LLMError(Exception):
+    """Base of the errors raised by LLM backends."""
+
+
+class ItemError(LLMError):
+    """The call failed because of this input or its output; counts as a failed attempt."""
+
+
+class BackendUnavailable(LLMError):
+    """The backend or model cannot serve now; no attempt is spent on it."""
+
+
+@dataclass(frozen=True)
+class Generation:
+    text: str
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    latency_ms: float
+
+
+class LLMResource(ConfigurableResource):
+    """Base of the LLM backends: load a model once per run, then generate many times.
+
+    `max_in_flight` is how many requests the engine may keep open at once.
+    """
+
+    max_in_flight: int = 1
+    _loaded: dict[str, Any] = PrivateAttr(default_factory=dict)
+    _load_count: int = PrivateAttr(default=0)
+
+    @property
+    def backend_name(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def model_loads(self) -> int:
+        """How many times this resource instance loaded a model (once per model per run)."""
+        return self._load_count
+
+    def ensure_loaded(self, model: str) -> bool:
+        """Load `model` unless it is already loaded in this run; returns True if it loaded now."""
+        if model in self._loaded:
+            return False
+        self._loaded[model] = self._load(model)
+        self._load_count += 1
+        return True
+
+    def generate(
+        self,
+        model: str,
+        prompt: str,
+        system_prompt: str,
+        schema: dict[str, Any] | None,
+        options: dict[str, Any],
+    ) -> Generation:
+        """One completion for `prompt`; `schema` constrains the output to JSON of that shape."""
+        self.ensure_loaded(model)
+        return self._generate(
+            self._loaded[model], model, prompt, system_prompt, schema, {**DEFAULT_OPTIONS, **options}
+        )
+
+    def teardown_after_execution(self, context: InitResourceContext) -> None:
+        for model, handle in list(self._loaded.items()):
+            self._unload(model, handle)
+        self._loaded.clear()
+
+    # Backends implement these three.
+    def _load(self, model: str) -> Any:
+        raise NotImplementedError
+
+    def _generate(
+        self,
+        handle: Any,
+        model: str,
+        prompt: str,
+        system_prompt: str,
+        schema: dict[str, Any] | None,
+        options: dict[str, Any],
+    ) -> Generation:
+        raise NotImplementedError
+
+    def _unload(self, model: str, handle: Any) -> None:
+        """Release the model at the end of the run (a no-op unless the backend holds memory)."""

@@ -1,0 +1,135 @@
+"""Ollama backend on the official `ollama` client.
+
+At the first use of a model in a run it sends an empty prompt, which makes Ollama
+load the model, and pins it with `keep_alive` on that and every later call, so the
+model stays in memory for the whole run. Structured output goes through Ollama's
+JSON-schema `format`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+import httpx
+import ollama
+
+from resources.llm import BackendUnavailable, Generation, ItemError, LLMResource
+
+# Our option names -> Ollama's `options` names.
+_OPTION_NAMES = {
+    "temperature": "temperature",
+    "max_tokens": "num_predict",
+    "repeat_penalty": "repeat_penalty",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "seed": "seed",
+    "stop": "stop",
+    "num_ctx": "num_ctx",
+}
+
+
+class OllamaResource(LLMResource):
+    """Serves the use cases' models from an Ollama server.
+
+    host: the server, e.g. http://gpu-box:11434.
+    keep_alive: how long Ollama keeps the model loaded after each call (pins it for the run).
+    timeout_seconds: per request; a timeout is treated as the server being unavailable.
+    unload_after_run: free the GPU at the end of each run (keep_alive=0).
+    raw: send prompts without the model's chat template (right for base models and
+        the few-shot completion prompts of the shipped use cases).
+    options: extra Ollama options applied to every call (e.g. num_ctx, num_gpu).
+    """
+
+    host: str = "http://127.0.0.1:11434"
+    keep_alive: str = "30m"
+    timeout_seconds: float = 120.0
+    unload_after_run: bool = False
+    raw: bool = True
+    options: dict[str, Any] = {}
+
+    @property
+    def backend_name(self) -> str:
+        return "ollama"
+
+    def _client(self) -> ollama.Client:
+        return ollama.Client(host=self.host, timeout=self.timeout_seconds)
+
+    def _load(self, model: str) -> ollama.Client:
+        client = self._client()
+        self._call(model, lambda: client.generate(model=model, prompt="", keep_alive=self.keep_alive))
+        return client
+
+    def _generate(
+        self,
+        handle: ollama.Client,
+        model: str,
+        prompt: str,
+        system_prompt: str,
+        schema: dict[str, Any] | None,
+        options: dict[str, Any],
+    ) -> Generation:
+        ollama_options = {
+            _OPTION_NAMES[name]: value for name, value in options.items() if name in _OPTION_NAMES
+        }
+        ollama_options.update(self.options)
+        started = time.perf_counter()
+        response = self._call(
+            model,
+            lambda: handle.generate(
+                model=model,
+                prompt=prompt,
+                system=system_prompt or None,
+                format=schema,
+                options=ollama_options,
+                keep_alive=self.keep_alive,
+                raw=self.raw or None,
+                stream=False,
+            ),
+        )
+        latency_ms = (time.perf_counter() - started) * 1000
+        return Generation(
+            text=response.response or "",
+            prompt_tokens=response.prompt_eval_count,
+            completion_tokens=response.eval_count,
+            latency_ms=latency_ms,
+        )
+
+    def _unload(self, model: str, handle: ollama.Client) -> None:
+        if not self.unload_after_run:
+            return
+        # The server may already be gone; then there is nothing to free.
+        with contextlib.suppress(ollama.ResponseError, ConnectionError, httpx.HTTPError):
+            handle.generate(model=model, prompt="", keep_alive=0)
+
+    def _call(self, model: str, request: Any) -> Any:
+        """Run one request, turning client errors into the engine's two kinds of failure."""
+        try:
+            return request()
+        except ConnectionError as exc:
+            raise BackendUnavailable(
+                f"cannot reach Ollama at {self.host} (model {model}): is `ollama serve` running there? "
+                f"({exc})"
+            ) from exc
+        except httpx.TimeoutException as exc:
+            raise BackendUnavailable(
+                f"Ollama at {self.host} did not answer within {self.timeout_seconds:g}s (model {model})"
+            ) from exc
+        except httpx.HTTPError as exc:
+            raise BackendUnavailable(
+                f"HTTP error talking to Ollama at {self.host} (model {model}): {exc}"
+            ) from exc
+        except ollama.ResponseError as exc:
+            if exc.status_code == 404:
+                raise BackendUnavailable(
+                    f"model {model!r} is not available on the Ollama server at {self.host}: "
+                    f"run `ollama pull {model}` there ({exc.error})"
+                ) from exc
+            if exc.status_code >= 500 or exc.status_code < 0:
+                raise BackendUnavailable(
+                    f"Ollama at {self.host} failed serving {model}: {exc.error} (HTTP {exc.status_code})"
+                ) from exc
+            raise ItemError(
+                f"Ollama rejected the request for {model}: {exc.error} (HTTP {exc.status_code})"
+            ) from exc
