@@ -92,3 +92,13 @@ def session_scope(url: str) -> Iterator[Session]:
     factory = sessionmaker(get_engine(url), expire_on_commit=False)
     with factory() as session, session.begin():
         yield session
+
+
+def dispose(url: str) -> None:
+    """Close this process's connections to `url` (before dropping a test database, say)."""
+    url = normalize_url(url)
+    with _lock:
+        engine = _engines.pop(url, None)
+        _migrated.discard(url)
+    if engine is not None:
+        engine.dispose()

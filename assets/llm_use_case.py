@@ -14,6 +14,7 @@ and spends no attempts; a bad output counts against that posting only.
 
 import json
 import time
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from dagster import (
     AssetMaterialization,
     AssetsDefinition,
     BackfillPolicy,
+    BetaWarning,
     Config,
     Failure,
     MetadataValue,
@@ -41,6 +43,9 @@ from assets.partitions import POSTING_PARTITIONS
 from pipeline_defs.declaration import POSTING_VARIABLES, TemplateVariableError, UseCase
 from resources.app_database import AppDatabase
 from resources.llm import BackendUnavailable, Generation, ItemError, LLMResource
+
+# BackfillPolicy is beta in Dagster 1.13; we rely on it on purpose (UI backfills run in batches).
+warnings.filterwarnings("ignore", message=".*backfill_policy.*", category=BetaWarning)
 
 ITEMS_OK_CHECK = "outputs_valid"
 PREVIEW_CHARS = 300
@@ -139,7 +144,7 @@ def process_batch(
     force: bool = False,
 ) -> Iterator[Any]:
     """Process the run's postings; yields Dagster events, returns the outcome."""
-    run_id = context.run_id
+    run_id = context.run.run_id
     source = run_source(context.run.tags)
     keys = list(context.partition_keys)
     with app_db.session() as session:

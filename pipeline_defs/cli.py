@@ -169,19 +169,16 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
             .where(Posting.key.in_(keys))
             .order_by(Posting.id)
         ).all()
+    summaries = [_clip((value or {}).get("summary", "(none)"), 100) for _, _, value, _ in rows]
     table = pd.DataFrame(
-        [
-            {
-                "posting": key,
-                "title": title[:30],
-                "summary": (value or {}).get("summary", "(none)"),
-                "llm_s": round(latency / 1000, 1) if latency else None,
-            }
-            for key, title, value, latency in rows
-        ]
+        {
+            "posting": [key for key, *_ in rows],
+            "title": [_clip(title, 28).ljust(28) for _, title, _, _ in rows],
+            "summary": [summary.ljust(100) for summary in summaries],
+            "llm_s": [round(latency / 1000, 1) if latency else None for *_, latency in rows],
+        }
     )
-    with pd.option_context("display.max_colwidth", 110, "display.width", 200):
-        print(table.to_string(index=False))
+    print(table.to_string(index=False, justify="left"))
     latencies = [latency for *_, latency in rows if latency]
     runs = sum(len(item.runs) for item in reports)
     failed_runs = sum(len(item.failed_runs) for item in reports)
@@ -197,6 +194,10 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
     print("trace a posting:  .venv/bin/pipeline trace demo-001")
     print("open the UI:      make ui   (then http://127.0.0.1:3000)")
     return 1 if failed_runs else 0
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def cmd_status(settings: Settings, args: argparse.Namespace) -> int:

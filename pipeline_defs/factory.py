@@ -10,7 +10,6 @@ from dagster import AssetsDefinition, SensorDefinition, define_asset_job
 
 from appdb.work import WorkSpec
 from assets.llm_use_case import build_use_case_asset
-from assets.partitions import POSTING_PARTITIONS
 from pipeline_defs.declaration import DeclarationError, UseCase
 from sensors.discovery import build_discovery_sensor
 
@@ -54,7 +53,6 @@ def build_use_case(
     job = define_asset_job(
         job_name(use_case),
         selection=[asset.key],
-        partitions_def=POSTING_PARTITIONS,
         description=f"Materialize {use_case.name} for a batch of postings (model {use_case.model}).",
         tags={"pipeline/use_case": use_case.name},
     )

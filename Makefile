@@ -1,0 +1,30 @@
+# Two commands do all the set-up on a fresh machine:  make demo   and   make test
+VENV   := .venv
+BIN    := $(VENV)/bin
+PYTHON ?= python3
+
+.PHONY: demo test lint ui clean
+
+$(VENV)/.installed: pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is needed (set PYTHON=...)")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	@echo "Installing dependencies (llama-cpp-python compiles once, ~8 min on 2 cores; pip caches it) ..."
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+demo: $(VENV)/.installed  ## ingest the demo postings and summarize them with the embedded model
+	$(BIN)/pipeline demo
+
+test: $(VENV)/.installed  ## the whole test suite (PostgreSQL tests skip if the server is unreachable, unless CI)
+	$(BIN)/pytest
+
+lint: $(VENV)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+ui: $(VENV)/.installed  ## dagster dev (webserver + daemon) on http://127.0.0.1:3000
+	$(BIN)/pipeline ui
+
+clean:
+	rm -rf $(VENV) data

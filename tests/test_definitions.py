@@ -1,0 +1,72 @@
+"""The code location loads, and a use case is a declaration: the factory does the rest."""
+
+from __future__ import annotations
+
+import pytest
+from dagster import AssetCheckKey, AssetKey
+
+from pipeline_defs.declaration import DeclarationError, TemplateVariableError, UseCase
+from pipeline_defs.definitions import build_definitions, defs
+from pipeline_defs.settings import Settings
+from pipeline_defs.use_cases import POSTING_SUMMARY, USE_CASES
+
+SCHEMA = {"type": "object", "properties": {"score": {"type": "integer"}}, "required": ["score"]}
+
+
+def test_every_declared_use_case_has_its_asset_checks_job_and_sensor() -> None:
+    repository = defs.get_repository_def()
+    graph = repository.asset_graph
+    assert AssetKey("postings") in graph.get_all_asset_keys()
+    for use_case in USE_CASES:
+        key = AssetKey(use_case.name)
+        node = graph.get(key)
+        assert node.partitions_def is not None and node.partitions_def.name == "postings"
+        assert AssetKey("postings") in node.parent_keys
+        assert node.code_version == use_case.version
+        expected_checks = {"outputs_valid", *(check.name for check in use_case.checks)}
+        assert {check.name for check in node.check_keys} == expected_checks
+        assert repository.has_job(f"{use_case.name}_job")
+        assert repository.get_sensor_def(f"{use_case.name}_discovery").job_name == f"{use_case.name}_job"
+
+
+def test_a_new_use_case_is_only_a_declaration() -> None:
+    scoring = UseCase(
+        name="posting_seniority",
+        version="2026-11-22.1",
+        model="gemma3:270m",
+        prompt="Summary: {posting_summary.summary}\nTitle: {title}\nSeniority 1-5 JSON:",
+        output_schema=SCHEMA,
+        upstream=("posting_summary",),
+        batch_size=10,
+    )
+    built = build_definitions(Settings.from_env(), use_cases=[POSTING_SUMMARY, scoring])
+    graph = built.get_repository_def().asset_graph
+    assert AssetKey("posting_summary") in graph.get(AssetKey("posting_seniority")).parent_keys
+    assert AssetCheckKey(AssetKey("posting_seniority"), "outputs_valid") in graph.asset_check_keys
+    assert built.get_repository_def().has_sensor_def("posting_seniority_discovery")
+
+
+def test_unknown_template_variables_fail_when_the_declaration_is_made() -> None:
+    with pytest.raises(DeclarationError, match=r"\{salary\}"):
+        UseCase(name="bad", version="2026-11-22.1", model="m", prompt="Pay: {salary}", output_schema=SCHEMA)
+    with pytest.raises(DeclarationError, match="version"):
+        UseCase(name="bad", version="v1", model="m", prompt="{title}", output_schema=SCHEMA)
+    with pytest.raises(DeclarationError, match="not a valid JSON schema"):
+        UseCase(name="bad", version="2026-11-22.1", model="m", prompt="{title}", output_schema={"type": 5})
+
+
+def test_rendering_never_sends_a_literal_placeholder() -> None:
+    use_case = UseCase(
+        name="needs_summary",
+        version="2026-11-22.1",
+        model="m",
+        output_schema=SCHEMA,
+        prompt='Example: {"score": 3}\nSummary: {posting_summary.summary}\nTitle: {title}',
+        upstream=("posting_summary",),
+        input_limits={"title": 5},
+    )
+    prompt, _, truncated = use_case.render({"title": "Chief Baker", "posting_summary": {"summary": "Bakes."}})
+    assert prompt == 'Example: {"score": 3}\nSummary: Bakes.\nTitle: Chief [...]'
+    assert truncated == {"title": 6}
+    with pytest.raises(TemplateVariableError, match=r"\{posting_summary.summary\}"):
+        use_case.render({"title": "Baker"})

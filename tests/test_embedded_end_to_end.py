@@ -1,0 +1,77 @@
+"""The embedded model end to end through Dagster: a real model call, one run, one model load."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import llama_cpp
+import pytest
+from sqlalchemy import select
+
+from appdb.database import session_scope
+from appdb.models import Interaction, UseCaseOutput
+from pipeline_defs.cli import main
+from pipeline_defs.definitions import build_definitions
+from pipeline_defs.settings import Settings
+from pipeline_defs.use_cases import POSTING_SUMMARY
+from tests.conftest import POSTINGS, run_use_case, seed_postings
+
+pytestmark = pytest.mark.embedded_llm
+
+
+def test_embedded_model_summarizes_a_batch_in_one_run_and_trace_shows_the_exact_prompt(
+    sqlite_url: str,
+    tmp_path: Path,
+    dagster_instance,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    loads = []
+
+    class CountingLlama(llama_cpp.Llama):
+        def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
+            loads.append(kwargs.get("model_path"))
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(llama_cpp, "Llama", CountingLlama)
+    seed_postings(sqlite_url, tmp_path)
+    defs = build_definitions(replace(Settings.from_env(), database_url=sqlite_url, llm_backend="embedded"))
+    keys = [posting["key"] for posting in POSTINGS]
+
+    result = run_use_case(defs, dagster_instance, keys)
+
+    assert result.success
+    assert len(loads) == 1
+    assert len(dagster_instance.get_run_records()) == 1
+    events = result.get_asset_materialization_events()
+    assert sorted(event.partition for event in events) == keys
+    metadata = events[0].event_specific_data.materialization.metadata
+    assert metadata["model"].value == "gemma3:270m" and metadata["backend"].value == "embedded"
+    assert metadata["prompt_tokens"].value > 100 and metadata["preview"].value
+    with session_scope(sqlite_url) as session:
+        outputs = {row.posting_key: row for row in session.scalars(select(UseCaseOutput))}
+        interactions = {row.posting_key: row for row in session.scalars(select(Interaction))}
+    assert sorted(outputs) == keys and all(len(o.value["summary"]) > 10 for o in outputs.values())
+    for posting in POSTINGS:
+        interaction = interactions[posting["key"]]
+        expected_prompt, _, _ = POSTING_SUMMARY.render(
+            {**posting, "url": "not stated", "posted_at": "not stated"}
+        )
+        assert interaction.prompt == expected_prompt
+        assert posting["description"] in interaction.prompt and "{description}" not in interaction.prompt
+        assert (interaction.status, interaction.backend, interaction.run_id) == (
+            "ok",
+            "embedded",
+            result.run_id,
+        )
+        assert interaction.parsed_output == outputs[posting["key"]].value
+
+    monkeypatch.setenv("PIPELINE_DATABASE_URL", sqlite_url)
+    report = tmp_path / "trace.md"
+    assert main(["trace", "p-2", "--markdown", str(report)]) == 0
+    printed = capsys.readouterr().out
+    assert "output: current" in printed
+    assert interactions["p-2"].raw_response.splitlines()[0] in printed
+    assert "\n".join(f"  | {line}" for line in interactions["p-2"].prompt.splitlines()) in printed
+    assert interactions["p-2"].prompt in report.read_text()

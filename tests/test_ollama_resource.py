@@ -1,0 +1,162 @@
+"""The Ollama resource against a local HTTP server that speaks Ollama's API shapes."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from pytest_httpserver import HTTPServer
+from sqlalchemy import select
+from werkzeug import Request, Response
+
+from appdb.database import session_scope
+from appdb.models import Interaction, UseCaseOutput, WorkItem
+from pipeline_defs.definitions import build_definitions
+from pipeline_defs.settings import Settings
+from pipeline_defs.use_cases import POSTING_SUMMARY
+from resources.llm import BackendUnavailable
+from resources.ollama_backend import OllamaResource
+from tests.conftest import run_use_case, seed_postings
+
+
+class FakeOllama:
+    """Answers /api/generate like Ollama: an empty prompt loads the model; others get a summary."""
+
+    def __init__(self, server: HTTPServer, models: tuple[str, ...] = ("gemma3:270m",)) -> None:
+        self.requests: list[dict] = []
+        self.models = models
+        server.expect_request("/api/generate", method="POST").respond_with_handler(self.handle)
+
+    def handle(self, request: Request) -> Response:
+        body = json.loads(request.data)
+        self.requests.append(body)
+        if body["model"] not in self.models:
+            return Response(
+                json.dumps({"error": f"model '{body['model']}' not found"}),
+                status=404,
+                content_type="application/json",
+            )
+        answer = {
+            "model": body["model"],
+            "created_at": "2026-11-22T01:00:00Z",
+            "done": True,
+            "done_reason": "load",
+        }
+        if body.get("prompt"):
+            title = body["prompt"].rsplit("Title: ", 1)[-1].split("\n", 1)[0]
+            answer.update(
+                response=json.dumps({"summary": f"A company hires a {title} for the work described."}),
+                done_reason="stop",
+                prompt_eval_count=412,
+                eval_count=31,
+                total_duration=123_000_000,
+            )
+        else:
+            answer["response"] = ""
+        return Response(json.dumps(answer), content_type="application/json")
+
+    @property
+    def warmups(self) -> list[dict]:
+        return [r for r in self.requests if not r.get("prompt")]
+
+    @property
+    def generations(self) -> list[dict]:
+        return [r for r in self.requests if r.get("prompt")]
+
+
+def test_warm_up_then_generate_with_keep_alive_format_and_options(httpserver: HTTPServer) -> None:
+    fake = FakeOllama(httpserver)
+    llm = OllamaResource(host=httpserver.url_for("/").rstrip("/"), keep_alive="45m")
+    schema = dict(POSTING_SUMMARY.output_schema)
+    first = llm.generate(
+        "gemma3:270m",
+        "Title: Baker\nSummary:",
+        "be brief",
+        schema,
+        {"max_tokens": 99, "temperature": 0.2, "stop": ["\n\n"]},
+    )
+    llm.generate("gemma3:270m", "Title: Cook\nSummary:", "", schema, {})
+    assert llm.model_loads == 1
+    assert [r["keep_alive"] for r in fake.requests] == ["45m", "45m", "45m"]
+    assert fake.warmups == [fake.requests[0]]
+    call = fake.generations[0]
+    assert call["format"] == schema
+    assert call["system"] == "be brief"
+    assert call["raw"] is True
+    assert call["options"]["num_predict"] == 99 and call["options"]["temperature"] == 0.2
+    assert call["options"]["stop"] == ["\n\n"]
+    assert json.loads(first.text) == {"summary": "A company hires a Baker for the work described."}
+    assert (first.prompt_tokens, first.completion_tokens) == (412, 31)
+
+
+def test_missing_model_names_host_model_and_pull_command(httpserver: HTTPServer) -> None:
+    FakeOllama(httpserver, models=())
+    host = httpserver.url_for("/").rstrip("/")
+    with pytest.raises(BackendUnavailable) as error:
+        OllamaResource(host=host).ensure_loaded("qwen3:8b")
+    assert host in str(error.value)
+    assert "ollama pull qwen3:8b" in str(error.value)
+
+
+def test_unreachable_server_is_a_clear_backend_error() -> None:
+    with pytest.raises(BackendUnavailable) as error:
+        OllamaResource(host="http://127.0.0.1:9").ensure_loaded("gemma3:270m")
+    assert "cannot reach Ollama at http://127.0.0.1:9" in str(error.value)
+    assert "gemma3:270m" in str(error.value)
+
+
+def test_timeout_is_a_backend_error(httpserver: HTTPServer) -> None:
+    def slow(request: Request) -> Response:
+        time.sleep(1.5)
+        return Response("{}", content_type="application/json")
+
+    httpserver.expect_request("/api/generate").respond_with_handler(slow)
+    llm = OllamaResource(host=httpserver.url_for("/").rstrip("/"), timeout_seconds=0.3)
+    with pytest.raises(BackendUnavailable, match="did not answer within 0.3s"):
+        llm.ensure_loaded("gemma3:270m")
+
+
+def test_a_dagster_run_loads_the_model_once_for_the_whole_batch(
+    httpserver: HTTPServer, sqlite_url: str, tmp_path: Path, dagster_instance
+) -> None:
+    fake = FakeOllama(httpserver)
+    seed_postings(sqlite_url, tmp_path)
+    llm = OllamaResource(host=httpserver.url_for("/").rstrip("/"))
+    defs = build_definitions(_settings(sqlite_url), llm=llm)
+    result = run_use_case(defs, dagster_instance, ["p-1", "p-2", "p-3"])
+    assert result.success
+    assert len(fake.warmups) == 1 and len(fake.generations) == 3
+    materialized = {event.partition for event in result.get_asset_materialization_events()}
+    assert materialized == {"p-1", "p-2", "p-3"}
+    with session_scope(sqlite_url) as session:
+        outputs = {row.posting_key: row.value["summary"] for row in session.scalars(select(UseCaseOutput))}
+        interactions = session.scalars(select(Interaction)).all()
+    assert outputs["p-2"] == "A company hires a Registered Nurse for the work described."
+    assert {(i.backend, i.source, i.status) for i in interactions} == {("ollama", "test", "ok")}
+    assert sorted(i.prompt for i in interactions) == sorted(r["prompt"] for r in fake.generations)
+
+    again = run_use_case(defs, dagster_instance, ["p-1", "p-2", "p-3"])
+    assert again.success and len(fake.generations) == 3  # all current: skipped, no calls, no model load
+    assert len(fake.warmups) == 1
+
+
+def test_an_unreachable_backend_ends_the_run_and_spends_no_attempts(
+    sqlite_url: str, tmp_path: Path, dagster_instance
+) -> None:
+    seed_postings(sqlite_url, tmp_path)
+    defs = build_definitions(_settings(sqlite_url), llm=OllamaResource(host="http://127.0.0.1:9"))
+    result = run_use_case(defs, dagster_instance, ["p-1", "p-2", "p-3"])
+    assert not result.success
+    [failure] = [event for event in result.all_events if event.event_type_value == "STEP_FAILURE"]
+    assert "the LLM backend is unavailable" in failure.event_specific_data.error.message
+    with session_scope(sqlite_url) as session:
+        items = session.scalars(select(WorkItem)).all()
+    assert [(i.status, i.attempts) for i in items] == [("pending", 0)] * 3
+
+
+def _settings(url: str) -> Settings:
+    from dataclasses import replace
+
+    return replace(Settings.from_env(), database_url=url)

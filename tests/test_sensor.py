@@ -1,0 +1,115 @@
+"""The discovery sensor: batches of at most batch_size, a cursor, nothing when there is no work."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from dagster import DagsterRunStatus, SensorResult, SkipReason, build_sensor_context
+from dagster._core.storage.tags import (
+    ASSET_PARTITION_RANGE_END_TAG,
+    ASSET_PARTITION_RANGE_START_TAG,
+    PRIORITY_TAG,
+)
+from dagster._core.test_utils import create_run_for_test
+from sqlalchemy import select
+
+from appdb import work
+from appdb.database import session_scope
+from appdb.models import Posting
+from pipeline_defs.definitions import build_use_cases
+from pipeline_defs.factory import UseCaseDefinitions
+from pipeline_defs.settings import Settings
+from resources.app_database import AppDatabase
+from tests.conftest import seed_postings
+
+POSTINGS = [{"key": f"k-{i:02d}", "title": f"Job {i}", "description": f"Do task {i}."} for i in range(7)]
+
+
+def _summary(batch_size: int = 3) -> UseCaseDefinitions:
+    [summary] = build_use_cases(replace(Settings.from_env(), batch_size_override=batch_size))
+    return summary
+
+
+def _tick(summary: UseCaseDefinitions, url: str, instance, cursor: str | None = None):  # noqa: ANN001, ANN202
+    context = build_sensor_context(
+        instance=instance, cursor=cursor, resources={"app_db": AppDatabase(url=url)}
+    )
+    return summary.sensor(context), context
+
+
+def test_requests_batches_of_at_most_batch_size_in_partition_order(
+    app_db_url: str, tmp_path: Path, dagster_instance
+) -> None:
+    url = app_db_url
+    seed_postings(app_db_url, tmp_path, POSTINGS)
+    summary = _summary()
+    result, _ = _tick(summary, url, dagster_instance)
+    assert isinstance(result, SensorResult)
+    ranges = [
+        (r.tags[ASSET_PARTITION_RANGE_START_TAG], r.tags[ASSET_PARTITION_RANGE_END_TAG])
+        for r in result.run_requests
+    ]
+    assert ranges == [("k-00", "k-02"), ("k-03", "k-05"), ("k-06", "k-06")]
+    assert {r.tags[PRIORITY_TAG] for r in result.run_requests} == {str(summary.use_case.priority)}
+    [add] = result.dynamic_partitions_requests
+    assert list(add.partition_keys) == [p["key"] for p in POSTINGS]
+    assert json.loads(result.cursor)["pending"] == 7
+
+
+def test_postings_in_queued_or_running_runs_are_not_requested_again(
+    sqlite_url: str, tmp_path: Path, dagster_instance
+) -> None:
+    url = sqlite_url
+    seed_postings(sqlite_url, tmp_path, POSTINGS)
+    summary = _summary()
+    dagster_instance.add_dynamic_partitions("postings", [p["key"] for p in POSTINGS])
+    create_run_for_test(
+        dagster_instance,
+        job_name=summary.job.name,
+        status=DagsterRunStatus.STARTED,
+        tags={ASSET_PARTITION_RANGE_START_TAG: "k-00", ASSET_PARTITION_RANGE_END_TAG: "k-03"},
+    )
+    result, _ = _tick(summary, url, dagster_instance)
+    assert [
+        (r.tags[ASSET_PARTITION_RANGE_START_TAG], r.tags[ASSET_PARTITION_RANGE_END_TAG])
+        for r in result.run_requests
+    ] == [("k-04", "k-06")]
+    assert not result.dynamic_partitions_requests
+
+
+def test_no_work_means_no_run_requests_and_an_unchanged_database_skips_the_query(
+    sqlite_url: str, tmp_path: Path, dagster_instance
+) -> None:
+    url = sqlite_url
+    seed_postings(sqlite_url, tmp_path, POSTINGS[:2])
+    summary = _summary()
+    with session_scope(sqlite_url) as session:
+        work.claim_items(session, summary.use_case.name, ["k-00", "k-01"], "run-x")
+        for key in ("k-00", "k-01"):
+            digest = session.scalar(select(Posting.content_hash).where(Posting.key == key))
+            work.complete_item(
+                session,
+                summary.use_case.name,
+                key,
+                "run-x",
+                {
+                    "value": {"summary": "s"},
+                    "model": "m",
+                    "backend": "b",
+                    "use_case_version": summary.use_case.version,
+                    "input_hash": "h",
+                    "posting_hash": digest,
+                },
+            )
+    first, context = _tick(summary, url, dagster_instance)
+    assert isinstance(first, SkipReason) and "no work" in first.skip_message
+    cursor = context.cursor
+    assert json.loads(cursor)["pending"] == 0
+    second, _ = _tick(summary, url, dagster_instance, cursor=cursor)
+    assert "no change since the last tick" in second.skip_message
+
+    seed_postings(sqlite_url, tmp_path, [{"key": "k-new", "title": "New", "description": "New work."}])
+    third, _ = _tick(summary, url, dagster_instance, cursor=cursor)
+    assert [r.tags[ASSET_PARTITION_RANGE_START_TAG] for r in third.run_requests] == ["k-new"]

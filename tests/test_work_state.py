@@ -1,0 +1,91 @@
+"""Work state: claims are exclusive, failures count and park, outages spend nothing, dead claims return."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+from sqlalchemy import select, update
+
+from appdb import work
+from appdb.database import session_scope
+from appdb.models import Posting, WorkItem, utcnow
+from tests.conftest import seed_postings
+
+SPEC = work.WorkSpec(use_case="posting_summary", version="2026-11-22.1", upstream_versions={})
+KEYS = ["p-1", "p-2", "p-3"]
+
+
+def _output(version: str = "2026-11-22.1") -> dict:
+    return {
+        "value": {"summary": "s"},
+        "model": "m",
+        "backend": "b",
+        "use_case_version": version,
+        "input_hash": "h",
+        "posting_hash": "x",
+    }
+
+
+def test_a_claimed_item_is_held_by_one_run_only(app_db_url: str, tmp_path: Path) -> None:
+    seed_postings(app_db_url, tmp_path)
+    with session_scope(app_db_url) as session:
+        assert work.claim_items(session, SPEC.use_case, KEYS[:2], "run-a") == ["p-1", "p-2"]
+    with session_scope(app_db_url) as session:
+        assert work.claim_items(session, SPEC.use_case, KEYS, "run-b") == ["p-3"]
+        assert work.find_pending_work(session, SPEC) == []
+    with session_scope(app_db_url) as session:
+        # run-b never held p-1: it may not write its output
+        assert not work.complete_item(session, SPEC.use_case, "p-1", "run-b", _output())
+        assert work.complete_item(session, SPEC.use_case, "p-1", "run-a", _output())
+
+
+def test_failures_back_off_then_park_after_max_attempts(app_db_url: str, tmp_path: Path) -> None:
+    seed_postings(app_db_url, tmp_path)
+    statuses = []
+    for attempt in range(3):
+        with session_scope(app_db_url) as session:
+            assert work.claim_items(session, SPEC.use_case, ["p-1"], f"run-{attempt}") == ["p-1"]
+            statuses.append(work.fail_item(session, SPEC.use_case, "p-1", f"run-{attempt}", "not JSON"))
+        with session_scope(app_db_url) as session:
+            assert "p-1" not in work.find_pending_work(session, SPEC)  # backing off or parked
+            item = session.get(WorkItem, (SPEC.use_case, "p-1"))
+            if item.status == "pending":
+                assert item.next_attempt_at > utcnow()
+                session.execute(update(WorkItem).values(next_attempt_at=utcnow() - timedelta(seconds=1)))
+    assert statuses == ["pending", "pending", "failed"]
+    with session_scope(app_db_url) as session:
+        item = session.get(WorkItem, (SPEC.use_case, "p-1"))
+        assert (item.status, item.attempts, item.last_error) == ("failed", 3, "not JSON")
+        assert work.find_pending_work(session, SPEC) == ["p-2", "p-3"]
+
+
+def test_released_claims_spend_no_attempt_and_expired_ones_are_freed(app_db_url: str, tmp_path: Path) -> None:
+    seed_postings(app_db_url, tmp_path)
+    with session_scope(app_db_url) as session:
+        work.claim_items(session, SPEC.use_case, KEYS, "run-a")
+    with session_scope(app_db_url) as session:
+        assert work.release_items(session, SPEC.use_case, ["p-1"], "run-a") == 1
+        assert session.get(WorkItem, (SPEC.use_case, "p-1")).attempts == 0
+        session.execute(
+            update(WorkItem)
+            .where(WorkItem.posting_key == "p-2")
+            .values(lease_expires_at=utcnow() - timedelta(1))
+        )
+    with session_scope(app_db_url) as session:
+        assert work.release_expired_claims(session) == 1
+        assert work.find_pending_work(session, SPEC) == ["p-1", "p-2"]
+
+
+def test_outputs_of_an_older_version_are_stale(app_db_url: str, tmp_path: Path) -> None:
+    seed_postings(app_db_url, tmp_path)
+    with session_scope(app_db_url) as session:
+        work.claim_items(session, SPEC.use_case, KEYS, "run-a")
+        for key in KEYS:
+            output = _output("2026-01-01.1")
+            output["posting_hash"] = session.scalar(select(Posting.content_hash).where(Posting.key == key))
+            work.complete_item(session, SPEC.use_case, key, "run-a", output)
+    with session_scope(app_db_url) as session:
+        assert work.find_pending_work(session, SPEC) == KEYS
+        old = work.WorkSpec(use_case="posting_summary", version="2026-01-01.1", upstream_versions={})
+        assert work.find_pending_work(session, old) == []
