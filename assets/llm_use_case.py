@@ -12,6 +12,7 @@ An unreachable backend or a missing model ends the run early, gives the claims b
 and spends no attempts; a bad output counts against that posting only.
 """
 
+import contextlib
 import json
 import time
 import warnings
@@ -221,6 +222,12 @@ def _process_held(
                 "attempts_spent": 0,
             },
         ) from exc
+    except BaseException:
+        # Anything else (a database error, a kill signal): give the claims back now rather than
+        # leaving them to the lease sweep; if even that fails, the lease expiry frees them.
+        with contextlib.suppress(Exception), app_db.session() as session:
+            work.release_items(session, use_case.name, sorted(remaining), run_id)
+        raise
     return outcome
 
 

@@ -17,7 +17,7 @@ class PostingsConfig(Config):
     paths: list[str] = []
 
 
-@asset(group_name="ingest", kinds={"sqlite", "postgres"})
+@asset(group_name="ingest")
 def postings(
     context: AssetExecutionContext, config: PostingsConfig, app_db: AppDatabase
 ) -> MaterializeResult:

@@ -160,3 +160,30 @@ def _settings(url: str) -> Settings:
     from dataclasses import replace
 
     return replace(Settings.from_env(), database_url=url)
+
+
+def test_an_unexpected_error_mid_batch_gives_the_claims_back_at_once(
+    httpserver: HTTPServer, sqlite_url: str, tmp_path: Path, dagster_instance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from appdb import work
+
+    FakeOllama(httpserver)
+    seed_postings(sqlite_url, tmp_path)
+    real_complete = work.complete_item
+
+    def complete_once_then_fail(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        if complete_once_then_fail.calls:
+            raise RuntimeError("database went away")
+        complete_once_then_fail.calls += 1
+        return real_complete(*args, **kwargs)
+
+    complete_once_then_fail.calls = 0
+    monkeypatch.setattr(work, "complete_item", complete_once_then_fail)
+    llm = OllamaResource(host=httpserver.url_for("/").rstrip("/"))
+    defs = build_definitions(_settings(sqlite_url), llm=llm)
+    result = run_use_case(defs, dagster_instance, ["p-1", "p-2", "p-3"])
+    assert not result.success
+    with session_scope(sqlite_url) as session:
+        items = session.scalars(select(WorkItem)).all()
+    states = {item.posting_key: (item.status, item.attempts) for item in items}
+    assert states == {"p-1": ("done", 0), "p-2": ("pending", 0), "p-3": ("pending", 0)}
