@@ -66,6 +66,8 @@ class BatchOutcome:
     unchanged: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    skipped_current: int = 0
+    skipped_held_elsewhere: int = 0
     llm_ms: float = 0.0
 
 
@@ -160,6 +162,8 @@ def process_batch(
     outcome = BatchOutcome()
     if held:
         outcome = yield from _process_held(context, use_case, app_db, llm, held, run_id, source, force)
+    outcome.skipped_current = len(keys) - len(todo)
+    outcome.skipped_held_elsewhere = len(todo) - len(held)
     yield from _check_results(context, use_case, app_db, outcome)
     return outcome
 
@@ -460,6 +464,9 @@ def _check_results(
             "done": len(outcome.done),
             "unchanged_input": len(outcome.unchanged),
             "failed": len(outcome.failed),
+            "skipped_current": outcome.skipped_current,
+            "skipped_held_elsewhere": outcome.skipped_held_elsewhere,
+            "llm_seconds": round(outcome.llm_ms / 1000, 2),
             "failures": MetadataValue.json(dict(list(outcome.failed.items())[:50])),
         },
     )

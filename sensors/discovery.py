@@ -136,7 +136,9 @@ def build_discovery_sensor(
         )
         if not requests and not plan.new_partitions:
             context.update_cursor(cursor)
-            return SkipReason(f"{use_case.name}: no work ({len(plan.pending)} pending, all in flight)")
+            if not plan.pending:
+                return SkipReason(f"{use_case.name}: no work: every posting has a current output")
+            return SkipReason(f"{use_case.name}: {len(plan.pending)} pending, all in queued or running runs")
         return SensorResult(
             run_requests=requests,
             dynamic_partitions_requests=(

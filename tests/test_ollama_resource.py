@@ -137,9 +137,14 @@ def test_a_dagster_run_loads_the_model_once_for_the_whole_batch(
     assert {(i.backend, i.source, i.status) for i in interactions} == {("ollama", "test", "ok")}
     assert sorted(i.prompt for i in interactions) == sorted(r["prompt"] for r in fake.generations)
 
+    [check] = [c for c in result.get_asset_check_evaluations() if c.check_name == "outputs_valid"]
+    assert check.passed and check.metadata["done"].value == 3 and check.metadata["failed"].value == 0
+
     again = run_use_case(defs, dagster_instance, ["p-1", "p-2", "p-3"])
     assert again.success and len(fake.generations) == 3  # all current: skipped, no calls, no model load
     assert len(fake.warmups) == 1
+    [check] = [c for c in again.get_asset_check_evaluations() if c.check_name == "outputs_valid"]
+    assert (check.metadata["done"].value, check.metadata["skipped_current"].value) == (0, 3)
 
 
 def test_an_unreachable_backend_ends_the_run_and_spends_no_attempts(
@@ -187,3 +192,39 @@ def test_an_unexpected_error_mid_batch_gives_the_claims_back_at_once(
         items = session.scalars(select(WorkItem)).all()
     states = {item.posting_key: (item.status, item.attempts) for item in items}
     assert states == {"p-1": ("done", 0), "p-2": ("pending", 0), "p-3": ("pending", 0)}
+
+
+def test_a_bad_model_output_is_a_recorded_item_error_and_the_rest_of_the_batch_goes_on(
+    httpserver: HTTPServer, sqlite_url: str, tmp_path: Path, dagster_instance
+) -> None:
+    fake = FakeOllama(httpserver)
+    good_handle = fake.handle
+
+    def nurse_breaks_the_schema(request: Request) -> Response:
+        body = json.loads(request.data)
+        if body.get("prompt", "").rsplit("Title: ", 1)[-1].startswith("Registered Nurse"):
+            fake.requests.append(body)
+            return Response(
+                json.dumps({"model": body["model"], "response": '{"summary": ', "done": True}),
+                content_type="application/json",
+            )
+        return good_handle(request)
+
+    fake.handle = nurse_breaks_the_schema
+    httpserver.clear()
+    httpserver.expect_request("/api/generate", method="POST").respond_with_handler(nurse_breaks_the_schema)
+    seed_postings(sqlite_url, tmp_path)
+    defs = build_definitions(
+        _settings(sqlite_url), llm=OllamaResource(host=httpserver.url_for("/").rstrip("/"))
+    )
+    result = run_use_case(defs, dagster_instance, ["p-1", "p-2", "p-3"])
+    assert result.success
+    assert sorted(event.partition for event in result.get_asset_materialization_events()) == ["p-1", "p-3"]
+    [check] = [c for c in result.get_asset_check_evaluations() if c.check_name == "outputs_valid"]
+    assert not check.passed and list(check.metadata["failures"].value) == ["p-2"]
+    with session_scope(sqlite_url) as session:
+        item = session.get(WorkItem, ("posting_summary", "p-2"))
+        [interaction] = session.scalars(select(Interaction).where(Interaction.posting_key == "p-2")).all()
+    assert (item.status, item.attempts) == ("pending", 1) and item.next_attempt_at is not None
+    assert interaction.status == "item_error" and interaction.raw_response == '{"summary": '
+    assert interaction.error.startswith("the response is not valid JSON")
