@@ -14,7 +14,7 @@ import io
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ POSTING_FIELDS = (*REQUIRED_FIELDS, *OPTIONAL_TEXT_FIELDS, "posted_at")
 # Dagster partition keys may not contain these (and ',' breaks partition selections in the UI).
 FORBIDDEN_KEY_SUBSTRINGS = ("...", ",", "\a", "\b", "\f", "\n", "\r", "\t", "\v", "\0")
 _LOOKUP_CHUNK = 500
+MAX_CSV_FIELD = 64 * 1024 * 1024
 
 
 class RowError(ValueError):
@@ -131,7 +132,7 @@ def _parse_posted_at(value: Any) -> datetime | None:
         except ValueError:
             raise RowError(f"'posted_at' is not an ISO date: {value!r}") from None
     if parsed.tzinfo is not None:
-        parsed = parsed.astimezone(tz=None).replace(tzinfo=None)
+        parsed = parsed.astimezone(UTC).replace(tzinfo=None)
     return parsed
 
 
@@ -150,7 +151,7 @@ def read_rows(path: Path) -> Iterator[_Row]:
 def _read_jsonl(data: bytes) -> Iterator[_Row]:
     for number, raw_line in enumerate(data.splitlines(), start=1):
         try:
-            line = raw_line.decode("utf-8")
+            line = raw_line.decode("utf-8-sig" if number == 1 else "utf-8")
         except UnicodeDecodeError as exc:
             yield _Row(number, None, f"invalid UTF-8 at byte {exc.start}")
             continue
@@ -165,12 +166,24 @@ def _read_jsonl(data: bytes) -> Iterator[_Row]:
 def _read_csv(data: bytes) -> Iterator[_Row]:
     # surrogateescape keeps undecodable bytes visible per record instead of failing the file.
     text = data.decode("utf-8", errors="surrogateescape").lstrip("\ufeff")
+    csv.field_size_limit(MAX_CSV_FIELD)
     reader = csv.DictReader(io.StringIO(text, newline=""))
-    if reader.fieldnames is None:
+    try:
+        if reader.fieldnames is None:
+            return
+    except csv.Error as exc:
+        yield _Row(1, None, f"unreadable CSV header: {exc}")
         return
     missing = [name for name in REQUIRED_FIELDS if name not in reader.fieldnames]
     start_line = reader.line_num + 1
-    for record in reader:
+    while True:
+        try:
+            record = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:  # the rest of the file cannot be parsed reliably
+            yield _Row(start_line, None, f"unreadable CSV from here on: {exc}")
+            return
         line = start_line
         start_line = reader.line_num + 1
         if None in record:

@@ -90,18 +90,20 @@ def pending_work_query(spec: WorkSpec, *, now: Any = None, include_current: bool
             ),
         )
         stale.append(own.updated_at < upstream.updated_at)
-    if not include_current:
-        query = query.where(or_(*stale))
-    query = query.where(
-        or_(
-            work.posting_key.is_(None),
-            and_(
-                work.status != "failed",
-                or_(work.status != "claimed", work.lease_expires_at < now),
-                or_(work.next_attempt_at.is_(None), work.next_attempt_at <= now),
-            ),
+    not_held = or_(work.status != "claimed", work.lease_expires_at < now)
+    if include_current:  # forced: everything not held by a live claim, parked and backing-off items too
+        query = query.where(or_(work.posting_key.is_(None), not_held))
+    else:
+        query = query.where(or_(*stale)).where(
+            or_(
+                work.posting_key.is_(None),
+                and_(
+                    work.status != "failed",
+                    not_held,
+                    or_(work.next_attempt_at.is_(None), work.next_attempt_at <= now),
+                ),
+            )
         )
-    )
     if spec.discovery_where:
         query = query.where(text(f"({spec.discovery_where})"))
     return query.order_by(Posting.id)
@@ -122,13 +124,24 @@ def find_pending_work(
 
 
 def change_marker(session: Session) -> str:
-    """A cheap fingerprint of everything discovery reads; equal markers mean nothing changed."""
+    """A cheap fingerprint of everything discovery reads; equal markers mean nothing changed.
+
+    It includes the next retry or lease expiry still ahead, so the marker also changes
+    when a waiting item comes due.
+    """
+    now = utcnow()
     row = session.execute(
         select(
             select(func.count(Posting.id)).scalar_subquery(),
             select(func.max(Posting.updated_at)).scalar_subquery(),
             select(func.max(UseCaseOutput.updated_at)).scalar_subquery(),
             select(func.max(WorkItem.updated_at)).scalar_subquery(),
+            select(func.min(WorkItem.next_attempt_at))
+            .where(WorkItem.next_attempt_at > now)
+            .scalar_subquery(),
+            select(func.min(WorkItem.lease_expires_at))
+            .where(WorkItem.lease_expires_at > now)
+            .scalar_subquery(),
         )
     ).one()
     return "|".join(str(value) for value in row)
@@ -224,6 +237,7 @@ def complete_item(session: Session, use_case: str, key: str, run_id: str, output
         .where(_held_by(use_case, key, run_id))
         .values(
             status="done",
+            attempts=0,
             claimed_by=None,
             lease_expires_at=None,
             next_attempt_at=None,
@@ -266,27 +280,61 @@ def fail_item(
     Returns the new status, or None if this run no longer held the claim.
     """
     now = utcnow()
-    item = session.get(WorkItem, (use_case, key))
-    if item is None or item.status != "claimed" or item.claimed_by != run_id:
+    attempts = session.scalar(
+        select(WorkItem.attempts).where(_held_by(use_case, key, run_id)).with_for_update()
+    )
+    if attempts is None:
         return None
-    item.attempts += 1
-    item.last_error = error
-    item.claimed_by = None
-    item.lease_expires_at = None
-    item.updated_at = now
-    if item.attempts >= max_attempts:
-        item.status = "failed"
-        item.next_attempt_at = None
-    else:
-        item.status = "pending"
-        item.next_attempt_at = now + timedelta(seconds=backoff_seconds(item.attempts))
-    return item.status
+    attempts += 1
+    parked = attempts >= max_attempts
+    status = "failed" if parked else "pending"
+    result = session.execute(
+        update(WorkItem)
+        .where(_held_by(use_case, key, run_id))  # only while the claim is still ours
+        .values(
+            attempts=attempts,
+            last_error=error,
+            status=status,
+            claimed_by=None,
+            lease_expires_at=None,
+            next_attempt_at=None if parked else now + timedelta(seconds=backoff_seconds(attempts)),
+            updated_at=now,
+        )
+        .execution_options(synchronize_session=False)
+    )
+    return status if result.rowcount == 1 else None
 
 
 def backoff_seconds(attempts: int) -> float:
     """Exponential backoff with full jitter between half and all of the step."""
     step = min(BACKOFF_MAX_SECONDS, BACKOFF_BASE_SECONDS * 2 ** (attempts - 1))
     return step * random.uniform(0.5, 1.0)
+
+
+def renew_claims(
+    session: Session,
+    use_case: str,
+    keys: Sequence[str],
+    run_id: str,
+    lease_seconds: int = DEFAULT_LEASE_SECONDS,
+) -> int:
+    """Extend the lease on the items this run still holds (a long batch must not lose them)."""
+    renewed = 0
+    for start in range(0, len(keys), _CHUNK):
+        chunk = list(keys[start : start + _CHUNK])
+        result = session.execute(
+            update(WorkItem)
+            .where(
+                WorkItem.use_case == use_case,
+                WorkItem.posting_key.in_(chunk),
+                WorkItem.status == "claimed",
+                WorkItem.claimed_by == run_id,
+            )
+            .values(lease_expires_at=utcnow() + timedelta(seconds=lease_seconds))
+            .execution_options(synchronize_session=False)
+        )
+        renewed += result.rowcount
+    return renewed
 
 
 def release_items(session: Session, use_case: str, keys: Sequence[str], run_id: str) -> int:

@@ -51,6 +51,7 @@ warnings.filterwarnings("ignore", message=".*backfill_policy.*", category=BetaWa
 ITEMS_OK_CHECK = "outputs_valid"
 PREVIEW_CHARS = 300
 PROGRESS_EVERY_SECONDS = 5.0
+LEASE_RENEW_SECONDS = work.DEFAULT_LEASE_SECONDS / 4
 SOURCE_TAG = "pipeline/source"
 
 
@@ -205,9 +206,14 @@ def _process_held(
             prepared.append(_Prepared(key, prompt, system_prompt, input_hash, truncated))
 
         progress = _Progress(context, use_case.name, len(prepared))
+        last_renewal = time.monotonic()
         for item, result in _generate_all(llm, use_case, prepared):
             if isinstance(result, BackendUnavailable):
                 raise result
+            if time.monotonic() - last_renewal > LEASE_RENEW_SECONDS:
+                with app_db.session() as session:
+                    work.renew_claims(session, use_case.name, sorted(remaining), run_id)
+                last_renewal = time.monotonic()
             event = _store_result(
                 app_db, use_case, llm, item, result, postings[item.key], run_id, source, outcome
             )
@@ -320,6 +326,8 @@ def parse_output(use_case: UseCase, text: str) -> dict[str, Any]:
             value = use_case.postprocess(value)
         except ValueError as exc:
             raise ItemError(str(exc)) from exc
+        except Exception as exc:  # a bug in a declared postprocess is this item's error, not a crash
+            raise ItemError(f"postprocess failed: {type(exc).__name__}: {exc}") from exc
     return value
 
 
@@ -427,7 +435,7 @@ def _keep_unchanged(
 ) -> None:
     """The prompt is byte-identical to the one that made the stored output: mark it current, call nothing."""
     with app_db.session() as session:
-        work.complete_item(
+        held = work.complete_item(
             session,
             use_case.name,
             key,
@@ -442,7 +450,10 @@ def _keep_unchanged(
                 "interaction_id": previous.interaction_id,
             },
         )
-    outcome.unchanged.append(key)
+    if held:
+        outcome.unchanged.append(key)
+    else:
+        outcome.failed[key] = "claim lost (lease expired and taken by another run)"
 
 
 def _fail(

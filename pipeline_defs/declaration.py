@@ -21,7 +21,7 @@ from typing import Any
 import jsonschema
 
 POSTING_VARIABLES = ("key", "title", "company", "location", "description", "url", "posted_at")
-_VARIABLE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?)\}")
+_VARIABLE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)\}")
 _VERSION = re.compile(r"^\d{4}-\d{2}-\d{2}\.\d+$")
 
 
@@ -97,6 +97,10 @@ class UseCase:
                 f"{self.name}: output_schema is not a valid JSON schema: {exc.message}"
             ) from exc
         for variable in self.variables:
+            if variable.count(".") > 1:
+                raise DeclarationError(
+                    f"{self.name}: {{{variable}}} goes deeper than one field; use {{name}} or {{name.field}}"
+                )
             root = variable.split(".", 1)[0]
             if root not in POSTING_VARIABLES and root not in self.upstream:
                 raise DeclarationError(

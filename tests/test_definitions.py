@@ -70,3 +70,15 @@ def test_rendering_never_sends_a_literal_placeholder() -> None:
     assert truncated == {"title": 6}
     with pytest.raises(TemplateVariableError, match=r"\{posting_summary.summary\}"):
         use_case.render({"title": "Baker"})
+
+
+def test_a_placeholder_deeper_than_one_field_is_rejected() -> None:
+    with pytest.raises(DeclarationError, match="deeper than one field"):
+        UseCase(
+            name="deep",
+            version="2026-11-22.1",
+            model="m",
+            output_schema=SCHEMA,
+            prompt="{posting_summary.skills.first}",
+            upstream=("posting_summary",),
+        )

@@ -158,3 +158,36 @@ def test_cli_exit_code_tells_whether_rows_were_rejected(
     assert main(["ingest", str(bad)]) == 1
     assert f"rejected {bad}:1: missing 'description'" in capsys.readouterr().err
     assert main(["ingest", str(tmp_path / "missing.jsonl")]) == 2
+
+
+def test_posted_at_is_stored_in_utc_whatever_the_machine_time_zone(
+    sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    time.tzset()
+    try:
+        path = tmp_path / "tz.jsonl"
+        path.write_bytes(
+            b"\xef\xbb\xbf"  # a byte-order mark must not cost the first row
+            + json.dumps({**POSTINGS[0], "posted_at": "2026-07-01T09:00:00Z"}).encode()
+            + b"\n"
+        )
+        with session_scope(sqlite_url) as session:
+            report = ingest_files(session, [path])
+            stored = session.scalar(select(Posting.posted_at))
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    assert report.inserted == ["p-1"] and not report.rejected
+    assert stored.isoformat() == "2026-07-01T09:00:00"
+
+
+def test_a_very_long_csv_field_is_ingested(sqlite_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "long.csv"
+    long_description = "Operate the line. " * 12_000  # about 216,000 characters
+    path.write_text(f'key,title,description\nlong-1,Operator,"{long_description}"\nshort-1,Operator,Short.\n')
+    with session_scope(sqlite_url) as session:
+        report = ingest_files(session, [path])
+    assert sorted(report.inserted) == ["long-1", "short-1"] and not report.rejected

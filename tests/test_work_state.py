@@ -89,3 +89,36 @@ def test_outputs_of_an_older_version_are_stale(app_db_url: str, tmp_path: Path) 
         assert work.find_pending_work(session, SPEC) == KEYS
         old = work.WorkSpec(use_case="posting_summary", version="2026-01-01.1", upstream_versions={})
         assert work.find_pending_work(session, old) == []
+
+
+def test_forced_discovery_includes_parked_items_and_a_foreign_run_cannot_fail_or_renew_a_claim(
+    app_db_url: str, tmp_path: Path
+) -> None:
+    seed_postings(app_db_url, tmp_path)
+    with session_scope(app_db_url) as session:
+        work.claim_items(session, SPEC.use_case, ["p-1"], "run-a")
+        assert work.fail_item(session, SPEC.use_case, "p-1", "run-b", "boom") is None  # not run-b's claim
+        assert work.renew_claims(session, SPEC.use_case, ["p-1"], "run-b") == 0
+        assert work.renew_claims(session, SPEC.use_case, ["p-1"], "run-a") == 1
+        assert work.fail_item(session, SPEC.use_case, "p-1", "run-a", "boom", max_attempts=1) == "failed"
+    with session_scope(app_db_url) as session:
+        assert "p-1" not in work.find_pending_work(session, SPEC)
+        assert "p-1" in work.find_pending_work(session, SPEC, include_current=True)
+        assert work.claim_items(session, SPEC.use_case, ["p-1"], "run-c", include_parked=True) == ["p-1"]
+
+
+def test_the_change_marker_moves_when_a_retry_comes_due(sqlite_url: str, tmp_path: Path) -> None:
+    import time
+
+    seed_postings(sqlite_url, tmp_path)
+    with session_scope(sqlite_url) as session:
+        work.claim_items(session, SPEC.use_case, ["p-1"], "run-a")
+        work.fail_item(session, SPEC.use_case, "p-1", "run-a", "boom")
+        session.execute(update(WorkItem).values(next_attempt_at=utcnow() + timedelta(seconds=1)))
+    with session_scope(sqlite_url) as session:
+        before = work.change_marker(session)
+        assert work.change_marker(session) == before
+    time.sleep(1.2)
+    with session_scope(sqlite_url) as session:
+        assert work.change_marker(session) != before
+        assert "p-1" in work.find_pending_work(session, SPEC)
