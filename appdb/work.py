@@ -319,27 +319,28 @@ def renew_claims(
     lease_seconds: int = DEFAULT_LEASE_SECONDS,
 ) -> int:
     """Extend the lease on the items this run still holds (a long batch must not lose them)."""
-    renewed = 0
-    for start in range(0, len(keys), _CHUNK):
-        chunk = list(keys[start : start + _CHUNK])
-        result = session.execute(
-            update(WorkItem)
-            .where(
-                WorkItem.use_case == use_case,
-                WorkItem.posting_key.in_(chunk),
-                WorkItem.status == "claimed",
-                WorkItem.claimed_by == run_id,
-            )
-            .values(lease_expires_at=utcnow() + timedelta(seconds=lease_seconds))
-            .execution_options(synchronize_session=False)
-        )
-        renewed += result.rowcount
-    return renewed
+    return _update_held(
+        session, use_case, keys, run_id, lease_expires_at=utcnow() + timedelta(seconds=lease_seconds)
+    )
 
 
 def release_items(session: Session, use_case: str, keys: Sequence[str], run_id: str) -> int:
     """Give claims back without spending an attempt (the backend was down, not the item bad)."""
-    released = 0
+    return _update_held(
+        session,
+        use_case,
+        keys,
+        run_id,
+        status="pending",
+        claimed_by=None,
+        lease_expires_at=None,
+        updated_at=utcnow(),
+    )
+
+
+def _update_held(session: Session, use_case: str, keys: Sequence[str], run_id: str, **values: Any) -> int:
+    """Update those of `keys` that `run_id` still holds; returns how many it held."""
+    changed = 0
     for start in range(0, len(keys), _CHUNK):
         chunk = list(keys[start : start + _CHUNK])
         result = session.execute(
@@ -350,11 +351,11 @@ def release_items(session: Session, use_case: str, keys: Sequence[str], run_id: 
                 WorkItem.status == "claimed",
                 WorkItem.claimed_by == run_id,
             )
-            .values(status="pending", claimed_by=None, lease_expires_at=None, updated_at=utcnow())
+            .values(**values)
             .execution_options(synchronize_session=False)
         )
-        released += result.rowcount
-    return released
+        changed += result.rowcount
+    return changed
 
 
 def release_expired_claims(session: Session) -> int:
