@@ -67,6 +67,7 @@ class BatchOutcome:
     unchanged: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    postings: dict[str, dict[str, Any]] = field(default_factory=dict)
     skipped_current: int = 0
     skipped_held_elsewhere: int = 0
     llm_ms: float = 0.0
@@ -155,17 +156,17 @@ def process_batch(
         todo = work.find_pending_work(session, spec, within=keys, include_current=force)
     with app_db.session() as session:
         held = work.claim_items(session, use_case.name, todo, run_id, include_parked=force)
+    skipped_current, skipped_held_elsewhere = len(keys) - len(todo), len(todo) - len(held)
     context.log.info(
         f"{use_case.name}: {len(keys)} postings in this run: {len(held)} to do, "
-        f"{len(keys) - len(todo)} skipped (already current, waiting for upstream, or backing off), "
-        f"{len(todo) - len(held)} skipped (held by another run)"
+        f"{skipped_current} skipped (already current, waiting for upstream, or backing off), "
+        f"{skipped_held_elsewhere} skipped (held by another run)"
     )
     outcome = BatchOutcome()
     if held:
         outcome = yield from _process_held(context, use_case, app_db, llm, held, run_id, source, force)
-    outcome.skipped_current = len(keys) - len(todo)
-    outcome.skipped_held_elsewhere = len(todo) - len(held)
-    yield from _check_results(context, use_case, app_db, outcome)
+    outcome.skipped_current, outcome.skipped_held_elsewhere = skipped_current, skipped_held_elsewhere
+    yield from _check_results(use_case, outcome)
     return outcome
 
 
@@ -189,6 +190,7 @@ def _process_held(
         with app_db.session() as session:
             postings, values = _load_inputs(session, use_case, held)
             existing = _existing_outputs(session, use_case.name, held)
+        outcome.postings = postings
         prepared: list[_Prepared] = []
         for key in held:
             try:
@@ -464,9 +466,7 @@ def _fail(
     outcome.failed[key] = error
 
 
-def _check_results(
-    context: AssetExecutionContext, use_case: UseCase, app_db: AppDatabase, outcome: BatchOutcome
-) -> Iterator[AssetCheckResult]:
+def _check_results(use_case: UseCase, outcome: BatchOutcome) -> Iterator[AssetCheckResult]:
     """Evaluate the built-in and declared checks over this run's outputs, naming failing postings."""
     yield AssetCheckResult(
         check_name=ITEMS_OK_CHECK,
@@ -481,17 +481,10 @@ def _check_results(
             "failures": MetadataValue.json(dict(list(outcome.failed.items())[:50])),
         },
     )
-    if not use_case.checks:
-        return
-    with app_db.session() as session:
-        postings = {
-            row.key: {"description": row.description, "title": row.title}
-            for row in session.scalars(select(Posting).where(Posting.key.in_(list(outcome.outputs))))
-        }
     for check in use_case.checks:
         failing = {}
         for key, value in outcome.outputs.items():
-            reason = check.check(value, postings.get(key, {}))
+            reason = check.check(value, outcome.postings.get(key, {}))
             if reason:
                 failing[key] = reason
         yield AssetCheckResult(

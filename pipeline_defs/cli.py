@@ -101,7 +101,7 @@ def _dagster(settings: Settings):  # noqa: ANN202 - returns (instance, defs, bui
 
     ensure_dagster_home(settings)
     built = build_use_cases(settings)
-    defs = build_definitions(settings)
+    defs = build_definitions(settings, built=built)
     return DagsterInstance.get(), defs, built, AppDatabase(url=settings.database_url)
 
 

@@ -33,9 +33,11 @@ def build_definitions(
     settings: Settings | None = None,
     use_cases: Sequence[UseCase] = USE_CASES,
     llm: LLMResource | None = None,
+    built: Sequence[UseCaseDefinitions] | None = None,
 ) -> Definitions:
+    """The code location; pass `built` to reuse use cases already built by `build_use_cases`."""
     settings = settings or Settings.from_env()
-    built = build_use_cases(settings, use_cases)
+    built = built if built is not None else build_use_cases(settings, use_cases)
     return Definitions(
         assets=[postings, *(item.asset for item in built)],
         jobs=[item.job for item in built],

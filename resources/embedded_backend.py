@@ -84,7 +84,7 @@ class EmbeddedLLMResource(LLMResource):
         options: dict[str, Any],
     ) -> Generation:
         text = f"{system_prompt}\n\n{prompt}" if system_prompt else prompt
-        max_tokens = int(options.get("max_tokens", 256))
+        max_tokens = int(options["max_tokens"])
         with handle.lock:  # a llama.cpp context serves one request at a time
             prompt_tokens = len(handle.llm.tokenize(text.encode("utf-8"), add_bos=True))
             if prompt_tokens + max_tokens > self.n_ctx:
@@ -96,10 +96,10 @@ class EmbeddedLLMResource(LLMResource):
             result = handle.llm.create_completion(
                 text,
                 max_tokens=max_tokens,
-                temperature=float(options.get("temperature", 0.0)),
+                temperature=float(options["temperature"]),
                 top_p=float(options.get("top_p", 0.95)),
                 top_k=int(options.get("top_k", 40)),
-                repeat_penalty=float(options.get("repeat_penalty", 1.1)),
+                repeat_penalty=float(options["repeat_penalty"]),
                 seed=options.get("seed"),
                 stop=options.get("stop") or [],
                 grammar=handle.grammar(schema) if schema else None,

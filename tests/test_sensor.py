@@ -42,10 +42,9 @@ def _tick(summary: UseCaseDefinitions, url: str, instance, cursor: str | None = 
 def test_requests_batches_of_at_most_batch_size_in_partition_order(
     app_db_url: str, tmp_path: Path, dagster_instance
 ) -> None:
-    url = app_db_url
     seed_postings(app_db_url, tmp_path, POSTINGS)
     summary = _summary()
-    result, _ = _tick(summary, url, dagster_instance)
+    result, _ = _tick(summary, app_db_url, dagster_instance)
     assert isinstance(result, SensorResult)
     ranges = [
         (r.tags[ASSET_PARTITION_RANGE_START_TAG], r.tags[ASSET_PARTITION_RANGE_END_TAG])
@@ -61,7 +60,6 @@ def test_requests_batches_of_at_most_batch_size_in_partition_order(
 def test_postings_in_queued_or_running_runs_are_not_requested_again(
     sqlite_url: str, tmp_path: Path, dagster_instance
 ) -> None:
-    url = sqlite_url
     seed_postings(sqlite_url, tmp_path, POSTINGS)
     summary = _summary()
     dagster_instance.add_dynamic_partitions("postings", [p["key"] for p in POSTINGS])
@@ -71,7 +69,7 @@ def test_postings_in_queued_or_running_runs_are_not_requested_again(
         status=DagsterRunStatus.STARTED,
         tags={ASSET_PARTITION_RANGE_START_TAG: "k-00", ASSET_PARTITION_RANGE_END_TAG: "k-03"},
     )
-    result, _ = _tick(summary, url, dagster_instance)
+    result, _ = _tick(summary, sqlite_url, dagster_instance)
     assert [
         (r.tags[ASSET_PARTITION_RANGE_START_TAG], r.tags[ASSET_PARTITION_RANGE_END_TAG])
         for r in result.run_requests
@@ -82,7 +80,6 @@ def test_postings_in_queued_or_running_runs_are_not_requested_again(
 def test_no_work_means_no_run_requests_and_an_unchanged_database_skips_the_query(
     sqlite_url: str, tmp_path: Path, dagster_instance
 ) -> None:
-    url = sqlite_url
     seed_postings(sqlite_url, tmp_path, POSTINGS[:2])
     summary = _summary()
     with session_scope(sqlite_url) as session:
@@ -103,13 +100,13 @@ def test_no_work_means_no_run_requests_and_an_unchanged_database_skips_the_query
                     "posting_hash": digest,
                 },
             )
-    first, context = _tick(summary, url, dagster_instance)
+    first, context = _tick(summary, sqlite_url, dagster_instance)
     assert isinstance(first, SkipReason) and "every posting has a current output" in first.skip_message
     cursor = context.cursor
     assert json.loads(cursor)["pending"] == 0
-    second, _ = _tick(summary, url, dagster_instance, cursor=cursor)
+    second, _ = _tick(summary, sqlite_url, dagster_instance, cursor=cursor)
     assert "no change since the last tick" in second.skip_message
 
     seed_postings(sqlite_url, tmp_path, [{"key": "k-new", "title": "New", "description": "New work."}])
-    third, _ = _tick(summary, url, dagster_instance, cursor=cursor)
+    third, _ = _tick(summary, sqlite_url, dagster_instance, cursor=cursor)
     assert [r.tags[ASSET_PARTITION_RANGE_START_TAG] for r in third.run_requests] == ["k-new"]
