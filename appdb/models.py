@@ -116,3 +116,81 @@ class WorkItem(Base):
     next_attempt_at: Mapped[datetime | None]
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ReferenceData(Base):
+    """A non-posting input that use cases read (e.g. the skills taxonomy).
+
+    `updated_at` moves only when the content hash changes, so reloading the same file
+    makes nothing stale; a use case that declares this reference input treats its
+    outputs older than `updated_at` as stale.
+    """
+
+    __tablename__ = "reference_data"
+
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    content_hash: Mapped[str] = mapped_column(String(64))
+    source: Mapped[str] = mapped_column(Text)
+    row_count: Mapped[int] = mapped_column(Integer, default=0)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class TaxonomyConcept(Base):
+    """One concept of the loaded skills taxonomy (ESCO's skills_en.csv columns)."""
+
+    __tablename__ = "taxonomy_concepts"
+
+    concept_uri: Mapped[str] = mapped_column(String(KEY_LENGTH), primary_key=True)
+    preferred_label: Mapped[str] = mapped_column(Text)
+    alt_labels: Mapped[list[str]] = mapped_column(JSON, default=list)
+    skill_type: Mapped[str | None] = mapped_column(String(100))
+    description: Mapped[str | None] = mapped_column(Text)
+
+
+class TaxonomyLabel(Base):
+    """One preferred or alternative label of a concept, normalized and indexed for exact lookup."""
+
+    __tablename__ = "taxonomy_labels"
+    __table_args__ = (Index("ix_taxonomy_labels_normalized", "normalized_label"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    concept_uri: Mapped[str] = mapped_column(
+        String(KEY_LENGTH), ForeignKey("taxonomy_concepts.concept_uri", ondelete="CASCADE")
+    )
+    label: Mapped[str] = mapped_column(Text)
+    normalized_label: Mapped[str] = mapped_column(String(KEY_LENGTH))
+    is_preferred: Mapped[bool] = mapped_column(default=False)
+
+
+class PostingSkillConcept(Base):
+    """One resolved skill mention of a posting, so postings can be queried by concept.
+
+    Rewritten with each current `skill_entities` output of the posting; `concept_uri`
+    is NULL for a mention left `unmatched`.
+    """
+
+    __tablename__ = "posting_skill_concepts"
+    __table_args__ = (Index("ix_posting_skill_concepts_concept", "concept_uri"),)
+
+    posting_key: Mapped[str] = mapped_column(
+        String(KEY_LENGTH), ForeignKey("postings.key", ondelete="CASCADE"), primary_key=True
+    )
+    mention: Mapped[str] = mapped_column(String(KEY_LENGTH), primary_key=True)
+    kind: Mapped[str | None] = mapped_column(String(20))
+    concept_uri: Mapped[str | None] = mapped_column(String(KEY_LENGTH))
+    concept_label: Mapped[str | None] = mapped_column(Text)
+    confidence: Mapped[float] = mapped_column(default=0.0)
+    stage: Mapped[str] = mapped_column(String(20))  # exact | alt_label | fuzzy | semantic | unmatched
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class UseCasePause(Base):
+    """A use case paused by the circuit breaker (or by hand): no runs until `resume_at`."""
+
+    __tablename__ = "use_case_pauses"
+
+    use_case: Mapped[str] = mapped_column(String(100), primary_key=True)
+    reason: Mapped[str] = mapped_column(Text)
+    paused_at: Mapped[datetime] = mapped_column(default=utcnow)
+    resume_at: Mapped[datetime]
+    consecutive_trips: Mapped[int] = mapped_column(Integer, default=1)
