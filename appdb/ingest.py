@@ -115,6 +115,8 @@ def validate_row(raw: Any) -> dict[str, Any]:
     for name, value in clean.items():
         if isinstance(value, str) and "\x00" in value:
             raise RowError(f"'{name}' contains a NUL character")
+        if isinstance(value, str) and _has_surrogates(value):  # e.g. JSON "\ud800": not storable text
+            raise RowError(f"'{name}' contains an unpaired surrogate (not valid Unicode)")
     return clean
 
 
@@ -132,7 +134,10 @@ def _parse_posted_at(value: Any) -> datetime | None:
         except ValueError:
             raise RowError(f"'posted_at' is not an ISO date: {value!r}") from None
     if parsed.tzinfo is not None:
-        parsed = parsed.astimezone(UTC).replace(tzinfo=None)
+        try:
+            parsed = parsed.astimezone(UTC).replace(tzinfo=None)
+        except OverflowError:  # e.g. 0001-01-01T00:00+01:00 is before year 1 in UTC
+            raise RowError(f"'posted_at' is out of range in UTC: {value!r}") from None
     return parsed
 
 
@@ -161,6 +166,10 @@ def _read_jsonl(data: bytes) -> Iterator[_Row]:
             yield _Row(number, json.loads(line))
         except json.JSONDecodeError as exc:
             yield _Row(number, None, f"invalid JSON: {exc.msg} (column {exc.colno})")
+        except RecursionError:
+            yield _Row(number, None, "invalid JSON: nested too deeply")
+        except ValueError as exc:  # a number with more digits than Python converts
+            yield _Row(number, None, f"invalid JSON: {str(exc).split(';')[0]}")
 
 
 def _read_csv(data: bytes) -> Iterator[_Row]:

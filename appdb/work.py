@@ -21,14 +21,14 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, func, or_, select, text, tuple_, update
+from sqlalchemy import ColumnElement, Select, and_, delete, func, or_, select, text, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, aliased
 
-from appdb.models import Interaction, Posting, UseCaseOutput, WorkItem, utcnow
+from appdb.models import Interaction, Posting, ReferenceData, UseCaseOutput, UseCasePause, WorkItem, utcnow
 
 DEFAULT_LEASE_SECONDS = 600
 DEFAULT_MAX_ATTEMPTS = 3
@@ -45,6 +45,7 @@ class WorkSpec:
     version: str
     upstream_versions: Mapping[str, str]
     discovery_where: str | None = None
+    reference_inputs: tuple[str, ...] = ()
 
 
 def _insert_for(session: Session):  # noqa: ANN202 - dialect-specific Insert constructor
@@ -90,6 +91,10 @@ def pending_work_query(spec: WorkSpec, *, now: Any = None, include_current: bool
             ),
         )
         stale.append(own.updated_at < upstream.updated_at)
+    for name in spec.reference_inputs:  # e.g. the taxonomy: none loaded yet means wait for it
+        reference = aliased(ReferenceData, name=f"reference_{name}")
+        query = query.join(reference, reference.name == name)
+        stale.append(own.updated_at < reference.updated_at)
     not_held = or_(work.status != "claimed", work.lease_expires_at < now)
     if include_current:  # forced: everything not held by a live claim, parked and backing-off items too
         query = query.where(or_(work.posting_key.is_(None), not_held))
@@ -126,8 +131,8 @@ def find_pending_work(
 def change_marker(session: Session) -> str:
     """A cheap fingerprint of everything discovery reads; equal markers mean nothing changed.
 
-    It includes the next retry or lease expiry still ahead, so the marker also changes
-    when a waiting item comes due.
+    It includes the next retry, lease expiry or pause end still ahead, so the marker
+    also changes when a waiting item or a paused use case comes due.
     """
     now = utcnow()
     row = session.execute(
@@ -142,6 +147,10 @@ def change_marker(session: Session) -> str:
             select(func.min(WorkItem.lease_expires_at))
             .where(WorkItem.lease_expires_at > now)
             .scalar_subquery(),
+            select(func.max(ReferenceData.updated_at)).scalar_subquery(),
+            select(func.count(UseCasePause.use_case)).scalar_subquery(),
+            select(func.max(UseCasePause.paused_at)).scalar_subquery(),
+            select(func.min(UseCasePause.resume_at)).where(UseCasePause.resume_at > now).scalar_subquery(),
         )
     ).one()
     return "|".join(str(value) for value in row)
@@ -158,9 +167,12 @@ def claim_items(
     *,
     lease_seconds: int = DEFAULT_LEASE_SECONDS,
     include_parked: bool = False,
+    spec: WorkSpec | None = None,
 ) -> list[str]:
     """Claim the given items for `run_id`; returns the keys now held (others are held elsewhere).
 
+    With `spec`, discovery is asked again as the claim is taken, so an item another run
+    finished since this run's discovery is not claimed (and generated) a second time.
     Commit right after, so other runs see the claim.
     """
     if not keys:
@@ -180,6 +192,11 @@ def claim_items(
             for key in keys[start : start + _CHUNK]
         ]
         session.execute(insert(WorkItem).values(rows).on_conflict_do_nothing())
+
+    def still_pending(discovery: WorkSpec, candidates: Sequence[str]) -> Select:
+        query = pending_work_query(discovery, now=now, include_current=include_parked)
+        return query.where(Posting.key.in_(list(candidates)))
+
     held: list[str] = []
     for start in range(0, len(keys), _CHUNK):
         chunk = list(keys[start : start + _CHUNK])
@@ -194,13 +211,24 @@ def claim_items(
                 WorkItem.status != "failed",
                 or_(WorkItem.next_attempt_at.is_(None), WorkItem.next_attempt_at <= now),
             )
-        if _is_postgres(session):
+        if _is_postgres(session) and spec is not None:
+            # Lock first, then ask discovery in a new statement: it sees every run that finished one of
+            # these items before the lock was ours (within one statement it would use an older snapshot).
+            locked = session.scalars(
+                select(WorkItem.posting_key).where(claimable).with_for_update(skip_locked=True)
+            ).all()
+            condition = and_(
+                WorkItem.use_case == use_case, WorkItem.posting_key.in_(still_pending(spec, locked))
+            )
+        elif _is_postgres(session):
             picked = (
                 select(WorkItem.use_case, WorkItem.posting_key)
                 .where(claimable)
                 .with_for_update(skip_locked=True)
             )
             condition = tuple_(WorkItem.use_case, WorkItem.posting_key).in_(picked)
+        elif spec is not None:  # SQLite: the insert above took the write lock, so this sees the latest state
+            condition = and_(claimable, WorkItem.posting_key.in_(still_pending(spec, chunk)))
         else:
             condition = claimable
         statement = (
@@ -371,8 +399,180 @@ def release_expired_claims(session: Session) -> int:
 
 
 def record_interaction(session: Session, **fields: Any) -> int:
-    """Store one LLM call exactly as sent and answered; returns its id."""
+    """Store one LLM call exactly as sent and answered; returns its id.
+
+    Characters no text column can hold (NUL on PostgreSQL, unpaired surrogates anywhere) are
+    stored as U+FFFD: an odd response is recorded as an item's outcome instead of crashing the run.
+    """
+    import re
+
+    unstorable = re.compile("[\x00\ud800-\udfff]")
+    fields = {
+        name: unstorable.sub("\ufffd", value) if isinstance(value, str) else value
+        for name, value in fields.items()
+    }
     interaction = Interaction(**fields)
     session.add(interaction)
     session.flush()
     return interaction.id
+
+
+# --- failures (parked items) -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ParkedItem:
+    """An item parked as failed after `max_attempts`, with what went wrong the last time."""
+
+    use_case: str
+    posting_key: str
+    title: str | None
+    attempts: int
+    last_error: str | None
+    failed_at: datetime
+
+
+def list_failures(session: Session, use_case: str | None = None) -> list[ParkedItem]:
+    """Parked items (status `failed`), oldest failure first; discovery no longer offers them."""
+    query = (
+        select(
+            WorkItem.use_case,
+            WorkItem.posting_key,
+            Posting.title,
+            WorkItem.attempts,
+            WorkItem.last_error,
+            WorkItem.updated_at,
+        )
+        .outerjoin(Posting, Posting.key == WorkItem.posting_key)
+        .where(WorkItem.status == "failed")
+        .order_by(WorkItem.updated_at, WorkItem.use_case, WorkItem.posting_key)
+    )
+    if use_case is not None:
+        query = query.where(WorkItem.use_case == use_case)
+    return [ParkedItem(*row) for row in session.execute(query)]
+
+
+def requeue_failed(
+    session: Session, *, use_case: str | None = None, posting_keys: Sequence[str] | None = None
+) -> int:
+    """Give parked items a fresh set of attempts; returns how many were re-queued.
+
+    With neither filter, every parked item; `use_case` and `posting_keys` narrow it down
+    (both together: those postings of that use case). `last_error` stays for history.
+    """
+    if posting_keys is not None and not posting_keys:
+        return 0
+    chunks = (
+        [list(posting_keys[start : start + _CHUNK]) for start in range(0, len(posting_keys), _CHUNK)]
+        if posting_keys is not None
+        else [None]
+    )
+    now = utcnow()
+    requeued = 0
+    for chunk in chunks:
+        statement = update(WorkItem).where(WorkItem.status == "failed")
+        if use_case is not None:
+            statement = statement.where(WorkItem.use_case == use_case)
+        if chunk is not None:
+            statement = statement.where(WorkItem.posting_key.in_(chunk))
+        result = session.execute(
+            statement.values(
+                status="pending", attempts=0, next_attempt_at=None, updated_at=now
+            ).execution_options(synchronize_session=False)
+        )
+        requeued += result.rowcount
+    return requeued
+
+
+# --- pauses (the circuit breaker's state) ------------------------------------------------------
+
+PAUSE_BASE_SECONDS = 300
+PAUSE_MAX_SECONDS = 3600
+
+
+@dataclass(frozen=True)
+class Pause:
+    """A use case the sensor requests no runs for until `resume_at`."""
+
+    use_case: str
+    reason: str
+    paused_at: datetime
+    resume_at: datetime
+    consecutive_trips: int
+
+
+def pause_use_cases(
+    session: Session,
+    use_cases: Sequence[str],
+    reason: str,
+    *,
+    base_seconds: int = PAUSE_BASE_SECONDS,
+    max_seconds: int = PAUSE_MAX_SECONDS,
+) -> datetime:
+    """Pause these use cases after their backend failed; returns the latest resume time set.
+
+    A use case that trips again soon after its last pause ended (within `max_seconds`,
+    and no `clear_pause` since) doubles the pause, up to `max_seconds`. A trip while the
+    pause is still running (a concurrent run hitting the same outage) keeps that pause
+    and only updates the reason.
+    """
+    now = utcnow()
+    insert = _insert_for(session)
+    latest = now
+    for name in sorted(set(use_cases)):
+        # A placeholder row that is neither active nor tripped, so the logic below is one UPDATE.
+        session.execute(
+            insert(UseCasePause)
+            .values(use_case=name, reason=reason, paused_at=now, resume_at=now, consecutive_trips=0)
+            .on_conflict_do_nothing()
+        )
+        previous = session.execute(
+            select(UseCasePause.paused_at, UseCasePause.resume_at, UseCasePause.consecutive_trips)
+            .where(UseCasePause.use_case == name)
+            .with_for_update()
+        ).one()
+        if previous.resume_at > now:  # still paused: another run hit the same outage
+            trips, paused_at, resume_at = previous.consecutive_trips, previous.paused_at, previous.resume_at
+        else:
+            recently = previous.resume_at + timedelta(seconds=max_seconds) >= now
+            trips = previous.consecutive_trips + 1 if recently else 1
+            paused_at = now
+            resume_at = now + timedelta(seconds=min(max_seconds, base_seconds * 2 ** (trips - 1)))
+        session.execute(
+            update(UseCasePause)
+            .where(UseCasePause.use_case == name)
+            .values(reason=reason, paused_at=paused_at, resume_at=resume_at, consecutive_trips=trips)
+            .execution_options(synchronize_session=False)
+        )
+        latest = max(latest, resume_at)
+    return latest
+
+
+def active_pauses(session: Session, now: datetime | None = None) -> dict[str, Pause]:
+    """Use cases paused right now (resume time still ahead), by name."""
+    now = now or utcnow()
+    rows = session.scalars(
+        select(UseCasePause).where(UseCasePause.resume_at > now).order_by(UseCasePause.use_case)
+    )
+    return {
+        row.use_case: Pause(row.use_case, row.reason, row.paused_at, row.resume_at, row.consecutive_trips)
+        for row in rows
+    }
+
+
+def resume_use_cases(session: Session, use_cases: Sequence[str] | None = None) -> int:
+    """End active pauses now (all, or these use cases); returns how many were paused."""
+    statement = delete(UseCasePause).where(UseCasePause.resume_at > utcnow())
+    if use_cases is not None:
+        statement = statement.where(UseCasePause.use_case.in_(list(use_cases)))
+    return session.execute(statement.execution_options(synchronize_session=False)).rowcount
+
+
+def clear_pause(session: Session, use_case: str) -> bool:
+    """Forget the pause and its trip count (the backend served this use case again); True if there was one."""
+    result = session.execute(
+        delete(UseCasePause)
+        .where(UseCasePause.use_case == use_case)
+        .execution_options(synchronize_session=False)
+    )
+    return result.rowcount > 0
