@@ -1,0 +1,39 @@
+"""The `skills_taxonomy` asset: loads the configured skills CSV into the application database."""
+
+from dagster import AssetExecutionContext, DataVersion, MaterializeResult, MetadataValue, asset
+
+from appdb.taxonomy import load_taxonomy
+from resources.app_database import AppDatabase
+from resources.taxonomy import TaxonomyResource
+
+SHOWN_REJECTIONS = 50
+
+
+@asset(group_name="taxonomy", kinds={"python"})
+def skills_taxonomy(
+    context: AssetExecutionContext, taxonomy: TaxonomyResource, app_db: AppDatabase
+) -> MaterializeResult:
+    """Skills taxonomy concepts and labels; rewritten only when the file's content changed."""
+    path = taxonomy.taxonomy_path()
+    with app_db.session() as session:
+        load = load_taxonomy(session, path)
+    for rejection in load.rejected:
+        context.log.warning(f"rejected {rejection}")
+    context.log.info(
+        f"{'loaded' if load.changed else 'unchanged'}: {load.concepts} concepts, {load.labels} labels "
+        f"from {path}"
+    )
+    shown = load.rejected[:SHOWN_REJECTIONS]
+    # The content hash as data version: reloading the same content leaves downstream assets current.
+    return MaterializeResult(
+        data_version=DataVersion(load.content_hash),
+        metadata={
+            "path": str(path),
+            "concepts": load.concepts,
+            "labels": load.labels,
+            "content_hash": load.content_hash,
+            "changed": load.changed,
+            "rejected": len(load.rejected),
+            "rejections": MetadataValue.md("\n".join(f"- `{r}`" for r in shown) or "none"),
+        },
+    )

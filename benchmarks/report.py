@@ -1,0 +1,65 @@
+"""Shared helpers of the benchmarks: where the public data sets are, and how results are written."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pipeline_defs.settings import PROJECT_ROOT
+
+SHARED_DATA_ENV = "PIPELINE_SHARED_DATA"
+DEFAULT_SHARED_DATA = PROJECT_ROOT.parent / "shared" / "data"
+DEFAULT_RESULTS_DIR = PROJECT_ROOT / "results"
+
+
+def shared_data_dir(arg: str | None = None) -> Path:
+    """The public data folder: `arg` (--data-dir), else $PIPELINE_SHARED_DATA, else ../shared/data."""
+    if arg:
+        path, origin = Path(arg), "--data-dir"
+    elif os.environ.get(SHARED_DATA_ENV):
+        path, origin = Path(os.environ[SHARED_DATA_ENV]), f"${SHARED_DATA_ENV}"
+    else:
+        path, origin = DEFAULT_SHARED_DATA, "the default"
+    if not path.is_dir():
+        raise FileNotFoundError(
+            f"the shared data folder {path} (from {origin}) does not exist: pass --data-dir DIR "
+            f"or set {SHARED_DATA_ENV} to the folder that holds esco/, skillspan/, decorte_esco_linked/ ..."
+        )
+    return path.resolve()
+
+
+def environment() -> dict[str, Any]:
+    """When and where a benchmark ran, so figures from different machines are not compared blindly."""
+    return {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": {
+            "platform": platform.platform(),
+            "processor": platform.machine(),
+            "cpu_count": os.cpu_count(),
+        },
+        "python": sys.version.split()[0],
+    }
+
+
+def write_report(
+    name: str, results: dict[str, Any], markdown: str, out_dir: Path | None = None
+) -> tuple[Path, Path]:
+    """Write `<name>.json` (results plus environment) and `<name>.md` into `out_dir` (default results/)."""
+    out_dir = Path(out_dir) if out_dir is not None else DEFAULT_RESULTS_DIR
+    out_dir.mkdir(parents=True, exist_ok=True)
+    env = environment()
+    json_path = out_dir / f"{name}.json"
+    markdown_path = out_dir / f"{name}.md"
+    json_path.write_text(json.dumps({"benchmark": name, **env, "results": results}, indent=2) + "\n")
+    machine = env["machine"]
+    footer = (
+        f"\n\n_Run {env['date']} on {machine['platform']} ({machine['cpu_count']} CPUs), "
+        f"Python {env['python']}._\n"
+    )
+    markdown_path.write_text(markdown.rstrip() + footer)
+    return json_path, markdown_path
