@@ -1,11 +1,12 @@
-"""The asset every declared LLM use case becomes: one run processes a batch of postings.
+"""The asset every declared use case becomes: one run processes a batch of postings.
 
 A run covers a range of posting partitions. Within it, the asset:
 1. asks discovery which postings still need this use case (current ones are skipped),
 2. claims them, so no other run works on the same posting at the same time,
-3. loads the model once, then for each posting renders the prompt, calls the LLM,
-   validates and stores the output with the exact interaction, and logs a
-   materialization for that posting's partition (only postings actually done),
+3. for an LLM use case loads the model once (a script use case loads none), then for
+   each posting renders the prompt (or gathers the script's inputs), calls the LLM
+   (or the script), validates and stores the output with the exact interaction, and
+   logs a materialization for that posting's partition (only postings actually done),
 4. reports progress with an ETA, and evaluates the declared checks over the batch.
 
 An unreachable backend or a missing model ends the run early, gives the claims back
@@ -39,11 +40,13 @@ from dagster import (
 from sqlalchemy import select
 
 from appdb import work
-from appdb.models import Posting, UseCaseOutput, utcnow
+from appdb.models import Posting, ReferenceData, UseCaseOutput, utcnow
 from assets.partitions import POSTING_PARTITIONS
-from pipeline_defs.declaration import POSTING_VARIABLES, TemplateVariableError, UseCase
+from pipeline_defs.declaration import POSTING_VARIABLES, ScriptContext, TemplateVariableError, UseCase
 from resources.app_database import AppDatabase
 from resources.llm import BackendUnavailable, Generation, ItemError, LLMResource
+
+SCRIPT_BACKEND = "script"
 
 # BackfillPolicy is beta in Dagster 1.13; we rely on it on purpose (UI backfills run in batches).
 warnings.filterwarnings("ignore", message=".*backfill_policy.*", category=BetaWarning)
@@ -53,6 +56,7 @@ PREVIEW_CHARS = 300
 PROGRESS_EVERY_SECONDS = 5.0
 LEASE_RENEW_SECONDS = work.DEFAULT_LEASE_SECONDS / 4
 SOURCE_TAG = "pipeline/source"
+PARKED_NOTE = "(parked after repeated failures)"
 
 
 class UseCaseRunConfig(Config):
@@ -68,6 +72,7 @@ class BatchOutcome:
     failed: dict[str, str] = field(default_factory=dict)
     outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
     postings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
     skipped_current: int = 0
     skipped_held_elsewhere: int = 0
     llm_ms: float = 0.0
@@ -113,23 +118,27 @@ def build_use_case_asset(use_case: UseCase, spec: work.WorkSpec) -> AssetsDefini
         name=use_case.name,
         description=use_case.description,
         partitions_def=POSTING_PARTITIONS,
-        deps=[AssetKey("postings"), *(AssetKey(name) for name in use_case.upstream)],
+        deps=[
+            AssetKey("postings"),
+            *(AssetKey(name) for name in (*use_case.upstream, *use_case.reference_inputs)),
+        ],
         code_version=use_case.version,
         output_required=False,
         backfill_policy=BackfillPolicy.multi_run(max_partitions_per_run=use_case.batch_size),
         check_specs=check_specs,
-        pool="llm",
+        pool=None if use_case.is_script else "llm",
         kinds={"python"},
         group_name="enrichment",
+        required_resource_keys={"app_db", *(use_case.resources if use_case.is_script else ("llm",))},
         metadata={
-            "model": use_case.model,
+            "model": model_label(use_case),
             "use_case_version": use_case.version,
             "batch_size": use_case.batch_size,
         },
     )
-    def _use_case_asset(
-        context: AssetExecutionContext, config: UseCaseRunConfig, app_db: AppDatabase, llm: LLMResource
-    ) -> Iterator[Any]:
+    def _use_case_asset(context: AssetExecutionContext, config: UseCaseRunConfig) -> Iterator[Any]:
+        app_db: AppDatabase = context.resources.app_db
+        llm = None if use_case.is_script else context.resources.llm
         outcome = yield from process_batch(context, use_case, spec, app_db, llm, force=config.force)
         context.log.info(
             f"{use_case.name}: finished: {len(outcome.done)} done, {len(outcome.unchanged)} unchanged input, "
@@ -139,12 +148,17 @@ def build_use_case_asset(use_case: UseCase, spec: work.WorkSpec) -> AssetsDefini
     return _use_case_asset
 
 
+def model_label(use_case: UseCase) -> str:
+    """The model an output is made by: the LLM's name, or `script:<function>`."""
+    return use_case.model or f"{SCRIPT_BACKEND}:{use_case.function.__name__}"
+
+
 def process_batch(
     context: AssetExecutionContext,
     use_case: UseCase,
     spec: work.WorkSpec,
     app_db: AppDatabase,
-    llm: LLMResource,
+    llm: LLMResource | None,
     *,
     force: bool = False,
 ) -> Iterator[Any]:
@@ -155,7 +169,9 @@ def process_batch(
     with app_db.session() as session:
         todo = work.find_pending_work(session, spec, within=keys, include_current=force)
     with app_db.session() as session:
-        held = work.claim_items(session, use_case.name, todo, run_id, include_parked=force)
+        held = work.claim_items(
+            session, use_case.name, todo, run_id, include_parked=force, spec=None if force else spec
+        )
     skipped_current, skipped_held_elsewhere = len(keys) - len(todo), len(todo) - len(held)
     context.log.info(
         f"{use_case.name}: {len(keys)} postings in this run: {len(held)} to do, "
@@ -167,6 +183,32 @@ def process_batch(
         outcome = yield from _process_held(context, use_case, app_db, llm, held, run_id, source, force)
     outcome.skipped_current, outcome.skipped_held_elsewhere = skipped_current, skipped_held_elsewhere
     yield from _check_results(use_case, outcome)
+    parked = sorted(key for key, error in outcome.failed.items() if error.endswith(PARKED_NOTE))
+    if parked:
+        # Failing the step is how Dagster marks these partitions failed in the UI; the outputs
+        # and check results above are already recorded. Postings of the range that were
+        # already current are re-recorded first, or the failed run would mark them failed too.
+        skipped = set(keys) - set(todo)
+        with app_db.session() as session:
+            already_current = [
+                key for key in keys if key in _existing_outputs(session, use_case.name, skipped)
+            ]
+        for key in already_current:
+            yield AssetMaterialization(
+                asset_key=use_case.name,
+                partition=key,
+                metadata={
+                    "unchanged": True,
+                    "note": "already current; recorded so this run's failure skips it",
+                },
+            )
+        raise Failure(
+            description=(
+                f"{use_case.name}: {len(parked)} postings failed {work.DEFAULT_MAX_ATTEMPTS} times and are "
+                "parked: `pipeline failures` lists them, `pipeline retry` re-queues them"
+            ),
+            metadata={"parked": MetadataValue.json(parked), "done": len(outcome.done)},
+        )
     return outcome
 
 
@@ -174,7 +216,7 @@ def _process_held(
     context: AssetExecutionContext,
     use_case: UseCase,
     app_db: AppDatabase,
-    llm: LLMResource,
+    llm: LLMResource | None,
     held: list[str],
     run_id: str,
     source: str,
@@ -182,24 +224,26 @@ def _process_held(
 ) -> Iterator[Any]:
     outcome = BatchOutcome()
     remaining = set(held)
+    backend = llm.backend_name if llm is not None else SCRIPT_BACKEND
     try:
         started = time.perf_counter()
-        if llm.ensure_loaded(use_case.model):
+        if llm is not None and llm.ensure_loaded(use_case.model):
             seconds = time.perf_counter() - started
             context.log.info(f"Loaded {use_case.model} on the {llm.backend_name} backend in {seconds:.1f}s")
         with app_db.session() as session:
             postings, values = _load_inputs(session, use_case, held)
             existing = _existing_outputs(session, use_case.name, held)
+            references = _reference_hashes(session, use_case)
         outcome.postings = postings
+        outcome.inputs = values
         prepared: list[_Prepared] = []
         for key in held:
             try:
-                prompt, system_prompt, truncated = use_case.render(values[key])
+                prompt, system_prompt, truncated, input_hash = _prepare(use_case, values[key], references)
             except TemplateVariableError as exc:
                 _fail(app_db, use_case, key, run_id, str(exc), outcome)
                 remaining.discard(key)
                 continue
-            input_hash = use_case.input_hash(use_case.model, prompt, system_prompt)
             previous = existing.get(key)
             if previous is not None and previous.input_hash == input_hash and not force:
                 _keep_unchanged(app_db, use_case, key, run_id, previous, postings[key], outcome)
@@ -209,7 +253,12 @@ def _process_held(
 
         progress = _Progress(context, use_case.name, len(prepared))
         last_renewal = time.monotonic()
-        for item, result in _generate_all(llm, use_case, prepared):
+        results = (
+            _run_script_all(context, app_db, use_case, prepared, values)
+            if llm is None
+            else _generate_all(llm, use_case, prepared)
+        )
+        for item, result in results:
             if isinstance(result, BackendUnavailable):
                 raise result
             if time.monotonic() - last_renewal > LEASE_RENEW_SECONDS:
@@ -217,21 +266,33 @@ def _process_held(
                     work.renew_claims(session, use_case.name, sorted(remaining), run_id)
                 last_renewal = time.monotonic()
             event = _store_result(
-                app_db, use_case, llm, item, result, postings[item.key], run_id, source, outcome
+                app_db, use_case, backend, item, result, postings[item.key], run_id, source, outcome
             )
             remaining.discard(item.key)
             if event is not None:
+                if len(outcome.done) == 1:  # the backend serves again: reset the breaker's trip count
+                    with app_db.session() as session:
+                        work.clear_pause(session, use_case.name)
                 yield event
             progress.step(failed=len(outcome.failed))
     except BackendUnavailable as exc:
+        # The circuit breaker: stop at the first infrastructure error, spend no attempts, and
+        # pause the use case so the sensor requests no runs until the resume time.
         with app_db.session() as session:
             released = work.release_items(session, use_case.name, sorted(remaining), run_id)
+            resume_at = work.pause_use_cases(
+                session, [use_case.name], f"{backend} backend unavailable: {exc}"
+            )
         raise Failure(
-            description=f"{use_case.name}: the LLM backend is unavailable, run stopped: {exc}",
+            description=(
+                f"{use_case.name}: the LLM backend is unavailable, run stopped and {use_case.name} paused "
+                f"until {resume_at:%Y-%m-%d %H:%M:%S} UTC (`pipeline resume` to retry sooner): {exc}"
+            ),
             metadata={
                 "done_before_stop": len(outcome.done),
                 "claims_released": released,
                 "attempts_spent": 0,
+                "paused_until_utc": f"{resume_at:%Y-%m-%d %H:%M:%S}",
             },
         ) from exc
     except BaseException:
@@ -268,6 +329,45 @@ def _load_inputs(
     return postings, values
 
 
+def _reference_hashes(session: Any, use_case: UseCase) -> dict[str, str]:
+    if not use_case.reference_inputs:
+        return {}
+    rows = session.scalars(select(ReferenceData).where(ReferenceData.name.in_(use_case.reference_inputs)))
+    return {row.name: row.content_hash for row in rows}
+
+
+def _prepare(
+    use_case: UseCase, values: Mapping[str, Any], references: Mapping[str, str]
+) -> tuple[str, str, dict[str, int], str]:
+    """(prompt, system prompt, chars cut, input hash); a script's "prompt" is its inputs as JSON."""
+    if use_case.is_script:
+        inputs = {name: values.get(name) for name in use_case.upstream}
+        prompt = json.dumps(inputs, ensure_ascii=False, sort_keys=True, default=str)
+        return prompt, "", {}, use_case.script_input_hash(values, references)
+    prompt, system_prompt, truncated = use_case.render(values)
+    return prompt, system_prompt, truncated, use_case.input_hash(use_case.model, prompt, system_prompt)
+
+
+def _run_script_all(
+    context: AssetExecutionContext,
+    app_db: AppDatabase,
+    use_case: UseCase,
+    prepared: Sequence[_Prepared],
+    values: Mapping[str, Mapping[str, Any]],
+) -> Iterator[tuple[_Prepared, Generation | Exception]]:
+    """Call a script use case's function per posting; its output goes through the same parsing."""
+    script_context = ScriptContext(resources=context.resources, app_db=app_db, log=context.log)
+    for item in prepared:
+        started = time.perf_counter()
+        try:
+            output = use_case.function(values[item.key], script_context)
+            text = json.dumps(output, ensure_ascii=False)
+        except Exception as exc:  # a failing script is this posting's error, never a crashed run
+            yield item, ItemError(f"{type(exc).__name__}: {exc}")
+            continue
+        yield item, Generation(text, None, None, (time.perf_counter() - started) * 1000)
+
+
 def _existing_outputs(session: Any, use_case: str, keys: Sequence[str]) -> dict[str, UseCaseOutput]:
     rows = session.scalars(
         select(UseCaseOutput).where(UseCaseOutput.use_case == use_case, UseCaseOutput.posting_key.in_(keys))
@@ -286,7 +386,7 @@ def _generate_all(
                 use_case.model,
                 item.prompt,
                 item.system_prompt,
-                dict(use_case.output_schema),
+                dict(use_case.grammar_schema),
                 dict(use_case.options),
             )
         except Exception as exc:  # every failure becomes a recorded outcome, never a crashed run
@@ -311,32 +411,81 @@ def _generate_all(
             yield item, future.result()
 
 
-def parse_output(use_case: UseCase, text: str) -> dict[str, Any]:
-    """Parse and validate one raw response; raises ItemError saying what is wrong with it."""
+def parse_output(use_case: UseCase, text: str, inputs: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Parse, validate and postprocess one raw response; raises ItemError saying what is wrong.
+
+    `inputs` are the posting fields and upstream outputs the prompt was made from
+    (postprocess uses them, e.g. to check that mentions are grounded in the posting).
+    """
     if not text.strip():
         raise ItemError("the model returned an empty response")
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ItemError(f"the response is not valid JSON: {exc.msg} at character {exc.pos}") from exc
+        value = salvage_truncated_json(text)
+        if value is None:
+            raise ItemError(f"the response is not valid JSON: {exc.msg} at character {exc.pos}") from exc
+    except (ValueError, RecursionError) as exc:  # e.g. a 5,000-digit number, or nesting 100,000 deep
+        raise ItemError(f"the response cannot be read as JSON: {type(exc).__name__}: {exc}"[:500]) from exc
     try:
-        use_case.validate_output(value)
+        use_case.validate_generation(value)
     except jsonschema.ValidationError as exc:
         raise ItemError(f"the response breaks the output schema: {exc.message}") from exc
     if use_case.postprocess is not None:
         try:
-            value = use_case.postprocess(value)
+            value = use_case.postprocess(value, inputs or {})
         except ValueError as exc:
             raise ItemError(str(exc)) from exc
         except Exception as exc:  # a bug in a declared postprocess is this item's error, not a crash
             raise ItemError(f"postprocess failed: {type(exc).__name__}: {exc}") from exc
+    if use_case.generation_schema is not None or use_case.postprocess is not None:
+        try:
+            use_case.validate_output(value)
+        except jsonschema.ValidationError as exc:
+            raise ItemError(f"the processed output breaks the output schema: {exc.message}") from exc
     return value
+
+
+def salvage_truncated_json(text: str) -> Any | None:
+    """Keep the complete items of a response cut off at max_tokens (small models run on in lists).
+
+    Cuts back to the last complete list item and closes the open brackets; returns None
+    when nothing sensible remains. The schema check that follows still applies.
+    """
+    stack: list[str] = []
+    in_string = escaped = False
+    last_item_end: tuple[int, list[str]] | None = None
+    for position, char in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+            continue
+        if char == '"':
+            in_string = True
+        elif char in "{[":
+            stack.append("}" if char == "{" else "]")
+        elif char in "}]":
+            if not stack or stack.pop() != char:
+                return None
+            if stack and stack[-1] == "]":
+                last_item_end = (position, list(stack))
+    if last_item_end is None:
+        return None
+    position, open_brackets = last_item_end
+    try:
+        return json.loads(text[: position + 1] + "".join(reversed(open_brackets)))
+    except (ValueError, RecursionError):
+        return None
 
 
 def _store_result(
     app_db: AppDatabase,
     use_case: UseCase,
-    llm: LLMResource,
+    backend: str,
     item: _Prepared,
     result: Generation | Exception,
     posting: Mapping[str, Any],
@@ -353,7 +502,7 @@ def _store_result(
     else:
         outcome.llm_ms += generation.latency_ms
         try:
-            parsed = parse_output(use_case, generation.text)
+            parsed = parse_output(use_case, generation.text, outcome.inputs.get(item.key))
         except ItemError as exc:
             error = str(exc)
     options = {**use_case.options}
@@ -365,8 +514,8 @@ def _store_result(
             use_case=use_case.name,
             use_case_version=use_case.version,
             posting_key=item.key,
-            backend=llm.backend_name,
-            model=use_case.model,
+            backend=backend,
+            model=model_label(use_case),
             prompt=item.prompt,
             system_prompt=item.system_prompt,
             options=options,
@@ -383,9 +532,7 @@ def _store_result(
         )
         if error is not None:
             status = work.fail_item(session, use_case.name, item.key, run_id, error)
-            outcome.failed[item.key] = (
-                error if status != "failed" else f"{error} (parked after repeated failures)"
-            )
+            outcome.failed[item.key] = error if status != "failed" else f"{error} {PARKED_NOTE}"
             return None
         stored = work.complete_item(
             session,
@@ -394,14 +541,16 @@ def _store_result(
             run_id,
             {
                 "value": parsed,
-                "model": use_case.model,
-                "backend": llm.backend_name,
+                "model": model_label(use_case),
+                "backend": backend,
                 "use_case_version": use_case.version,
                 "input_hash": item.input_hash,
                 "posting_hash": posting["content_hash"],
                 "interaction_id": interaction_id,
             },
         )
+        if stored and use_case.after_store is not None:
+            use_case.after_store(session, item.key, parsed)
     if not stored:
         outcome.failed[item.key] = "claim lost (lease expired and taken by another run); output not written"
         return None
@@ -412,8 +561,8 @@ def _store_result(
         asset_key=use_case.name,
         partition=item.key,
         metadata={
-            "model": use_case.model,
-            "backend": llm.backend_name,
+            "model": model_label(use_case),
+            "backend": backend,
             "use_case_version": use_case.version,
             "prompt_tokens": generation.prompt_tokens or 0,
             "completion_tokens": generation.completion_tokens or 0,
@@ -462,8 +611,8 @@ def _fail(
     app_db: AppDatabase, use_case: UseCase, key: str, run_id: str, error: str, outcome: BatchOutcome
 ) -> None:
     with app_db.session() as session:
-        work.fail_item(session, use_case.name, key, run_id, error)
-    outcome.failed[key] = error
+        status = work.fail_item(session, use_case.name, key, run_id, error)
+    outcome.failed[key] = error if status != "failed" else f"{error} {PARKED_NOTE}"
 
 
 def _check_results(use_case: UseCase, outcome: BatchOutcome) -> Iterator[AssetCheckResult]:

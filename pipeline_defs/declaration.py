@@ -2,6 +2,9 @@
 
 Adding a use case means adding a `UseCase(...)` to `use_cases.py`; no engine code.
 
+A use case is either an LLM use case (model, prompt, output schema) or a script use
+case (a Python `function`, no model), such as entity resolution.
+
 Prompt templates name their variables as `{name}`. A variable is a posting field
 (`{title}`, `{description}`, ...) or the output of a declared upstream use case
 (`{posting_summary}`, or one field of it: `{posting_summary.summary}`). Braces that
@@ -44,15 +47,30 @@ class OutputCheck:
 
 
 @dataclass(frozen=True)
+class ScriptContext:
+    """What a script use case's function gets beside its inputs: the run's resources and log."""
+
+    resources: Any
+    app_db: Any
+    log: Any
+
+
+@dataclass(frozen=True)
 class UseCase:
-    """One LLM use case, declared as data.
+    """One use case, declared as data.
 
     version: explicit semantic string (`YYYY-MM-DD.N`); bump it when the prompt,
         schema or options change, and every output made by an older version is stale.
     model: the model name the configured backend serves (e.g. `gemma3:270m`).
     prompt: the completion prompt, with `{variables}`.
-    output_schema: JSON schema of the structured output (used as the generation
-        grammar / Ollama `format`, and to validate what comes back).
+    output_schema: JSON schema of the stored output (checked on every output).
+    generation_schema: JSON schema the model fills (the grammar / Ollama `format`) when
+        it differs from output_schema, e.g. when postprocess adds derived fields.
+    function: makes this a script use case: `function(inputs, ScriptContext) -> output`;
+        inputs are the posting fields and upstream outputs. No model is loaded.
+    resources: resource keys the function needs (e.g. `taxonomy`).
+    reference_inputs: non-posting assets this use case reads (e.g. `skills_taxonomy`);
+        they become asset dependencies, and outputs older than them are stale.
     upstream: use cases whose outputs this one reads; they become asset dependencies.
     discovery_where: optional extra SQL condition on the posting (alias `postings`)
         narrowing which postings this use case takes on.
@@ -61,14 +79,17 @@ class UseCase:
     options: generation options (temperature, max_tokens, repeat_penalty, stop, seed).
     input_limits: maximum characters per variable; longer values are cut, and the
         cut is recorded in the interaction's options.
-    postprocess: normalizes a parsed output (dedupe, trim); may raise ValueError.
+    postprocess: `postprocess(output, inputs)` normalizes a parsed output (dedupe,
+        trim, ground against the posting); may raise ValueError (an item error).
+    after_store: `after_store(session, posting_key, output)` writes derived rows in the
+        same transaction as the output (e.g. resolved concepts, queryable by concept).
     """
 
     name: str
     version: str
-    model: str
-    prompt: str
     output_schema: Mapping[str, Any]
+    model: str = ""
+    prompt: str = ""
     description: str = ""
     system_prompt: str = ""
     upstream: tuple[str, ...] = ()
@@ -77,9 +98,14 @@ class UseCase:
     batch_size: int = 25
     options: Mapping[str, Any] = field(default_factory=dict)
     input_limits: Mapping[str, int] = field(default_factory=dict)
-    postprocess: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    postprocess: Callable[[dict[str, Any], Mapping[str, Any]], dict[str, Any]] | None = None
     checks: tuple[OutputCheck, ...] = ()
     preview_field: str | None = None
+    generation_schema: Mapping[str, Any] | None = None
+    function: Callable[[Mapping[str, Any], ScriptContext], dict[str, Any]] | None = None
+    resources: tuple[str, ...] = ()
+    reference_inputs: tuple[str, ...] = ()
+    after_store: Callable[[Any, str, dict[str, Any]], None] | None = None
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z][a-z0-9_]*", self.name):
@@ -90,12 +116,20 @@ class UseCase:
             )
         if self.batch_size < 1:
             raise DeclarationError(f"{self.name}: batch_size must be at least 1")
-        try:
-            jsonschema.Draft202012Validator.check_schema(self.output_schema)
-        except jsonschema.SchemaError as exc:
-            raise DeclarationError(
-                f"{self.name}: output_schema is not a valid JSON schema: {exc.message}"
-            ) from exc
+        if self.function is None and not (self.model and self.prompt):
+            raise DeclarationError(f"{self.name}: an LLM use case needs a model and a prompt")
+        if self.function is not None and (self.model or self.prompt):
+            raise DeclarationError(f"{self.name}: a script use case has a function, not a model or prompt")
+        for label, schema in (
+            ("output_schema", self.output_schema),
+            ("generation_schema", self.generation_schema),
+        ):
+            try:
+                jsonschema.Draft202012Validator.check_schema(schema or {})
+            except jsonschema.SchemaError as exc:
+                raise DeclarationError(
+                    f"{self.name}: {label} is not a valid JSON schema: {exc.message}"
+                ) from exc
         for variable in self.variables:
             if variable.count(".") > 1:
                 raise DeclarationError(
@@ -107,6 +141,15 @@ class UseCase:
                     f"{self.name}: the prompt uses {{{variable}}}, which is neither a posting field "
                     f"({', '.join(POSTING_VARIABLES)}) nor a declared upstream use case"
                 )
+
+    @property
+    def is_script(self) -> bool:
+        return self.function is not None
+
+    @property
+    def grammar_schema(self) -> Mapping[str, Any]:
+        """The schema the model's output must follow (the generation grammar)."""
+        return self.generation_schema or self.output_schema
 
     @property
     def variables(self) -> tuple[str, ...]:
@@ -132,13 +175,31 @@ class UseCase:
         return substitute(self.prompt), substitute(self.system_prompt), truncated
 
     def validate_output(self, value: Any) -> None:
-        """Raise jsonschema.ValidationError when a parsed output breaks the declared schema."""
+        """Raise jsonschema.ValidationError when an output breaks the declared output schema."""
         jsonschema.validate(value, self.output_schema)
+
+    def validate_generation(self, value: Any) -> None:
+        """Raise jsonschema.ValidationError when the model's raw output breaks the grammar schema."""
+        jsonschema.validate(value, self.grammar_schema)
 
     def input_hash(self, model: str, prompt: str, system_prompt: str) -> str:
         """Identity of one generation's input: same hash, same work (the idempotence key)."""
         payload = json.dumps(
             [self.name, self.version, model, prompt, system_prompt, dict(self.options)],
+            sort_keys=True,
+            default=str,
+        )
+        return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+    def script_input_hash(self, inputs: Mapping[str, Any], reference_hashes: Mapping[str, str]) -> str:
+        """Identity of a script call: its version, upstream outputs and reference data content."""
+        payload = json.dumps(
+            [
+                self.name,
+                self.version,
+                {name: inputs.get(name) for name in self.upstream},
+                dict(reference_hashes),
+            ],
             sort_keys=True,
             default=str,
         )

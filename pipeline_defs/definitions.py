@@ -7,14 +7,17 @@ from collections.abc import Sequence
 from dagster import Definitions
 
 from assets.postings import postings
+from assets.taxonomy import skills_taxonomy
 from pipeline_defs.declaration import UseCase
-from pipeline_defs.factory import UseCaseDefinitions, build_use_case
+from pipeline_defs.factory import UseCaseDefinitions, WorkGroup, build_use_case, build_work_groups
 from pipeline_defs.settings import Settings
 from pipeline_defs.use_cases import USE_CASES
 from resources.app_database import AppDatabase
 from resources.embedded_backend import EmbeddedLLMResource
 from resources.llm import LLMResource
 from resources.ollama_backend import OllamaResource
+from resources.taxonomy import TaxonomyResource
+from sensors.taxonomy import skills_taxonomy_job, skills_taxonomy_sensor
 
 
 def build_llm_resource(settings: Settings) -> LLMResource:
@@ -22,6 +25,15 @@ def build_llm_resource(settings: Settings) -> LLMResource:
     if settings.llm_backend == "ollama":
         return OllamaResource(host=settings.ollama_host or "http://127.0.0.1:11434")
     return EmbeddedLLMResource()
+
+
+def build_taxonomy_resource(settings: Settings) -> TaxonomyResource:
+    return TaxonomyResource(
+        path=settings.taxonomy_path,
+        embedding_backend=settings.embedding_backend,
+        ollama_host=settings.ollama_host or "",
+        embedding_model=settings.embedding_model,
+    )
 
 
 def build_use_cases(settings: Settings, use_cases: Sequence[UseCase] = USE_CASES) -> list[UseCaseDefinitions]:
@@ -34,17 +46,21 @@ def build_definitions(
     use_cases: Sequence[UseCase] = USE_CASES,
     llm: LLMResource | None = None,
     built: Sequence[UseCaseDefinitions] | None = None,
+    groups: Sequence[WorkGroup] | None = None,
 ) -> Definitions:
-    """The code location; pass `built` to reuse use cases already built by `build_use_cases`."""
+    """The code location; pass `built` and `groups` to reuse what `build_use_cases` and
+    `build_work_groups` already made."""
     settings = settings or Settings.from_env()
     built = built if built is not None else build_use_cases(settings, use_cases)
+    groups = groups if groups is not None else build_work_groups(built)
     return Definitions(
-        assets=[postings, *(item.asset for item in built)],
-        jobs=[item.job for item in built],
-        sensors=[item.sensor for item in built],
+        assets=[postings, skills_taxonomy, *(item.asset for item in built)],
+        jobs=[*(item.job for item in built), *(group.job for group in groups), skills_taxonomy_job],
+        sensors=[*(group.sensor for group in groups), skills_taxonomy_sensor],
         resources={
             "app_db": AppDatabase(url=settings.database_url),
             "llm": llm or build_llm_resource(settings),
+            "taxonomy": build_taxonomy_resource(settings),
         },
     )
 

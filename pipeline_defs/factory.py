@@ -1,17 +1,24 @@
-"""The one factory: a use-case declaration in, its asset, checks, job and sensor out."""
+"""The one factory: use-case declarations in, their assets, checks, jobs and sensors out.
+
+Each use case gets its asset (with checks) and a job of its own for manual runs.
+Discovery and batching go by *work group*: all LLM use cases that share a model form
+one group, whose job materializes every member for the batch in one run (summary, then
+skills) with the model loaded once; a script use case (no model) is a group of its own.
+Each group has one discovery sensor.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dagster import AssetsDefinition, SensorDefinition, define_asset_job
+from dagster import AssetsDefinition, SensorDefinition, define_asset_job, in_process_executor
 
 from appdb.work import WorkSpec
 from assets.llm_use_case import build_use_case_asset
 from pipeline_defs.declaration import DeclarationError, UseCase
-from sensors.discovery import build_discovery_sensor
 
 if TYPE_CHECKING:
     from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
@@ -23,8 +30,27 @@ class UseCaseDefinitions:
     spec: WorkSpec
     asset: AssetsDefinition
     job: UnresolvedAssetJobDefinition
-    sensor: SensorDefinition
     batch_size: int
+
+
+@dataclass(frozen=True)
+class WorkGroup:
+    """Use cases discovered and run together: one model (or one script), one run per batch."""
+
+    name: str
+    model: str | None
+    members: tuple[UseCaseDefinitions, ...]
+    job: UnresolvedAssetJobDefinition
+    batch_size: int
+    sensor: SensorDefinition | None = None
+
+    @property
+    def priority(self) -> int:
+        return max(member.use_case.priority for member in self.members)
+
+    @property
+    def use_case_names(self) -> list[str]:
+        return [member.use_case.name for member in self.members]
 
 
 def job_name(use_case: UseCase) -> str:
@@ -41,6 +67,7 @@ def work_spec(use_case: UseCase, registry: Mapping[str, UseCase]) -> WorkSpec:
         version=use_case.version,
         upstream_versions={name: registry[name].version for name in use_case.upstream},
         discovery_where=use_case.discovery_where,
+        reference_inputs=use_case.reference_inputs,
     )
 
 
@@ -53,8 +80,59 @@ def build_use_case(
     job = define_asset_job(
         job_name(use_case),
         selection=[asset.key],
-        description=f"Materialize {use_case.name} for a batch of postings (model {use_case.model}).",
+        description=f"Materialize {use_case.name} for a batch of postings ({use_case.model or 'no model'}).",
         tags={"pipeline/use_case": use_case.name},
+        executor_def=in_process_executor,
     )
-    sensor = build_discovery_sensor(use_case, spec, job, batch_size)
-    return UseCaseDefinitions(use_case, spec, asset, job, sensor, batch_size)
+    return UseCaseDefinitions(use_case, spec, asset, job, batch_size)
+
+
+def group_name_for(use_case: UseCase) -> str:
+    """LLM use cases group by model (`gemma3:270m` -> `gemma3_270m`); a script is its own group."""
+    if use_case.is_script:
+        return use_case.name
+    return re.sub(r"[^a-z0-9]+", "_", use_case.model.lower()).strip("_")
+
+
+def build_work_groups(built: Sequence[UseCaseDefinitions]) -> list[WorkGroup]:
+    """Group use cases by model, upstream first, and give each group its job and sensor."""
+    from sensors.discovery import build_discovery_sensor  # the sensor module imports WorkGroup
+
+    by_name: dict[str, list[UseCaseDefinitions]] = {}
+    for item in upstream_first(built):
+        by_name.setdefault(group_name_for(item.use_case), []).append(item)
+    groups = []
+    for name, members in by_name.items():
+        model = None if members[0].use_case.is_script else members[0].use_case.model
+        job = define_asset_job(
+            f"{name}_batch_job",
+            selection=[member.asset.key for member in members],
+            description=(
+                f"One batch of postings through {', '.join(m.use_case.name for m in members)}"
+                + (f", with {model} loaded once." if model else " (no model).")
+            ),
+            tags={"pipeline/work_group": name},
+            executor_def=in_process_executor,  # one process: resources (the loaded model) shared by steps
+        )
+        group = WorkGroup(name, model, tuple(members), job, min(m.batch_size for m in members))
+        groups.append(
+            WorkGroup(group.name, model, group.members, job, group.batch_size, build_discovery_sensor(group))
+        )
+    return groups
+
+
+def upstream_first(built: Sequence[UseCaseDefinitions]) -> list[UseCaseDefinitions]:
+    """Order use cases so each comes after what it reads; among equals, higher priority first."""
+    remaining = sorted(built, key=lambda item: -item.use_case.priority)
+    ordered: list[UseCaseDefinitions] = []
+    done: set[str] = set()
+    while remaining:
+        ready = [item for item in remaining if set(item.use_case.upstream) <= done]
+        if not ready:
+            raise DeclarationError(
+                f"use cases depend on each other in a cycle: {[i.use_case.name for i in remaining]}"
+            )
+        ordered.append(ready[0])
+        done.add(ready[0].use_case.name)
+        remaining.remove(ready[0])
+    return ordered

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from dagster import DagsterInstance, Definitions
 
 from assets.partitions import POSTING_PARTITIONS
-from pipeline_defs.factory import UseCaseDefinitions
+from pipeline_defs.factory import WorkGroup
 from resources.app_database import AppDatabase
 from sensors.discovery import plan_runs
 
@@ -22,57 +22,63 @@ QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 @dataclass
 class RunReport:
-    use_case: str
+    group: str
+    use_cases: list[str]
     runs: list[str] = field(default_factory=list)
     failed_runs: list[str] = field(default_factory=list)
     pending_before: int = 0
     seconds: float = 0.0
+    paused: dict[str, str] = field(default_factory=dict)
 
 
-def upstream_first(built: Sequence[UseCaseDefinitions]) -> list[UseCaseDefinitions]:
-    """Order use cases so each comes after what it reads; among equals, higher priority first."""
-    remaining = sorted(built, key=lambda item: -item.use_case.priority)
-    ordered: list[UseCaseDefinitions] = []
-    done: set[str] = set()
-    while remaining:
-        ready = [item for item in remaining if set(item.use_case.upstream) <= done]
-        if not ready:
-            raise ValueError(
-                f"use cases depend on each other in a cycle: {[i.use_case.name for i in remaining]}"
-            )
-        ordered.append(ready[0])
-        done.add(ready[0].use_case.name)
-        remaining.remove(ready[0])
-    return ordered
+def single_use_case_groups(groups: Sequence[WorkGroup], names: Sequence[str]) -> list[WorkGroup]:
+    """Groups of one: run only the named use cases, each with its own job (upstream first)."""
+    selected = []
+    for group in groups:
+        for member in group.members:
+            if member.use_case.name in names:
+                selected.append(
+                    WorkGroup(member.use_case.name, group.model, (member,), member.job, member.batch_size)
+                )
+    return selected
+
+
+def load_reference_data(defs: Definitions, instance: DagsterInstance, source: str = "cli") -> bool:
+    """Materialize the skills taxonomy (a no-op when the file is unchanged); True when it succeeded."""
+    result = defs.resolve_job_def("skills_taxonomy_job").execute_in_process(
+        instance=instance,
+        tags={"pipeline/source": source},
+        run_config=QUIET_LOGS,
+        raise_on_error=False,
+    )
+    return result.success
 
 
 def run_pending(
     defs: Definitions,
-    built: Sequence[UseCaseDefinitions],
+    groups: Sequence[WorkGroup],
     instance: DagsterInstance,
     app_db: AppDatabase,
     *,
-    only: Sequence[str] | None = None,
     source: str = "cli",
     verbose: bool = False,
     on_run: Callable[[str, int, int], None] | None = None,
 ) -> list[RunReport]:
-    """Discover and process every pending posting of the selected use cases, upstream first."""
+    """Discover and process every pending posting of the given work groups, in order."""
     reports = []
-    for item in upstream_first(built):
-        if only and item.use_case.name not in only:
-            continue
+    for group in groups:
         started = time.perf_counter()
         with app_db.session() as session:
-            plan = plan_runs(session, instance, item.use_case, item.spec, item.job.name, item.batch_size)
+            plan = plan_runs(session, instance, group)
         if plan.new_partitions:
             instance.add_dynamic_partitions(POSTING_PARTITIONS.name, plan.new_partitions)
-        report = RunReport(item.use_case.name, pending_before=len(plan.pending))
-        job = defs.resolve_job_def(item.job.name)
-        requests = plan.run_requests(item.use_case, source=source)
+        report = RunReport(group.name, group.use_case_names, pending_before=len(plan.pending))
+        report.paused = plan.paused
+        job = defs.resolve_job_def(group.job.name)
+        requests = plan.run_requests(group, source=source)
         for index, request in enumerate(requests, start=1):
             if on_run:
-                on_run(item.use_case.name, index, len(requests))
+                on_run(group.name, index, len(requests))
             result = job.execute_in_process(
                 instance=instance,
                 tags=request.tags,

@@ -11,6 +11,9 @@ Everything a user may want to point elsewhere is one environment variable:
 | PIPELINE_BATCH_SIZE          | unset (each use case's declared batch size) |
 | PIPELINE_DAGSTER_POSTGRES_URL| unset (Dagster's own storage is SQLite in DAGSTER_HOME) |
 | DAGSTER_HOME                 | ``<data dir>/dagster_home``              |
+| PIPELINE_TAXONOMY_PATH       | unset (the built-in demo taxonomy); e.g. ESCO's ``skills_en.csv`` |
+| PIPELINE_EMBEDDING_BACKEND   | ``none``; ``ollama`` adds the semantic stage of skill resolution |
+| PIPELINE_EMBEDDING_MODEL     | ``nomic-embed-text``                     |
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ class Settings:
     batch_size_override: int | None
     dagster_home: Path
     dagster_postgres_url: str | None
+    taxonomy_path: str = ""
+    embedding_backend: str = "none"
+    embedding_model: str = "nomic-embed-text"
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -43,6 +49,11 @@ class Settings:
         batch = env.get("PIPELINE_BATCH_SIZE")
         if batch is not None and (not batch.isdigit() or int(batch) < 1):
             raise ValueError(f"PIPELINE_BATCH_SIZE must be a positive integer, not {batch!r}")
+        embedding_backend = env.get("PIPELINE_EMBEDDING_BACKEND") or "none"
+        if embedding_backend not in ("none", "ollama"):
+            raise ValueError(
+                f"PIPELINE_EMBEDDING_BACKEND must be 'none' or 'ollama', not {embedding_backend!r}"
+            )
         return cls(
             data_dir=data_dir,
             database_url=env.get("PIPELINE_DATABASE_URL") or f"sqlite:///{data_dir / 'app.db'}",
@@ -51,4 +62,7 @@ class Settings:
             batch_size_override=int(batch) if batch else None,
             dagster_home=Path(env.get("DAGSTER_HOME") or data_dir / "dagster_home").resolve(),
             dagster_postgres_url=env.get("PIPELINE_DAGSTER_POSTGRES_URL") or None,
+            taxonomy_path=env.get("PIPELINE_TAXONOMY_PATH") or "",
+            embedding_backend=embedding_backend,
+            embedding_model=env.get("PIPELINE_EMBEDDING_MODEL") or "nomic-embed-text",
         )

@@ -1,4 +1,8 @@
-"""The declared use cases. Add one here; `factory.py` turns it into an asset, checks and a sensor.
+"""The declared use cases. Add one here; `factory.py` turns it into an asset, checks, jobs and a sensor.
+
+posting_summary and posting_skills are LLM use cases on the same model, so one run
+does both for a batch with the model loaded once; skill_entities is a script use case
+(entity resolution against the taxonomy, no model) that reads posting_skills.
 
 The shipped prompts are few-shot completion prompts: they suit base models such as
 the embedded Gemma 3 270M (not instruction-tuned) and work on instruction-tuned
@@ -11,7 +15,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline_defs.declaration import OutputCheck, UseCase
+from sqlalchemy import delete
+
+from appdb.models import KEY_LENGTH, PostingSkillConcept, utcnow
+from pipeline_defs.declaration import OutputCheck, ScriptContext, UseCase
 
 # --- posting_summary -------------------------------------------------------------------------
 
@@ -58,7 +65,7 @@ SUMMARY_SCHEMA: dict[str, Any] = {
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
-def normalize_summary(output: dict[str, Any]) -> dict[str, Any]:
+def normalize_summary(output: dict[str, Any], inputs: Mapping[str, Any]) -> dict[str, Any]:
     """Collapse whitespace and drop repeated sentences (small models loop); empty is an error."""
     text = " ".join(str(output.get("summary", "")).split())
     sentences = list(
@@ -108,4 +115,245 @@ POSTING_SUMMARY = UseCase(
     ),
 )
 
-USE_CASES: tuple[UseCase, ...] = (POSTING_SUMMARY,)
+# --- posting_skills --------------------------------------------------------------------------
+
+SKILLS_PROMPT = """\
+Job postings, each followed by the knowledge and skills it asks for, in JSON, copied \
+word for word from the posting. "knowledge" is something known (a tool, language, \
+subject or certificate); "skills" are things done (activities).
+
+Title: Pastry Chef
+Posting: Our hotel bakery needs a Pastry Chef for the morning shift. You bake bread \
+and viennoiserie, decorate cakes for weddings and order ingredients. A food hygiene \
+certificate is required; French is a plus.
+Answer: {"knowledge": ["food hygiene certificate", "French"], "skills": ["bake bread", \
+"decorate cakes", "order ingredients"]}
+
+Title: Payroll Administrator
+Posting: Run the monthly payroll for 900 employees in Sage, answer staff questions \
+and reconcile pension deductions. You know UK tax rules and work accurately.
+Answer: {"knowledge": ["Sage", "UK tax rules"], "skills": ["Run the monthly payroll", \
+"answer staff questions", "reconcile pension deductions", "work accurately"]}
+
+Title: {title}
+Posting: {description}
+Answer:"""
+
+MAX_MENTIONS_PER_KIND = 15
+MENTION_KINDS = ["skill", "knowledge"]
+_MENTIONS = {
+    "type": "array",
+    "maxItems": MAX_MENTIONS_PER_KIND,
+    "items": {"type": "string", "minLength": 1, "maxLength": 60},
+}
+# The model fills two short lists (fewer tokens than a list of objects); postprocess turns
+# them into the stored list of {mention, kind, evidence}.
+SKILLS_GENERATION_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"knowledge": _MENTIONS, "skills": _MENTIONS},
+    "required": ["knowledge", "skills"],
+    "additionalProperties": False,
+}
+
+SKILLS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "skills": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "mention": {"type": "string", "minLength": 1},
+                    "kind": {"type": "string", "enum": MENTION_KINDS},
+                    "evidence": {"type": "string"},
+                },
+                "required": ["mention", "kind", "evidence"],
+                "additionalProperties": False,
+            },
+        },
+        "ungrounded": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["skills", "ungrounded"],
+    "additionalProperties": False,
+}
+
+_SENTENCES = re.compile(r"(?<=[.!?;])\s+|\n+")
+_EDGE_PUNCTUATION = " \t\n.,;:!?\"'()[]{}-*•"
+
+
+def _squash(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def ground_skill_mentions(output: dict[str, Any], inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """Dedupe and trim the generated mentions, keep those found in the posting (modulo case and
+    whitespace), and store them as a list of {mention, kind, evidence}.
+
+    The evidence is the posting's sentence that holds the mention, taken from the text
+    rather than generated, so it is exact. Mentions not found are kept out and listed
+    under `ungrounded`; a response whose every mention is ungrounded is an item error.
+    """
+    title = str(inputs.get("title") or "")
+    description = str(inputs.get("description") or "")
+    sentences = [s for s in _SENTENCES.split(description) if s.strip()] + [title]
+    squashed_sentences = [_squash(sentence) for sentence in sentences]
+    skills: list[dict[str, str]] = []
+    ungrounded: list[str] = []
+    seen: set[str] = set()
+    generated = [(mention, "knowledge") for mention in output.get("knowledge", [])]
+    generated += [(mention, "skill") for mention in output.get("skills", [])]
+    for raw_mention, kind in generated:
+        mention = " ".join(str(raw_mention).split()).strip(_EDGE_PUNCTUATION)
+        key = mention.lower()
+        if not mention or key in seen:
+            continue
+        seen.add(key)
+        evidence = next(
+            (
+                sentence.strip()
+                for sentence, squashed in zip(sentences, squashed_sentences, strict=True)
+                if key in squashed
+            ),
+            None,
+        )
+        if evidence is None:
+            ungrounded.append(mention)
+            continue
+        skills.append({"mention": mention, "kind": kind, "evidence": evidence})
+    if ungrounded and not skills:
+        raise ValueError(f"none of the {len(ungrounded)} mentions appears in the posting: {ungrounded[:5]}")
+    return {"skills": skills, "ungrounded": ungrounded}
+
+
+def _skills_grounded(output: dict[str, Any], posting: Mapping[str, Any]) -> str | None:
+    dropped = output.get("ungrounded", [])
+    kept = len(output.get("skills", []))
+    if dropped and len(dropped) > kept:
+        return f"{len(dropped)} of {len(dropped) + kept} mentions were not found in the posting"
+    return None
+
+
+POSTING_SKILLS = UseCase(
+    name="posting_skills",
+    version="2026-11-22.1",
+    model="gemma3:270m",
+    description="Skill and knowledge mentions of each posting, grounded in its text.",
+    prompt=SKILLS_PROMPT,
+    generation_schema=SKILLS_GENERATION_SCHEMA,
+    output_schema=SKILLS_SCHEMA,
+    priority=9,
+    batch_size=25,
+    options={"temperature": 0.0, "max_tokens": 300, "repeat_penalty": 1.1},
+    input_limits={"description": 2500},
+    postprocess=ground_skill_mentions,
+    checks=(
+        OutputCheck(
+            "skills_grounded",
+            "Most mentions of each posting appear in its text (ungrounded ones are dropped and counted).",
+            _skills_grounded,
+        ),
+    ),
+)
+
+# --- skill_entities (a script use case: entity resolution, no model) --------------------------
+
+ENTITIES_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "entities": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "mention": {"type": "string"},
+                    "source_mention": {"type": "string"},
+                    "kind": {"type": "string"},
+                    "concept_uri": {"type": ["string", "null"]},
+                    "concept_label": {"type": ["string", "null"]},
+                    "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+                    "stage": {"enum": ["exact", "alt_label", "fuzzy", "semantic", "unmatched"]},
+                },
+                "required": ["mention", "source_mention", "kind", "concept_uri", "confidence", "stage"],
+            },
+        },
+        "matched": {"type": "integer", "minimum": 0},
+        "unmatched": {"type": "integer", "minimum": 0},
+    },
+    "required": ["entities", "matched", "unmatched"],
+}
+
+MAX_UNMATCHED_SHARE = 0.5
+
+
+def resolve_skill_mentions(inputs: Mapping[str, Any], context: ScriptContext) -> dict[str, Any]:
+    """Resolve each skill mention (split first when it holds several) to a taxonomy concept."""
+    with context.app_db.session() as session:
+        resolver = context.resources.taxonomy.resolver(session)
+    entities = []
+    for skill in inputs["posting_skills"]["skills"]:
+        for resolution in resolver.resolve(skill["mention"]):
+            entities.append(
+                {
+                    "mention": resolution.mention,
+                    "source_mention": skill["mention"],
+                    "kind": skill["kind"],
+                    "concept_uri": resolution.concept_uri,
+                    "concept_label": resolution.concept_label,
+                    "confidence": round(float(resolution.confidence), 4),
+                    "stage": resolution.stage,
+                }
+            )
+    unmatched = sum(1 for entity in entities if entity["concept_uri"] is None)
+    return {"entities": entities, "matched": len(entities) - unmatched, "unmatched": unmatched}
+
+
+def store_skill_concepts(session: Any, posting_key: str, output: dict[str, Any]) -> None:
+    """Rewrite the posting's rows in `posting_skill_concepts`, so postings can be found by concept."""
+    session.execute(delete(PostingSkillConcept).where(PostingSkillConcept.posting_key == posting_key))
+    rows: dict[str, PostingSkillConcept] = {}
+    for entity in output["entities"]:
+        mention = entity["mention"][:KEY_LENGTH]
+        if mention.lower() in rows:
+            continue
+        rows[mention.lower()] = PostingSkillConcept(
+            posting_key=posting_key,
+            mention=mention,
+            kind=entity["kind"],
+            concept_uri=entity["concept_uri"],
+            concept_label=entity.get("concept_label"),
+            confidence=entity["confidence"],
+            stage=entity["stage"],
+            updated_at=utcnow(),
+        )
+    session.add_all(rows.values())
+
+
+def _resolution_coverage(output: dict[str, Any], posting: Mapping[str, Any]) -> str | None:
+    total = output["matched"] + output["unmatched"]
+    if total and output["unmatched"] / total > MAX_UNMATCHED_SHARE:
+        return f"{output['unmatched']} of {total} mentions are unmatched"
+    return None
+
+
+SKILL_ENTITIES = UseCase(
+    name="skill_entities",
+    version="2026-11-22.1",
+    description="Each skill mention resolved to a taxonomy concept (exact, alt label, fuzzy, semantic).",
+    function=resolve_skill_mentions,
+    resources=("taxonomy",),
+    upstream=("posting_skills",),
+    reference_inputs=("skills_taxonomy",),
+    output_schema=ENTITIES_SCHEMA,
+    priority=5,
+    batch_size=100,
+    after_store=store_skill_concepts,
+    checks=(
+        OutputCheck(
+            "resolution_coverage",
+            f"At most {MAX_UNMATCHED_SHARE:.0%} of each posting's mentions are unmatched.",
+            _resolution_coverage,
+        ),
+    ),
+)
+
+USE_CASES: tuple[UseCase, ...] = (POSTING_SUMMARY, POSTING_SKILLS, SKILL_ENTITIES)

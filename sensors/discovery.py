@@ -1,11 +1,14 @@
-"""Work discovery: each use case's sensor pulls its own work from the application database.
+"""Work discovery: each work group's sensor pulls its own work from the application database.
 
-Every tick it frees dead claims, runs the use case's discovery query, registers the
-new postings as partitions, leaves out postings already covered by a queued or
-running run, and requests runs of at most `batch_size` postings each: one run per
-contiguous range of posting partitions, so a batch is one run with the model
-loaded once. The cursor remembers a fingerprint of the database; an idle tick where
-nothing changed skips the query.
+A work group is the use cases that share a model (or one script use case); see
+`pipeline_defs/factory.py`. Every tick the sensor frees dead claims, runs each member's
+discovery query, registers the new postings as partitions, leaves out postings
+already covered by a queued or running run of the group, and requests runs of at most
+`batch_size` postings each: one run per contiguous range of posting partitions, which
+materializes every member for that batch with the model loaded once. A paused use
+case (the circuit breaker tripped) contributes no work until its resume time. The
+cursor remembers a fingerprint of the database; an idle tick where nothing changed
+skips the queries.
 
 `plan_runs` is shared with the `pipeline run` command, so both find the same work.
 """
@@ -36,13 +39,12 @@ from sqlalchemy.orm import Session
 
 from appdb import work
 from assets.partitions import POSTING_PARTITIONS
-from pipeline_defs.declaration import UseCase
 from resources.app_database import AppDatabase
 
 if TYPE_CHECKING:
-    from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
+    from pipeline_defs.factory import WorkGroup
 
-USE_CASE_TAG = "pipeline/use_case"
+WORK_GROUP_TAG = "pipeline/work_group"
 ACTIVE_STATUSES = [
     DagsterRunStatus.QUEUED,
     DagsterRunStatus.NOT_STARTED,
@@ -57,15 +59,17 @@ class RunPlan:
     new_partitions: list[str]
     in_flight: int
     batches: list[list[str]]
+    pending_by_use_case: dict[str, int]
+    paused: dict[str, str]  # use case -> "reason (until ...)"
 
-    def run_requests(self, use_case: UseCase, source: str | None = None) -> list[RunRequest]:
+    def run_requests(self, group: "WorkGroup", source: str | None = None) -> list[RunRequest]:
         requests = []
         for batch in self.batches:
             tags = {
                 ASSET_PARTITION_RANGE_START_TAG: batch[0],
                 ASSET_PARTITION_RANGE_END_TAG: batch[-1],
-                USE_CASE_TAG: use_case.name,
-                PRIORITY_TAG: str(use_case.priority),
+                WORK_GROUP_TAG: group.name,
+                PRIORITY_TAG: str(group.priority),
             }
             if source:
                 tags["pipeline/source"] = source
@@ -73,24 +77,39 @@ class RunPlan:
         return requests
 
 
-def plan_runs(
-    session: Session,
-    instance: DagsterInstance,
-    use_case: UseCase,
-    spec: work.WorkSpec,
-    job_name: str,
-    batch_size: int,
-) -> RunPlan:
-    """Which postings need this use case now, and how they split into runs."""
-    pending = work.find_pending_work(session, spec)
+def plan_runs(session: Session, instance: DagsterInstance, group: "WorkGroup") -> RunPlan:
+    """Which postings need this group's use cases now, and how they split into runs."""
+    pauses = work.active_pauses(session)
+    paused = {
+        name: f"{pauses[name].reason} (until {pauses[name].resume_at:%Y-%m-%d %H:%M:%S} UTC)"
+        for name in group.use_case_names
+        if name in pauses
+    }
+    pending_by_use_case: dict[str, int] = {}
+    pending_set: set[str] = set()
+    for member in group.members:
+        if member.use_case.name in paused:
+            continue
+        keys = work.find_pending_work(session, member.spec)
+        pending_by_use_case[member.use_case.name] = len(keys)
+        pending_set.update(keys)
     known = instance.get_dynamic_partitions(POSTING_PARTITIONS.name)
     known_set = set(known)
-    new = [key for key in pending if key not in known_set]
+    new = sorted(key for key in pending_set if key not in known_set)
     order = {key: index for index, key in enumerate([*known, *new])}
-    covered = _keys_in_active_runs(instance, job_name, known, order)
-    todo = sorted((key for key in pending if key not in covered), key=order.__getitem__)
-    batches = [todo[start : start + batch_size] for start in range(0, len(todo), batch_size)]
-    return RunPlan(pending=pending, new_partitions=new, in_flight=len(pending) - len(todo), batches=batches)
+    pending = sorted(pending_set, key=order.__getitem__)
+    covered = _keys_in_active_runs(instance, group.job.name, known, order)
+    todo = [key for key in pending if key not in covered]
+    size = group.batch_size
+    batches = [todo[start : start + size] for start in range(0, len(todo), size)]
+    return RunPlan(
+        pending=pending,
+        new_partitions=new,
+        in_flight=len(pending) - len(todo),
+        batches=batches,
+        pending_by_use_case=pending_by_use_case,
+        paused=paused,
+    )
 
 
 def _keys_in_active_runs(
@@ -107,38 +126,48 @@ def _keys_in_active_runs(
     return covered
 
 
-def build_discovery_sensor(
-    use_case: UseCase, spec: work.WorkSpec, job: "UnresolvedAssetJobDefinition", batch_size: int
-) -> SensorDefinition:
+def build_discovery_sensor(group: "WorkGroup") -> SensorDefinition:
+    members = ", ".join(group.use_case_names)
+
     @sensor(
-        name=f"{use_case.name}_discovery",
-        job=job,
+        name=f"{group.name}_discovery",
+        job=group.job,
         minimum_interval_seconds=30,
         default_status=DefaultSensorStatus.RUNNING,
-        description=f"Finds postings lacking a current {use_case.name}; requests runs of up to {batch_size}.",
+        description=(
+            f"Finds postings lacking a current {members}; requests runs of up to {group.batch_size} "
+            f"postings{f' with {group.model} loaded once per run' if group.model else ''}."
+        ),
     )
     def _discovery(context: SensorEvaluationContext, app_db: AppDatabase) -> SensorResult | SkipReason:
         with app_db.session() as session:
             freed = work.release_expired_claims(session)
         if freed:
-            context.log.warning(f"{use_case.name}: freed {freed} claims whose lease expired (their run died)")
+            context.log.warning(f"{group.name}: freed {freed} claims whose lease expired (their run died)")
         with app_db.session() as session:
-            marker = f"{use_case.version}|{work.change_marker(session)}"
+            versions = ",".join(member.use_case.version for member in group.members)
+            marker = f"{versions}|{work.change_marker(session)}"
             previous = json.loads(context.cursor) if context.cursor else {}
             if previous.get("marker") == marker and previous.get("pending") == 0:
-                return SkipReason(f"{use_case.name}: no change since the last tick, and no work then")
-            plan = plan_runs(session, context.instance, use_case, spec, job.name, batch_size)
+                return SkipReason(f"{group.name}: no change since the last tick, and no work then")
+            plan = plan_runs(session, context.instance, group)
+        for name, why in plan.paused.items():
+            context.log.warning(f"{name} is paused, no runs requested for it: {why}")
         cursor = json.dumps({"marker": marker, "pending": len(plan.pending)})
-        requests = plan.run_requests(use_case)
+        requests = plan.run_requests(group)
+        per_use_case = ", ".join(f"{name} {count}" for name, count in plan.pending_by_use_case.items())
         context.log.info(
-            f"{use_case.name}: {len(plan.pending)} postings pending, {plan.in_flight} already in queued or "
-            f"running runs, {len(plan.new_partitions)} new partitions; requesting {len(requests)} runs"
+            f"{group.name}: {len(plan.pending)} postings pending ({per_use_case}), {plan.in_flight} already "
+            f"in queued or running runs, {len(plan.new_partitions)} new partitions; "
+            f"requesting {len(requests)} runs"
         )
         if not requests and not plan.new_partitions:
             context.update_cursor(cursor)
+            if plan.paused and not plan.pending:
+                return SkipReason(f"{group.name}: paused: {'; '.join(plan.paused.values())}")
             if not plan.pending:
-                return SkipReason(f"{use_case.name}: no work: every posting has a current output")
-            return SkipReason(f"{use_case.name}: {len(plan.pending)} pending, all in queued or running runs")
+                return SkipReason(f"{group.name}: no work: every posting has a current output")
+            return SkipReason(f"{group.name}: {len(plan.pending)} pending, all in queued or running runs")
         return SensorResult(
             run_requests=requests,
             dynamic_partitions_requests=(

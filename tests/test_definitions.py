@@ -26,7 +26,16 @@ def test_every_declared_use_case_has_its_asset_checks_job_and_sensor() -> None:
         expected_checks = {"outputs_valid", *(check.name for check in use_case.checks)}
         assert {check.name for check in node.check_keys} == expected_checks
         assert repository.has_job(f"{use_case.name}_job")
-        assert repository.get_sensor_def(f"{use_case.name}_discovery").job_name == f"{use_case.name}_job"
+    # LLM use cases sharing a model are discovered and run together; a script use case alone.
+    assert repository.get_sensor_def("gemma3_270m_discovery").job_name == "gemma3_270m_batch_job"
+    assert repository.get_sensor_def("skill_entities_discovery").job_name == "skill_entities_batch_job"
+    group_job = repository.get_job("gemma3_270m_batch_job")
+    assert {key.to_user_string() for key in group_job.asset_layer.executable_asset_keys} == {
+        "posting_summary",
+        "posting_skills",
+    }
+    entities = graph.get(AssetKey("skill_entities"))
+    assert {AssetKey("posting_skills"), AssetKey("skills_taxonomy")} <= entities.parent_keys
 
 
 def test_a_new_use_case_is_only_a_declaration() -> None:
@@ -43,7 +52,9 @@ def test_a_new_use_case_is_only_a_declaration() -> None:
     graph = built.get_repository_def().asset_graph
     assert AssetKey("posting_summary") in graph.get(AssetKey("posting_seniority")).parent_keys
     assert AssetCheckKey(AssetKey("posting_seniority"), "outputs_valid") in graph.asset_check_keys
-    assert built.get_repository_def().has_sensor_def("posting_seniority_discovery")
+    # same model as the summary: discovered by the model's sensor, run in the model's batch job
+    assert built.get_repository_def().get_sensor_def("gemma3_270m_discovery")
+    assert built.get_repository_def().has_job("posting_seniority_job")
 
 
 def test_unknown_template_variables_fail_when_the_declaration_is_made() -> None:

@@ -75,3 +75,38 @@ def test_embedded_model_summarizes_a_batch_in_one_run_and_trace_shows_the_exact_
     assert interactions["p-2"].raw_response.splitlines()[0] in printed
     assert "\n".join(f"  | {line}" for line in interactions["p-2"].prompt.splitlines()) in printed
     assert interactions["p-2"].prompt in report.read_text()
+
+
+def test_embedded_model_extracts_grounded_skills_in_the_same_run_as_the_summary(
+    sqlite_url: str, tmp_path: Path, dagster_instance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One group run for one posting: summary and skills, one model load, mentions found in the text."""
+    from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+
+    loads = []
+
+    class CountingLlama(llama_cpp.Llama):
+        def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
+            loads.append(kwargs.get("model_path"))
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(llama_cpp, "Llama", CountingLlama)
+    seed_postings(sqlite_url, tmp_path, POSTINGS[:1])
+    defs = build_definitions(replace(Settings.from_env(), database_url=sqlite_url, llm_backend="embedded"))
+    dagster_instance.add_dynamic_partitions("postings", ["p-1"])
+    result = defs.resolve_job_def("gemma3_270m_batch_job").execute_in_process(
+        instance=dagster_instance,
+        tags={ASSET_PARTITION_RANGE_START_TAG: "p-1", ASSET_PARTITION_RANGE_END_TAG: "p-1"},
+    )
+
+    assert result.success and len(loads) == 1
+    with session_scope(sqlite_url) as session:
+        outputs = {row.use_case: row.value for row in session.scalars(select(UseCaseOutput))}
+        prompts = {row.use_case: row.prompt for row in session.scalars(select(Interaction))}
+    skills = outputs["posting_skills"]["skills"]
+    assert skills, outputs["posting_skills"]
+    text = f"{POSTINGS[0]['title']}\n{POSTINGS[0]['description']}"
+    for skill in skills:  # grounded: every kept mention is in the posting, with its sentence as evidence
+        assert skill["mention"].lower() in text.lower() and skill["evidence"] in text
+    assert {"posting_summary", "posting_skills"} <= set(prompts)
+    assert POSTINGS[0]["description"] in prompts["posting_skills"]

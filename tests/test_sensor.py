@@ -19,20 +19,23 @@ from appdb import work
 from appdb.database import session_scope
 from appdb.models import Posting
 from pipeline_defs.definitions import build_use_cases
-from pipeline_defs.factory import UseCaseDefinitions
+from pipeline_defs.factory import WorkGroup, build_work_groups
 from pipeline_defs.settings import Settings
+from pipeline_defs.use_cases import POSTING_SUMMARY
 from resources.app_database import AppDatabase
 from tests.conftest import seed_postings
 
 POSTINGS = [{"key": f"k-{i:02d}", "title": f"Job {i}", "description": f"Do task {i}."} for i in range(7)]
 
 
-def _summary(batch_size: int = 3) -> UseCaseDefinitions:
-    [summary] = build_use_cases(replace(Settings.from_env(), batch_size_override=batch_size))
-    return summary
+def _summary(batch_size: int = 3) -> WorkGroup:
+    """The work group of the summary use case alone."""
+    settings = replace(Settings.from_env(), batch_size_override=batch_size)
+    [group] = build_work_groups(build_use_cases(settings, [POSTING_SUMMARY]))
+    return group
 
 
-def _tick(summary: UseCaseDefinitions, url: str, instance, cursor: str | None = None):  # noqa: ANN001, ANN202
+def _tick(summary: WorkGroup, url: str, instance, cursor: str | None = None):  # noqa: ANN001, ANN202
     context = build_sensor_context(
         instance=instance, cursor=cursor, resources={"app_db": AppDatabase(url=url)}
     )
@@ -51,7 +54,7 @@ def test_requests_batches_of_at_most_batch_size_in_partition_order(
         for r in result.run_requests
     ]
     assert ranges == [("k-00", "k-02"), ("k-03", "k-05"), ("k-06", "k-06")]
-    assert {r.tags[PRIORITY_TAG] for r in result.run_requests} == {str(summary.use_case.priority)}
+    assert {r.tags[PRIORITY_TAG] for r in result.run_requests} == {str(POSTING_SUMMARY.priority)}
     [add] = result.dynamic_partitions_requests
     assert list(add.partition_keys) == [p["key"] for p in POSTINGS]
     assert json.loads(result.cursor)["pending"] == 7
@@ -83,19 +86,19 @@ def test_no_work_means_no_run_requests_and_an_unchanged_database_skips_the_query
     seed_postings(sqlite_url, tmp_path, POSTINGS[:2])
     summary = _summary()
     with session_scope(sqlite_url) as session:
-        work.claim_items(session, summary.use_case.name, ["k-00", "k-01"], "run-x")
+        work.claim_items(session, POSTING_SUMMARY.name, ["k-00", "k-01"], "run-x")
         for key in ("k-00", "k-01"):
             digest = session.scalar(select(Posting.content_hash).where(Posting.key == key))
             work.complete_item(
                 session,
-                summary.use_case.name,
+                POSTING_SUMMARY.name,
                 key,
                 "run-x",
                 {
                     "value": {"summary": "s"},
                     "model": "m",
                     "backend": "b",
-                    "use_case_version": summary.use_case.version,
+                    "use_case_version": POSTING_SUMMARY.version,
                     "input_hash": "h",
                     "posting_hash": digest,
                 },
