@@ -35,7 +35,10 @@ class OllamaResource(LLMResource):
 
     host: the server, e.g. http://gpu-box:11434.
     keep_alive: how long Ollama keeps the model loaded after each call (pins it for the run).
-    timeout_seconds: per request; a timeout is treated as the server being unavailable.
+    timeout_seconds: per request. When a generation times out, the server is probed
+        (`probe_timeout_seconds`): if it answers, the item is at fault (too slow, counts
+        against its attempts); if not, the server is unavailable (no attempt spent).
+        A model load that times out always counts as the server being unavailable.
     unload_after_run: free the GPU at the end of each run (keep_alive=0).
     raw: send prompts without the model's chat template (right for base models and
         the few-shot completion prompts of the shipped use cases).
@@ -45,6 +48,7 @@ class OllamaResource(LLMResource):
     host: str = "http://127.0.0.1:11434"
     keep_alive: str = "30m"
     timeout_seconds: float = 120.0
+    probe_timeout_seconds: float = 5.0
     unload_after_run: bool = False
     raw: bool = True
     options: dict[str, Any] = {}
@@ -87,6 +91,7 @@ class OllamaResource(LLMResource):
                 raw=self.raw or None,
                 stream=False,
             ),
+            timeout_may_be_the_items_fault=True,
         )
         latency_ms = (time.perf_counter() - started) * 1000
         return Generation(
@@ -103,7 +108,7 @@ class OllamaResource(LLMResource):
         with contextlib.suppress(ollama.ResponseError, ConnectionError, httpx.HTTPError):
             handle.generate(model=model, prompt="", keep_alive=0)
 
-    def _call(self, model: str, request: Any) -> Any:
+    def _call(self, model: str, request: Any, *, timeout_may_be_the_items_fault: bool = False) -> Any:
         """Run one request, turning client errors into the engine's two kinds of failure."""
         try:
             return request()
@@ -113,6 +118,17 @@ class OllamaResource(LLMResource):
                 f"({exc})"
             ) from exc
         except httpx.TimeoutException as exc:
+            # Only a response that never came (read timeout) can be the item's fault, and only
+            # while the server still answers; a dead or unreachable server spends no attempts.
+            if (
+                timeout_may_be_the_items_fault
+                and isinstance(exc, httpx.ReadTimeout)
+                and self._server_answers()
+            ):
+                raise ItemError(
+                    f"generation timed out after {self.timeout_seconds:g}s while the server was up "
+                    f"(Ollama at {self.host}, model {model})"
+                ) from exc
             raise BackendUnavailable(
                 f"Ollama at {self.host} did not answer within {self.timeout_seconds:g}s (model {model})"
             ) from exc
@@ -133,3 +149,14 @@ class OllamaResource(LLMResource):
             raise ItemError(
                 f"Ollama rejected the request for {model}: {exc.error} (HTTP {exc.status_code})"
             ) from exc
+
+    def _server_answers(self) -> bool:
+        """Whether the server answers a cheap request within `probe_timeout_seconds`."""
+        try:
+            with ollama.Client(host=self.host, timeout=self.probe_timeout_seconds) as client:
+                client.list()
+        except (ConnectionError, httpx.HTTPError):
+            return False
+        except (ollama.ResponseError, ValueError):
+            return True  # an error status or an unexpected body is still an answer
+        return True
