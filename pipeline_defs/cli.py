@@ -280,6 +280,7 @@ def _clip(text: str, width: int) -> str:
 
 def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
     from appdb.database import session_scope
+    from assets.llm_use_case import model_label
     from pipeline_defs.definitions import build_use_cases
 
     built = build_use_cases(settings)
@@ -296,7 +297,7 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
                 ).all()
             )
             print(
-                f"{item.use_case.name} (version {item.use_case.version}, model {item.use_case.model}): "
+                f"{item.use_case.name} (version {item.use_case.version}, {model_label(item.use_case)}): "
                 f"{pending} pending, {states.get('claimed', 0)} claimed, {states.get('failed', 0)} failed"
             )
         for pause in work.active_pauses(session).values():
