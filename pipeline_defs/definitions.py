@@ -33,6 +33,7 @@ def build_taxonomy_resource(settings: Settings) -> TaxonomyResource:
         embedding_backend=settings.embedding_backend,
         ollama_host=settings.ollama_host or "",
         embedding_model=settings.embedding_model,
+        embedding_cache_dir=str(settings.data_dir / "embedding_cache"),
     )
 
 

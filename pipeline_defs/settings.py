@@ -12,7 +12,7 @@ Everything a user may want to point elsewhere is one environment variable:
 | PIPELINE_DAGSTER_POSTGRES_URL| unset (Dagster's own storage is SQLite in DAGSTER_HOME) |
 | DAGSTER_HOME                 | ``<data dir>/dagster_home``              |
 | PIPELINE_TAXONOMY_PATH       | unset (the built-in demo taxonomy); e.g. ESCO's ``skills_en.csv`` |
-| PIPELINE_EMBEDDING_BACKEND   | ``none``; ``ollama`` adds the semantic stage of skill resolution |
+| PIPELINE_EMBEDDING_BACKEND   | ``none``; ``minilm`` (in process) or ``ollama``: semantic resolution |
 | PIPELINE_EMBEDDING_MODEL     | ``nomic-embed-text``                     |
 """
 
@@ -50,9 +50,9 @@ class Settings:
         if batch is not None and (not batch.isdigit() or int(batch) < 1):
             raise ValueError(f"PIPELINE_BATCH_SIZE must be a positive integer, not {batch!r}")
         embedding_backend = env.get("PIPELINE_EMBEDDING_BACKEND") or "none"
-        if embedding_backend not in ("none", "ollama"):
+        if embedding_backend not in ("none", "minilm", "ollama"):
             raise ValueError(
-                f"PIPELINE_EMBEDDING_BACKEND must be 'none' or 'ollama', not {embedding_backend!r}"
+                f"PIPELINE_EMBEDDING_BACKEND must be 'none', 'minilm' or 'ollama', not {embedding_backend!r}"
             )
         return cls(
             data_dir=data_dir,

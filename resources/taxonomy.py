@@ -70,8 +70,8 @@ _FUZZY_NOISE = re.compile(r"[()\[\]{}\"',:;!?*]+")
 def split_mention(text: str, is_label: Callable[[str], bool] | None = None) -> list[str]:
     """Split a mention that names several skills: "Python, SQL & dbt" -> ["Python", "SQL", "dbt"].
 
-    Conservative: nothing inside parentheses is split; a "/" between short words stays
-    ("CI/CD", "TCP/IP", "A/B testing"); and with `is_label`, adjacent pieces that
+    Conservative: nothing inside parentheses is split; a "/" next to a word of one or two
+    characters stays ("CI/CD", "TCP/IP", "A/B testing"); and with `is_label`, adjacent pieces that
     together form a known label are kept together ("health and safety", "research and
     development, Python" -> ["research and development", "Python"]).
     """
@@ -111,7 +111,7 @@ def _inside_parentheses(text: str, position: int) -> bool:
 
 
 def _short_slash(text: str, match: re.Match[str]) -> bool:
-    """A "/" between words of at most two characters joins them (CI/CD, I/O, A/B, TCP/IP)."""
+    """Whether a "/" touches a word of at most two characters, and so joins (CI/CD, I/O, TCP/IP, C/C++)."""
     if match.group().strip() != "/":
         return False
     before = re.search(r"[\w+#.]*$", text[: match.start()])
@@ -236,7 +236,12 @@ class SkillResolver:
         return normalized in self._exact or normalized in self._alternative
 
     def resolve(self, mention: str) -> list[Resolution]:
-        """Resolve one mention to one Resolution per skill it names (empty for a blank mention)."""
+        """Resolve one mention to one Resolution per skill it names (empty for a blank mention).
+
+        Order: the whole mention as a label; its parts, if every part is a label ("Python
+        and SQL"); the whole by fuzzy match (so "health and safety regulation" is not torn
+        apart); each part through all stages; the whole by semantic similarity.
+        """
         text = mention.strip()
         if not normalize_label(text):
             return []
