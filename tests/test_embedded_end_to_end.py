@@ -20,14 +20,9 @@ from tests.conftest import POSTINGS, run_use_case, seed_postings
 pytestmark = pytest.mark.embedded_llm
 
 
-def test_embedded_model_summarizes_a_batch_in_one_run_and_trace_shows_the_exact_prompt(
-    sqlite_url: str,
-    tmp_path: Path,
-    dagster_instance,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    loads = []
+def counting_model_loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record every llama.cpp model load from now on (the list fills as models load)."""
+    loads: list[str] = []
 
     class CountingLlama(llama_cpp.Llama):
         def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
@@ -35,6 +30,17 @@ def test_embedded_model_summarizes_a_batch_in_one_run_and_trace_shows_the_exact_
             super().__init__(*args, **kwargs)
 
     monkeypatch.setattr(llama_cpp, "Llama", CountingLlama)
+    return loads
+
+
+def test_embedded_model_summarizes_a_batch_in_one_run_and_trace_shows_the_exact_prompt(
+    sqlite_url: str,
+    tmp_path: Path,
+    dagster_instance,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    loads = counting_model_loads(monkeypatch)
     seed_postings(sqlite_url, tmp_path)
     defs = build_definitions(replace(Settings.from_env(), database_url=sqlite_url, llm_backend="embedded"))
     keys = [posting["key"] for posting in POSTINGS]
@@ -83,14 +89,7 @@ def test_embedded_model_extracts_grounded_skills_in_the_same_run_as_the_summary(
     """One group run for one posting: summary and skills, one model load, mentions found in the text."""
     from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
-    loads = []
-
-    class CountingLlama(llama_cpp.Llama):
-        def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
-            loads.append(kwargs.get("model_path"))
-            super().__init__(*args, **kwargs)
-
-    monkeypatch.setattr(llama_cpp, "Llama", CountingLlama)
+    loads = counting_model_loads(monkeypatch)
     seed_postings(sqlite_url, tmp_path, POSTINGS[:1])
     defs = build_definitions(replace(Settings.from_env(), database_url=sqlite_url, llm_backend="embedded"))
     dagster_instance.add_dynamic_partitions("postings", ["p-1"])
