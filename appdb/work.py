@@ -9,6 +9,7 @@ Lifecycle of a work item::
     (no row) --claim--> claimed --complete--> done
                           |  \\--fail (attempts < max)--> pending (next_attempt_at = backoff)
                           |   \\-fail (attempts = max)--> failed (parked, no longer discovered)
+                          |                                  \\--requeue_failed (pipeline retry)--> pending
                           \\--release (outage) / lease expires--> pending (no attempt spent)
 
 Claims are atomic: on PostgreSQL the claimable rows are picked with

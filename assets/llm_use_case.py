@@ -190,9 +190,8 @@ def process_batch(
         # already current are re-recorded first, or the failed run would mark them failed too.
         skipped = set(keys) - set(todo)
         with app_db.session() as session:
-            already_current = [
-                key for key in keys if key in _existing_outputs(session, use_case.name, skipped)
-            ]
+            existing = _existing_outputs(session, use_case.name, sorted(skipped))
+        already_current = [key for key in keys if key in existing]
         for key in already_current:
             yield AssetMaterialization(
                 asset_key=use_case.name,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from dagster import AssetsDefinition, SensorDefinition, define_asset_job, in_process_executor
@@ -115,9 +115,7 @@ def build_work_groups(built: Sequence[UseCaseDefinitions]) -> list[WorkGroup]:
             executor_def=in_process_executor,  # one process: resources (the loaded model) shared by steps
         )
         group = WorkGroup(name, model, tuple(members), job, min(m.batch_size for m in members))
-        groups.append(
-            WorkGroup(group.name, model, group.members, job, group.batch_size, build_discovery_sensor(group))
-        )
+        groups.append(replace(group, sensor=build_discovery_sensor(group)))
     return groups
 
 

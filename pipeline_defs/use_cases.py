@@ -19,6 +19,7 @@ from sqlalchemy import delete
 
 from appdb.models import KEY_LENGTH, PostingSkillConcept, utcnow
 from pipeline_defs.declaration import OutputCheck, ScriptContext, UseCase
+from resources.taxonomy import STAGES as RESOLUTION_STAGES
 
 # --- posting_summary -------------------------------------------------------------------------
 
@@ -62,6 +63,12 @@ SUMMARY_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
 }
 
+
+def _squash(text: str) -> str:
+    """Lowercase with runs of whitespace collapsed: the "modulo case and whitespace" comparison."""
+    return " ".join(text.lower().split())
+
+
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
@@ -87,8 +94,8 @@ def _summary_length(output: dict[str, Any], posting: Mapping[str, Any]) -> str |
 
 
 def _summary_not_a_copy(output: dict[str, Any], posting: Mapping[str, Any]) -> str | None:
-    summary = " ".join(output.get("summary", "").lower().split())
-    description = " ".join(str(posting.get("description", "")).lower().split())
+    summary = _squash(output.get("summary", ""))
+    description = _squash(str(posting.get("description", "")))
     if len(summary) >= 40 and summary in description:
         return "summary is copied word for word from the posting"
     return None
@@ -181,10 +188,6 @@ _SENTENCES = re.compile(r"(?<=[.!?;])\s+|\n+")
 _EDGE_PUNCTUATION = " \t\n.,;:!?\"'()[]{}-*•"
 
 
-def _squash(text: str) -> str:
-    return " ".join(text.lower().split())
-
-
 def ground_skill_mentions(output: dict[str, Any], inputs: Mapping[str, Any]) -> dict[str, Any]:
     """Dedupe and trim the generated mentions, keep those found in the posting (modulo case and
     whitespace), and store them as a list of {mention, kind, evidence}.
@@ -271,7 +274,7 @@ ENTITIES_SCHEMA: dict[str, Any] = {
                     "concept_uri": {"type": ["string", "null"]},
                     "concept_label": {"type": ["string", "null"]},
                     "confidence": {"type": "number", "minimum": 0, "maximum": 1},
-                    "stage": {"enum": ["exact", "alt_label", "fuzzy", "semantic", "unmatched"]},
+                    "stage": {"enum": list(RESOLUTION_STAGES)},
                 },
                 "required": ["mention", "source_mention", "kind", "concept_uri", "confidence", "stage"],
             },
