@@ -12,7 +12,7 @@ pipeline discover --shadow [--use-case NAME] [--expect FILE] [--json]
                                  what each use case would process now; claims and writes nothing
 pipeline pauses                  use cases paused by the circuit breaker: why, and until when
 pipeline resume [--use-case NAME]      end pauses now
-pipeline ui                      start `dagster dev` on 127.0.0.1 with the project's DAGSTER_HOME
+pipeline ui [--port N]           start `dagster dev` on 127.0.0.1 with the project's DAGSTER_HOME
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import argparse
 import csv
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -68,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     trace = commands.add_parser("trace", help="show exact prompts, responses and outputs for a posting")
     trace.add_argument("key")
     trace.add_argument("--markdown", type=Path, help="also write the report as markdown to this file")
-    commands.add_parser("ui", help="start dagster dev on 127.0.0.1:3000")
+    ui = commands.add_parser("ui", help="start dagster dev (webserver and daemon) on 127.0.0.1:3000")
+    ui.add_argument("--port", type=int, default=3000, help="the webserver's port on 127.0.0.1 (default 3000)")
     failures = commands.add_parser(
         "failures", help="list parked items (failed too often) and their last error"
     )
@@ -647,10 +649,12 @@ def cmd_ui(settings: Settings, args: argparse.Namespace) -> int:
     home = ensure_dagster_home(settings)
     print(f"DAGSTER_HOME={home}")
     dagster = Path(sys.executable).with_name("dagster")
-    os.execv(
-        str(dagster),
-        [str(dagster), "dev", "-h", "127.0.0.1", "-p", "3000", "-w", str(PROJECT_ROOT / "workspace.yaml")],
-    )
+    # Started in the background (`nohup make ui &`, a service script) SIGINT arrives ignored, and
+    # dagster dev then ignores SIGTERM too and cannot be stopped: give both their defaults back.
+    for stop_signal in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop_signal, signal.SIG_DFL)
+    workspace = str(PROJECT_ROOT / "workspace.yaml")
+    os.execv(str(dagster), [str(dagster), "dev", "-h", "127.0.0.1", "-p", str(args.port), "-w", workspace])
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ def dagster_yaml(settings: Settings) -> str:
         "# Written by `pipeline`; edit freely, it is not overwritten.",
         "telemetry:",
         "  enabled: false",
+        "nux:",  # no sign-up pop-up over the UI
+        "  enabled: false",
         "concurrency:",
         "  runs:",
         f"    max_concurrent_runs: {MAX_CONCURRENT_RUNS}",

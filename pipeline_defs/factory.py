@@ -76,7 +76,8 @@ def build_use_case(
 ) -> UseCaseDefinitions:
     spec = work_spec(use_case, registry)
     batch_size = batch_size_override or use_case.batch_size
-    asset = build_use_case_asset(use_case, spec)
+    # the asset's backfill policy batches UI backfills: it must honour PIPELINE_BATCH_SIZE too
+    asset = build_use_case_asset(replace(use_case, batch_size=batch_size), spec)
     job = define_asset_job(
         job_name(use_case),
         selection=[asset.key],

@@ -14,6 +14,7 @@ Everything a user may want to point elsewhere is one environment variable:
 | PIPELINE_TAXONOMY_PATH       | unset (the built-in demo taxonomy); e.g. ESCO's ``skills_en.csv`` |
 | PIPELINE_EMBEDDING_BACKEND   | ``none``; ``minilm`` (in process) or ``ollama``: semantic resolution |
 | PIPELINE_EMBEDDING_MODEL     | ``nomic-embed-text``                     |
+| PIPELINE_SENSOR_INTERVAL_SECONDS | ``30``: how often each discovery sensor looks for work |
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_SENSOR_INTERVAL_SECONDS = 30
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,7 @@ class Settings:
     taxonomy_path: str = ""
     embedding_backend: str = "none"
     embedding_model: str = "nomic-embed-text"
+    sensor_interval_seconds: int = DEFAULT_SENSOR_INTERVAL_SECONDS
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -49,6 +52,9 @@ class Settings:
         batch = env.get("PIPELINE_BATCH_SIZE")
         if batch is not None and (not batch.isdigit() or int(batch) < 1):
             raise ValueError(f"PIPELINE_BATCH_SIZE must be a positive integer, not {batch!r}")
+        interval = env.get("PIPELINE_SENSOR_INTERVAL_SECONDS")
+        if interval is not None and (not interval.isdigit() or int(interval) < 1):
+            raise ValueError(f"PIPELINE_SENSOR_INTERVAL_SECONDS must be a positive integer, not {interval!r}")
         embedding_backend = env.get("PIPELINE_EMBEDDING_BACKEND") or "none"
         if embedding_backend not in ("none", "minilm", "ollama"):
             raise ValueError(
@@ -65,4 +71,5 @@ class Settings:
             taxonomy_path=env.get("PIPELINE_TAXONOMY_PATH") or "",
             embedding_backend=embedding_backend,
             embedding_model=env.get("PIPELINE_EMBEDDING_MODEL") or "nomic-embed-text",
+            sensor_interval_seconds=int(interval) if interval else DEFAULT_SENSOR_INTERVAL_SECONDS,
         )

@@ -39,6 +39,7 @@ from sqlalchemy.orm import Session
 
 from appdb import work
 from assets.partitions import POSTING_PARTITIONS
+from pipeline_defs.settings import Settings
 from resources.app_database import AppDatabase
 
 if TYPE_CHECKING:
@@ -126,13 +127,15 @@ def _keys_in_active_runs(
     return covered
 
 
-def build_discovery_sensor(group: "WorkGroup") -> SensorDefinition:
+def build_discovery_sensor(group: "WorkGroup", interval_seconds: int | None = None) -> SensorDefinition:
+    """The group's sensor; it ticks every `interval_seconds` (PIPELINE_SENSOR_INTERVAL_SECONDS)."""
     members = ", ".join(group.use_case_names)
+    interval = interval_seconds or Settings.from_env().sensor_interval_seconds
 
     @sensor(
         name=f"{group.name}_discovery",
         job=group.job,
-        minimum_interval_seconds=30,
+        minimum_interval_seconds=interval,
         default_status=DefaultSensorStatus.RUNNING,
         description=(
             f"Finds postings lacking a current {members}; requests runs of up to {group.batch_size} "

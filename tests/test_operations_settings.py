@@ -1,0 +1,53 @@
+"""What `make ui` runs with: sensor interval, batch size for UI backfills, the generated dagster.yaml."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+from dagster import DagsterInstance
+
+from pipeline_defs.dagster_home import ensure_dagster_home
+from pipeline_defs.definitions import build_use_cases
+from pipeline_defs.factory import build_work_groups
+from pipeline_defs.settings import Settings
+
+
+def test_sensor_interval_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PIPELINE_SENSOR_INTERVAL_SECONDS", raising=False)
+    assert Settings.from_env().sensor_interval_seconds == 30
+    monkeypatch.setenv("PIPELINE_SENSOR_INTERVAL_SECONDS", "5")
+    groups = build_work_groups(build_use_cases(Settings.from_env()))
+    assert {group.sensor.minimum_interval_seconds for group in groups} == {5}
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "soon", "1.5"])
+def test_a_bad_sensor_interval_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("PIPELINE_SENSOR_INTERVAL_SECONDS", value)
+    with pytest.raises(
+        ValueError, match=f"PIPELINE_SENSOR_INTERVAL_SECONDS must be a positive integer, not '{value}'"
+    ):
+        Settings.from_env()
+
+
+def test_batch_size_override_also_batches_ui_backfills(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PIPELINE_BATCH_SIZE", "3")
+    for item in build_use_cases(Settings.from_env()):
+        assert item.batch_size == 3
+        assert item.asset.backfill_policy.max_partitions_per_run == 3, item.use_case.name
+
+
+def test_generated_dagster_yaml_limits_llm_steps_and_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "unused"))
+    settings = replace(Settings.from_env(), dagster_home=tmp_path / "home", dagster_postgres_url=None)
+    config = yaml.safe_load((ensure_dagster_home(settings) / "dagster.yaml").read_text())
+    assert config["nux"] == {"enabled": False}  # no sign-up pop-up over a team's UI
+    assert config["telemetry"] == {"enabled": False}
+    with DagsterInstance.from_config(str(tmp_path / "home")) as instance:
+        assert instance.get_concurrency_config().pool_config.default_pool_limit == 1
+        assert instance.get_concurrency_config().run_queue_config.max_concurrent_runs == 4
+        assert instance.event_log_storage.supports_global_concurrency_limits  # SQLite can enforce pools
