@@ -3,7 +3,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PYTHON ?= python3
 
-.PHONY: demo test lint ui clean
+.PHONY: demo test lint ui clean chromium
 
 $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is needed (set PYTHON=...)")'
@@ -19,8 +19,19 @@ $(VENV)/.installed: pyproject.toml
 demo: $(VENV)/.installed  ## ingest the demo postings and summarize them with the embedded model
 	$(BIN)/pipeline demo
 
-test: $(VENV)/.installed  ## the whole test suite (PostgreSQL tests skip if the server is unreachable, unless CI)
+test: $(VENV)/.installed chromium  ## the whole test suite (PostgreSQL tests skip if the server is unreachable, unless CI)
 	$(BIN)/pytest
+
+chromium:  ## Debian's Chromium for the browser test: installed when missing (as root), else a clear error
+	@if [ -z "$$PIPELINE_CHROMIUM" ] && ! command -v chromium >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "Installing Debian's chromium for the browser test ..."; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else \
+	    echo "The browser test needs Chromium: sudo apt-get install -y chromium (or set PIPELINE_CHROMIUM)" >&2; \
+	    exit 1; \
+	  fi; \
+	fi
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .

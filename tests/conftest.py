@@ -25,6 +25,8 @@ POSTGRES_ADMIN_URL = os.environ.get(
     "PIPELINE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
 )
 REQUIRE_POSTGRES = os.environ.get("PIPELINE_REQUIRE_POSTGRES") == "1"
+# `live_pipeline`: one real `dagster dev` per session, shared by the daemon and browser tests
+pytest_plugins = ["tests.live_pipeline"]
 
 
 def _postgres_unavailable_reason() -> str | None:
