@@ -1,6 +1,6 @@
 """`pipeline`: the command line beside the Dagster UI.
 
-pipeline migrate                 create or upgrade the application database
+pipeline migrate                 create or upgrade the application database; create DAGSTER_HOME
 pipeline ingest FILE...          load postings (JSONL or CSV); exit 1 if any row was rejected
 pipeline run [--use-case NAME]   process all pending work now, in this process
 pipeline demo                    ingest the demo postings, summarize them, print a table
@@ -55,7 +55,7 @@ ERROR_CHARS = 100
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="pipeline", description="Job-posting enrichment with local LLMs.")
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("migrate", help="create or upgrade the application database")
+    commands.add_parser("migrate", help="create or upgrade the application database; create the Dagster home")
     ingest = commands.add_parser("ingest", help="load postings from JSONL or CSV files")
     ingest.add_argument("files", nargs="+", type=Path)
     run = commands.add_parser("run", help="process all pending work now")
@@ -128,8 +128,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
+    from pipeline_defs.dagster_home import ensure_dagster_home
+
     migrate(settings.database_url)
     print(f"application database is at the newest schema: {settings.database_url}")
+    # a service runs dagster-webserver and dagster-daemon directly: they need the home's dagster.yaml
+    print(f"Dagster home (dagster.yaml kept if present): {ensure_dagster_home(settings)}")
     return 0
 
 

@@ -108,3 +108,26 @@ def test_partition_page_shows_model_tokens_and_preview(
         assert value in row.inner_text(), (label, row.inner_text())
     page.get_by_text("Materialized", exact=True).first.wait_for()
     screenshot(page, "partition_metadata")
+
+
+def test_backfill_dialog_offers_batched_runs(
+    page, live_pipeline: LivePipeline, enriched_postings: list[str]
+) -> None:
+    page.goto(f"{live_pipeline.url}/assets/posting_summary?view=partitions")
+    page.get_by_text(enriched_postings[0], exact=True).first.wait_for()
+    page.get_by_role("button", name="Materialize…").first.click()
+    # `postings` is filled by `pipeline ingest`, not materialized, so Dagster asks to confirm
+    confirm = page.get_by_role("button", name="Confirm")
+    dialog_title = page.get_by_text("Launch runs to materialize posting_summary")
+    confirm.or_(dialog_title).first.wait_for()
+    if confirm.count():
+        confirm.click()
+    dialog_title.wait_for()
+    page.get_by_role("button", name="All", exact=True).click()
+    page.get_by_text(
+        f"Backfills in multiple runs, with a maximum of {live_pipeline.batch_size} partitions per run."
+    ).wait_for()
+    launch = page.get_by_role("button", name="Launch backfill")
+    assert launch.is_enabled()
+    screenshot(page, "backfill_dialog")
+    page.get_by_role("button", name="Cancel").click()

@@ -99,14 +99,33 @@ def test_discovery_sensors_are_on_when_the_server_starts(live_pipeline: LivePipe
     assert states["skills_taxonomy_sensor"] == "RUNNING"
 
 
-def test_sensors_process_new_postings_without_intervention(
+def test_new_postings_are_processed_unaided_in_batches_one_model_call_at_a_time(
     live_pipeline: LivePipeline, enriched_postings: list[str]
 ) -> None:
-    live = live_pipeline
-    more = make_postings("flow-b", 2)
-    live.ingest(more, "flow-b")
+    live, model_server = live_pipeline, live_pipeline.fake_ollama
+    more = make_postings("flow-b", 2 * live.batch_size)
     more_keys = [row["key"] for row in more]
+    model_server.hold()  # the first run to reach the model stays inside its call for a moment
+    try:
+        live.ingest(more, "flow-b")
+        live.wait_until(lambda: model_server.in_flight >= 1, 120, lambda: "no run reached the model server")
+        held_runs = [
+            run
+            for run in live.runs()
+            if run["jobName"] == GROUP_JOB and run["tags"].get(RANGE_START) in more_keys
+        ]
+        pool = live.graphql(POOL)["instance"]["concurrencyLimit"]
+    finally:
+        model_server.release()
     live.wait_until_enriched(more_keys)  # nothing but the running daemon makes this happen
+
+    # the `llm` pool: both batches were requested at once, yet the run inside the model call
+    # held the pool's one slot, and the model server never saw two requests at once
+    assert len(held_runs) == 2, [run["tags"] for run in held_runs]
+    assert pool["limit"] == 1, pool
+    assert len(pool["activeRunIds"]) == 1, pool
+    assert pool["activeRunIds"][0] in {run["runId"] for run in held_runs}, pool
+    assert model_server.max_in_flight == 1
 
     outputs = live.outputs(enriched_postings + more_keys)
     assert outputs[("posting_summary", "flow-b-002")].value["summary"] == (
@@ -129,31 +148,6 @@ def test_sensors_process_new_postings_without_intervention(
     # every posting went through a sensor-launched run of at most batch_size postings
     assert sorted(key for batch in batches for key in batch) == order
     assert max(len(batch) for batch in batches) <= live.batch_size
-
-
-def test_llm_steps_take_turns_in_the_llm_pool(
-    live_pipeline: LivePipeline, enriched_postings: list[str]
-) -> None:
-    live, model_server = live_pipeline, live_pipeline.fake_ollama
-    rows = make_postings("pool", 2 * live.batch_size)
-    model_server.hold()  # the first run to reach the model stays inside its call
-    try:
-        live.ingest(rows, "pool")
-        live.wait_until(lambda: model_server.in_flight >= 1, 120, lambda: "no run reached the model server")
-        runs = [
-            run
-            for run in live.runs()
-            if run["jobName"] == GROUP_JOB and run["tags"].get(RANGE_START, "").startswith("pool-")
-        ]
-        pool = live.graphql(POOL)["instance"]["concurrencyLimit"]
-    finally:
-        model_server.release()
-    assert len(runs) == 2, [run["tags"] for run in runs]  # both batches were requested at once
-    # the run inside the model call holds the pool's one slot; the other waits for it
-    assert pool["limit"] == 1, pool
-    assert len(pool["activeRunIds"]) == 1 and pool["activeRunIds"][0] in {run["runId"] for run in runs}, pool
-    live.wait_until_enriched([row["key"] for row in rows])
-    assert model_server.max_in_flight == 1  # the model server never saw two requests at once
 
 
 def test_backfill_through_graphql_runs_in_batches(
