@@ -387,6 +387,17 @@ def _update_held(session: Session, use_case: str, keys: Sequence[str], run_id: s
     return changed
 
 
+def expired_claim_holders(session: Session) -> list[str]:
+    """The runs holding claims whose lease ran out: a live run renews its lease, so these died."""
+    return list(
+        session.scalars(
+            select(WorkItem.claimed_by)
+            .where(WorkItem.status == "claimed", WorkItem.lease_expires_at < utcnow())
+            .distinct()
+        )
+    )
+
+
 def release_expired_claims(session: Session) -> int:
     """Free claims whose lease ran out (their run died); returns how many were freed."""
     now = utcnow()

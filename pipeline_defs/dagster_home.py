@@ -2,7 +2,7 @@
 
 SQLite by default; dagster-postgres when PIPELINE_DAGSTER_POSTGRES_URL is set. LLM
 steps share one concurrency pool (`llm`, one step at a time by default) so concurrent
-runs do not fight over one model.
+runs do not fight over one model; run monitoring frees the slots of runs that died.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pipeline_defs.settings import Settings
 
 LLM_POOL_LIMIT = 1
 MAX_CONCURRENT_RUNS = 4
+FREE_SLOTS_AFTER_RUN_END_SECONDS = 60
 
 
 def dagster_yaml(settings: Settings) -> str:
@@ -29,6 +30,12 @@ def dagster_yaml(settings: Settings) -> str:
         f"    max_concurrent_runs: {MAX_CONCURRENT_RUNS}",
         "  pools:",
         f"    default_limit: {LLM_POOL_LIMIT}",
+        # A run whose worker died keeps its pool slot (one slot: every LLM step would wait
+        # forever). The discovery sensor marks such runs failed when their claims expire;
+        # monitoring then frees their slots, and fails runs that never get started.
+        "run_monitoring:",
+        "  enabled: true",
+        f"  free_slots_after_run_end_seconds: {FREE_SLOTS_AFTER_RUN_END_SECONDS}",
     ]
     if settings.dagster_postgres_url:
         # dagster-postgres needs psycopg2: with SQLAlchemy 2.1 a bare postgresql:// picks psycopg 3.

@@ -1,7 +1,8 @@
 """Work discovery: each work group's sensor pulls its own work from the application database.
 
 A work group is the use cases that share a model (or one script use case); see
-`pipeline_defs/factory.py`. Every tick the sensor frees dead claims, runs each member's
+`pipeline_defs/factory.py`. Every tick the sensor frees dead claims (and marks the
+Dagster runs that held them failed, so their postings stop counting as in flight), runs each member's
 discovery query, registers the new postings as partitions, leaves out postings
 already covered by a queued or running run of the group, and requests runs of at most
 `batch_size` postings each: one run per contiguous range of posting partitions, which
@@ -127,6 +128,27 @@ def _keys_in_active_runs(
     return covered
 
 
+def fail_dead_runs(instance: DagsterInstance, run_ids: Sequence[str]) -> list[str]:
+    """Mark failed the Dagster runs that let their claims expire, and return their ids.
+
+    Their worker died (killed, out of memory, host lost): the default run launcher cannot
+    tell, so the run would stay STARTED, and its postings would count as in flight forever.
+    """
+    failed = []
+    for run_id in run_ids:
+        run = instance.get_run_by_id(run_id)
+        if run is not None and run.status in ACTIVE_STATUSES:
+            instance.report_run_failed(
+                run,
+                message=(
+                    "the run stopped renewing its claims (lease expired): its worker died; "
+                    "its postings are pending again and the sensor requests them anew"
+                ),
+            )
+            failed.append(run_id)
+    return failed
+
+
 def build_discovery_sensor(group: "WorkGroup", interval_seconds: int | None = None) -> SensorDefinition:
     """The group's sensor; it ticks every `interval_seconds` (PIPELINE_SENSOR_INTERVAL_SECONDS)."""
     members = ", ".join(group.use_case_names)
@@ -144,9 +166,11 @@ def build_discovery_sensor(group: "WorkGroup", interval_seconds: int | None = No
     )
     def _discovery(context: SensorEvaluationContext, app_db: AppDatabase) -> SensorResult | SkipReason:
         with app_db.session() as session:
+            dead_runs = work.expired_claim_holders(session)
             freed = work.release_expired_claims(session)
         if freed:
             context.log.warning(f"{group.name}: freed {freed} claims whose lease expired (their run died)")
+            fail_dead_runs(context.instance, dead_runs)
         with app_db.session() as session:
             versions = ",".join(member.use_case.version for member in group.members)
             marker = f"{versions}|{work.change_marker(session)}"
@@ -182,4 +206,4 @@ def build_discovery_sensor(group: "WorkGroup", interval_seconds: int | None = No
     return _discovery
 
 
-__all__ = ["RunPlan", "build_discovery_sensor", "plan_runs"]
+__all__ = ["RunPlan", "build_discovery_sensor", "fail_dead_runs", "plan_runs"]

@@ -51,3 +51,6 @@ def test_generated_dagster_yaml_limits_llm_steps_and_runs(
         assert instance.get_concurrency_config().pool_config.default_pool_limit == 1
         assert instance.get_concurrency_config().run_queue_config.max_concurrent_runs == 4
         assert instance.event_log_storage.supports_global_concurrency_limits  # SQLite can enforce pools
+        # slots held by a run that died are freed once the run is marked failed
+        assert instance.run_monitoring_enabled
+        assert instance.run_monitoring_settings["free_slots_after_run_end_seconds"] == 60

@@ -113,3 +113,32 @@ def test_no_work_means_no_run_requests_and_an_unchanged_database_skips_the_query
     seed_postings(sqlite_url, tmp_path, [{"key": "k-new", "title": "New", "description": "New work."}])
     third, _ = _tick(summary, sqlite_url, dagster_instance, cursor=cursor)
     assert [r.tags[ASSET_PARTITION_RANGE_START_TAG] for r in third.run_requests] == ["k-new"]
+
+
+def test_a_run_whose_claims_expired_is_marked_failed_and_its_postings_requested_again(
+    sqlite_url: str, tmp_path: Path, dagster_instance
+) -> None:
+    seed_postings(sqlite_url, tmp_path, POSTINGS)
+    summary = _summary()
+    dagster_instance.add_dynamic_partitions("postings", [p["key"] for p in POSTINGS])
+    tags = {ASSET_PARTITION_RANGE_START_TAG: "k-00", ASSET_PARTITION_RANGE_END_TAG: "k-02"}
+    dead = create_run_for_test(
+        dagster_instance, job_name=summary.job.name, status=DagsterRunStatus.STARTED, tags=tags
+    )
+    alive = create_run_for_test(
+        dagster_instance,
+        job_name=summary.job.name,
+        status=DagsterRunStatus.STARTED,
+        tags={ASSET_PARTITION_RANGE_START_TAG: "k-03", ASSET_PARTITION_RANGE_END_TAG: "k-05"},
+    )
+    with session_scope(sqlite_url) as session:
+        # the dead run's worker was killed: its lease ran out; the live one renews its own
+        work.claim_items(session, "posting_summary", ["k-00", "k-01", "k-02"], dead.run_id, lease_seconds=-1)
+        work.claim_items(session, "posting_summary", ["k-03", "k-04", "k-05"], alive.run_id)
+    result, _ = _tick(summary, sqlite_url, dagster_instance)
+    assert dagster_instance.get_run_by_id(dead.run_id).status == DagsterRunStatus.FAILURE
+    assert dagster_instance.get_run_by_id(alive.run_id).status == DagsterRunStatus.STARTED
+    assert [
+        (r.tags[ASSET_PARTITION_RANGE_START_TAG], r.tags[ASSET_PARTITION_RANGE_END_TAG])
+        for r in result.run_requests
+    ] == [("k-00", "k-02"), ("k-06", "k-06")]
