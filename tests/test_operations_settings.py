@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -54,3 +57,34 @@ def test_generated_dagster_yaml_limits_llm_steps_and_runs(
         # slots held by a run that died are freed once the run is marked failed
         assert instance.run_monitoring_enabled
         assert instance.run_monitoring_settings["free_slots_after_run_end_seconds"] == 60
+
+
+def test_a_dead_run_gives_its_llm_pool_slot_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sensor marks a run with expired claims failed; monitoring (as configured) frees its slot."""
+    from dagster import DagsterRunStatus
+    from dagster._core.test_utils import create_run_for_test
+    from dagster._daemon.monitoring import concurrency as slot_monitoring
+
+    from sensors.discovery import fail_dead_runs
+
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "unused"))
+    settings = replace(Settings.from_env(), dagster_home=tmp_path / "home", dagster_postgres_url=None)
+    ensure_dagster_home(settings)
+    with DagsterInstance.from_config(str(tmp_path / "home")) as instance:
+        storage = instance.event_log_storage
+        storage.initialize_concurrency_limit_to_default("llm")
+        dead = create_run_for_test(
+            instance, job_name="gemma3_270m_batch_job", status=DagsterRunStatus.STARTED
+        )
+        assert storage.claim_concurrency_slot("llm", dead.run_id, "posting_summary").is_claimed
+        assert fail_dead_runs(instance, [dead.run_id]) == [dead.run_id]
+        assert instance.get_run_by_id(dead.run_id).status == DagsterRunStatus.FAILURE
+        later = slot_monitoring.get_current_datetime() + timedelta(seconds=61)
+        monkeypatch.setattr(slot_monitoring, "get_current_datetime", lambda: later)
+        list(
+            slot_monitoring.execute_concurrency_slots_iteration(
+                SimpleNamespace(instance=instance), logging.getLogger()
+            )
+        )
+        assert storage.get_concurrency_info("llm").active_slot_count == 0
+        assert storage.claim_concurrency_slot("llm", "next-run", "posting_summary").is_claimed
