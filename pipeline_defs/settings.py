@@ -14,6 +14,11 @@ Everything a user may want to point elsewhere is one environment variable:
 | PIPELINE_TAXONOMY_PATH       | unset (the built-in demo taxonomy); e.g. ESCO's ``skills_en.csv`` |
 | PIPELINE_EMBEDDING_BACKEND   | ``none``; ``minilm`` (in process) or ``ollama``: semantic resolution |
 | PIPELINE_EMBEDDING_MODEL     | ``nomic-embed-text``                     |
+| PIPELINE_JUDGE_MODEL         | ``gemma3:270m`` (the embedded model): the gym's judge |
+| PIPELINE_JUDGE_SAMPLE        | ``2`` outputs graded per use case and run; ``0`` turns the judge off |
+| PIPELINE_JUDGE_RUBRIC        | unset (the built-in rubric); a JSON file with criteria and examples |
+| PIPELINE_REVIEW_BELOW        | ``3.0``: outputs the judge grades lower (mean of criteria) go to review |
+| PIPELINE_GOLD_SKILLSPAN      | unset; SkillSpan ``dev.json``: gold for postings keyed ``skillspan-...`` |
 """
 
 from __future__ import annotations
@@ -37,6 +42,11 @@ class Settings:
     taxonomy_path: str = ""
     embedding_backend: str = "none"
     embedding_model: str = "nomic-embed-text"
+    judge_model: str = "gemma3:270m"
+    judge_sample: int = 2
+    judge_rubric_path: str = ""
+    review_below: float = 3.0
+    gold_skillspan_path: str = ""
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -54,6 +64,18 @@ class Settings:
             raise ValueError(
                 f"PIPELINE_EMBEDDING_BACKEND must be 'none', 'minilm' or 'ollama', not {embedding_backend!r}"
             )
+        judge_sample = env.get("PIPELINE_JUDGE_SAMPLE") or "2"
+        if not judge_sample.isdigit():
+            raise ValueError(
+                f"PIPELINE_JUDGE_SAMPLE must be a whole number (0 turns the judge off), not {judge_sample!r}"
+            )
+        review_below = env.get("PIPELINE_REVIEW_BELOW") or "3.0"
+        try:
+            threshold = float(review_below)
+        except ValueError:
+            threshold = -1.0
+        if not 1.0 <= threshold <= 5.0:
+            raise ValueError(f"PIPELINE_REVIEW_BELOW must be a grade between 1 and 5, not {review_below!r}")
         return cls(
             data_dir=data_dir,
             database_url=env.get("PIPELINE_DATABASE_URL") or f"sqlite:///{data_dir / 'app.db'}",
@@ -65,4 +87,9 @@ class Settings:
             taxonomy_path=env.get("PIPELINE_TAXONOMY_PATH") or "",
             embedding_backend=embedding_backend,
             embedding_model=env.get("PIPELINE_EMBEDDING_MODEL") or "nomic-embed-text",
+            judge_model=env.get("PIPELINE_JUDGE_MODEL") or "gemma3:270m",
+            judge_sample=int(judge_sample),
+            judge_rubric_path=env.get("PIPELINE_JUDGE_RUBRIC") or "",
+            review_below=threshold,
+            gold_skillspan_path=env.get("PIPELINE_GOLD_SKILLSPAN") or "",
         )

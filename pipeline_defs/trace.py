@@ -33,6 +33,8 @@ def output_state(output: UseCaseOutput | None, posting: Posting, spec: WorkSpec 
         return "use case no longer declared"
     if output.use_case_version != spec.version:
         return f"stale: made by version {output.use_case_version}, current version is {spec.version}"
+    if spec.model is not None and output.model != spec.model:
+        return f"stale: made by {output.model}, the use case now uses {spec.model}"
     if output.posting_hash != posting.content_hash:
         return "stale: the posting changed since"
     return "current"
