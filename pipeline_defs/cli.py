@@ -13,6 +13,8 @@ pipeline discover --shadow [--use-case NAME] [--expect FILE] [--json]
 pipeline pauses                  use cases paused by the circuit breaker: why, and until when
 pipeline resume [--use-case NAME]      end pauses now
 pipeline ui                      start `dagster dev` on 127.0.0.1 with the project's DAGSTER_HOME
+pipeline review [...]            the gym: quality figures, review items, accept/reject/correct (review_cli.py)
+pipeline reprocess --stale [--use-case NAME] [--dry-run]   redo only outdated outputs
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from appdb import work
 from appdb.database import migrate
 from appdb.ingest import ingest_files
 from appdb.models import Interaction, Posting, UseCaseOutput, WorkItem, utcnow
+from pipeline_defs import review_cli
 from pipeline_defs.settings import PROJECT_ROOT, Settings
 
 if TYPE_CHECKING:
@@ -101,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     resume.add_argument(
         "--use-case", action="append", dest="use_cases", help="only this use case (repeatable)"
     )
+    review_cli.add_commands(commands)
     args = parser.parse_args(argv)
 
     try:
@@ -121,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
         "discover": cmd_discover,
         "pauses": cmd_pauses,
         "resume": cmd_resume,
+        "review": review_cli.cmd_review,
+        "reprocess": review_cli.cmd_reprocess,
     }[args.command]
     return handler(settings, args)
 
