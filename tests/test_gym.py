@@ -154,6 +154,7 @@ FAKE_SKILLS = {
     "Data Engineer": {"knowledge": ["Python and SQL", "dbt"], "skills": []},
     "Registered Nurse": {"knowledge": [], "skills": ["administer medication", "keep records"]},
     "Electrician": {"knowledge": [], "skills": ["Install cabling", "test every circuit"]},
+    "not stated": {"knowledge": ["Docker", "use"], "skills": []},  # a SkillSpan posting (no title)
 }
 LOW_GRADES = {"faithful": 2, "complete": 1, "concise": 3}
 HIGH_GRADES = {"faithful": 5, "complete": 4, "concise": 5}
@@ -389,6 +390,34 @@ def test_a_rejection_counts_as_a_disagreement(gym) -> None:
     figures = _gold(defs, instance)["posting_summary"].metadata
     assert figures["agreement"].value == 0.5 and figures["rejected"].value == 1
     assert figures["compared"].value == 1
+
+
+def test_public_gold_scores_skillspan_postings_when_its_path_is_configured(
+    sqlite_url: str, tmp_path: Path, dagster_instance: DagsterInstance
+) -> None:
+    gold = tmp_path / "dev.json"
+    sentence = {
+        "idx": 7,
+        "source": "tech",
+        "tokens": ["You", "use", "Docker", "and", "Jenkins", "."],
+        "tags_skill": ["O"] * 6,
+        "tags_knowledge": ["O", "O", "B", "O", "B", "O"],
+    }
+    gold.write_text(json.dumps(sentence) + "\n")
+    posting = {
+        "key": "skillspan-tech-7",
+        "title": "not stated",
+        "description": "You use Docker and Jenkins .",
+    }
+    seed_postings(sqlite_url, tmp_path, [posting])
+    defs = build_definitions(gym_settings(sqlite_url, gold_skillspan_path=str(gold)), llm=GymFake())
+    run_use_case(defs, dagster_instance, ["skillspan-tech-7"], use_case="posting_skills")
+
+    figures = _gold(defs, dagster_instance)["posting_skills"].metadata
+    # answer {docker, use} against gold {docker, jenkins}
+    assert figures["skillspan_compared"].value == 1
+    assert (figures["skillspan_precision"].value, figures["skillspan_recall"].value) == (0.5, 0.5)
+    assert "precision" not in figures  # no corrections yet: only the public gold
 
 
 # --- versioned reprocessing --------------------------------------------------------------------
