@@ -60,12 +60,18 @@ class Rubric:
         return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:12]
 
     @property
+    def answer_order(self) -> list[str]:
+        """Criteria in alphabetical order: the order llama.cpp's grammar (built from the schema with
+        sorted keys) makes the model answer in, so the examples show the same order."""
+        return sorted(self.criteria)
+
+    @property
     def schema(self) -> dict[str, Any]:
         """The grammar of the judge's answer: one grade of 1..5 per criterion."""
         return {
             "type": "object",
-            "properties": {name: {"type": "integer", "enum": list(GRADES)} for name in self.criteria},
-            "required": list(self.criteria),
+            "properties": {name: {"type": "integer", "enum": list(GRADES)} for name in self.answer_order},
+            "required": self.answer_order,
             "additionalProperties": False,
         }
 
@@ -81,7 +87,7 @@ class Rubric:
             lines += [
                 f"Posting: {example.posting}",
                 f"Output: {example.output}",
-                f"Grades: {json.dumps({name: example.grades[name] for name in self.criteria})}",
+                f"Grades: {json.dumps({name: example.grades[name] for name in self.answer_order})}",
                 "",
             ]
         posting = " ".join(posting.split())
@@ -122,14 +128,10 @@ _ANALYST = (
     "write SQL for the claims team. Two years of experience and fluent Dutch are required."
 )
 
+# The last example weighs most with a small base model (it tends to echo it), so the good one
+# comes last: a weak judge then flags little rather than flooding the review queue.
 DEFAULT_EXAMPLES: dict[str, tuple[Example, ...]] = {
     "posting_summary": (
-        Example(
-            _BAKER,
-            "Brightline Bakery in Leeds is hiring a baker for early shifts to bake bread and pastries; "
-            "a food hygiene certificate is required.",
-            {"faithful": 5, "complete": 5, "concise": 5},
-        ),
         Example(
             _ANALYST,
             "Harbor Insurance offers a remote senior analyst role in London with a high salary and "
@@ -142,15 +144,21 @@ DEFAULT_EXAMPLES: dict[str, tuple[Example, ...]] = {
             "pastries. The baker bakes bread.",
             {"faithful": 4, "complete": 2, "concise": 1},
         ),
+        Example(
+            _BAKER,
+            "Brightline Bakery in Leeds is hiring a baker for early shifts to bake bread and pastries; "
+            "a food hygiene certificate is required.",
+            {"faithful": 5, "complete": 5, "concise": 5},
+        ),
     ),
     "posting_skills": (
+        Example(_BAKER, "Python; project management", {"faithful": 1, "complete": 1, "concise": 3}),
+        Example(_ANALYST, "SQL", {"faithful": 5, "complete": 2, "concise": 5}),
         Example(
             _ANALYST,
             "Power BI; SQL; build dashboards; fluent Dutch",
             {"faithful": 5, "complete": 5, "concise": 5},
         ),
-        Example(_BAKER, "Python; project management", {"faithful": 1, "complete": 1, "concise": 3}),
-        Example(_ANALYST, "SQL", {"faithful": 5, "complete": 2, "concise": 5}),
     ),
 }
 

@@ -119,8 +119,7 @@ POSTING_SUMMARY = UseCase(
             "summary_not_a_copy",
             f"No summary is copied from its posting (at most {checks.MAX_COPY_SHARE:.0%} of its "
             f"{checks.COPY_NGRAM}-word sequences verbatim).",
-            checks.summary_not_a_copy,
-            blocking=True,
+            checks.summary_not_a_copy,  # a near-copy is a lazy but usable summary: reviewed, not blocked
         ),
         OutputCheck(
             "summary_not_degenerate",

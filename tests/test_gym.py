@@ -108,15 +108,15 @@ def test_blocking_checks_guard_what_flows_downstream() -> None:
     blocking = {c.name for use_case in USE_CASES for c in use_case.checks if c.blocking}
     assert blocking == {
         "summary_not_empty",
-        "summary_not_a_copy",
         "summary_not_degenerate",
         "skills_schema_valid",
         "skills_in_posting",
     }
-    blocked = checks.first_blocking_failure(POSTING_SUMMARY.checks, {"summary": COPIED}, POSTING)
-    assert (
-        blocked is not None and blocked.check == "summary_not_a_copy" and blocked.value == {"summary": COPIED}
-    )
+    blocked = checks.first_blocking_failure(POSTING_SUMMARY.checks, {"summary": LOOPING}, POSTING)
+    assert blocked is not None and blocked.check == "summary_not_degenerate"
+    assert blocked.value == {"summary": LOOPING}
+    # a near-copy is a lazy but usable summary: it goes to review, it is not blocked
+    assert checks.first_blocking_failure(POSTING_SUMMARY.checks, {"summary": COPIED}, POSTING) is None
     assert checks.first_blocking_failure(POSTING_SUMMARY.checks, {"summary": GOOD_SUMMARY}, POSTING) is None
 
 
@@ -145,10 +145,11 @@ GYM_POSTINGS = [
         ),
     },
 ]
+LOOP = "Install cabling, install cabling, install cabling, install cabling, install cabling in new homes."
 FAKE_SUMMARIES = {
     "Data Engineer": GOOD_SUMMARY,
     "Registered Nurse": "A nurse job.",  # too short: a non-blocking check fails, the output is kept
-    "Electrician": GYM_POSTINGS[2]["description"],  # a copy: blocked, never stored
+    "Electrician": LOOP,  # degenerate: blocked, never stored
 }
 FAKE_SKILLS = {
     "Data Engineer": {"knowledge": ["Python and SQL", "dbt"], "skills": []},
@@ -206,13 +207,13 @@ def test_a_blocked_output_is_not_stored_and_its_check_names_the_posting(gym) -> 
     result = run_use_case(defs, instance, ["g-1", "g-2", "g-3"])
     evaluations = _evaluations(result)
 
-    copy_check = evaluations["summary_not_a_copy"]
-    assert not copy_check.passed and copy_check.severity == AssetCheckSeverity.ERROR
-    assert list(copy_check.metadata["failing_postings"].value) == ["g-3"]
+    loop_check = evaluations["summary_not_degenerate"]
+    assert not loop_check.passed and loop_check.severity == AssetCheckSeverity.ERROR
+    assert list(loop_check.metadata["failing_postings"].value) == ["g-3"]
     length_check = evaluations["summary_length"]
     assert not length_check.passed and length_check.severity == AssetCheckSeverity.WARN
     assert list(length_check.metadata["failing_postings"].value) == ["g-2"]
-    assert evaluations["summary_not_degenerate"].passed
+    assert evaluations["summary_not_a_copy"].passed
     with session_scope(url) as session:
         stored = set(session.scalars(select(UseCaseOutput.posting_key)))
         rejected = session.scalars(
@@ -221,13 +222,13 @@ def test_a_blocked_output_is_not_stored_and_its_check_names_the_posting(gym) -> 
             )
         ).one()
         items = {item.posting_key: item for item in review.list_review_items(session)}
-    assert stored == {"g-1", "g-2"}  # the copy never reaches the outputs downstream use cases read
+    assert stored == {"g-1", "g-2"}  # the loop never reaches the outputs downstream use cases read
     assert rejected.status == "item_error" and rejected.error.startswith(
-        "blocked by check summary_not_a_copy"
+        "blocked by check summary_not_degenerate"
     )
-    assert rejected.parsed_output == {"summary": FAKE_SUMMARIES["Electrician"]}  # kept for the trace
-    assert items["g-3"].check_name == "summary_not_a_copy"
-    assert items["g-3"].output == {"summary": FAKE_SUMMARIES["Electrician"]}
+    assert rejected.parsed_output == {"summary": LOOP}  # kept for the trace
+    assert items["g-3"].check_name == "summary_not_degenerate"
+    assert items["g-3"].output == {"summary": LOOP}
     assert items["g-3"].interaction_id == rejected.id
     assert "summary_length" in items["g-2"].reason
 

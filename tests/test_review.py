@@ -62,17 +62,17 @@ def test_review_lists_the_quality_figures_and_the_open_items(reviewed: str, caps
     assert main(["review"]) == 0
     out = capsys.readouterr().out
     summary_row = next(line for line in out.splitlines() if line.startswith("posting_summary "))
-    # 2 outputs (the copy was blocked), judge mean (4.67 + 2.0) / 2 over 2 graded, 2 open items
+    # 2 outputs (the loop was blocked), judge mean (4.67 + 2.0) / 2 over 2 graded, 2 open items
     assert summary_row.split()[:5] == ["posting_summary", "2", "3.33", "(2)", "2"]
     assert f"#{_item(reviewed, 'g-2')}  posting_summary  g-2 (Registered Nurse) grade 2.0" in out
-    assert "blocked: summary is copied from the posting" in out
+    assert "blocked: summary repeats itself" in out
     assert f"#{_item(reviewed, 'g-1')} " not in out  # a good output is not in the queue
 
 
 def test_a_review_round_stores_the_corpus_delivers_corrections_and_moves_the_figures(
     reviewed: str, capsys
 ) -> None:  # noqa: ANN001
-    nurse, copy = _item(reviewed, "g-2"), _item(reviewed, "g-3")
+    nurse, looping = _item(reviewed, "g-2"), _item(reviewed, "g-3")
     fixed = "Northgate Hospital seeks a nurse for critically ill patients at night, giving medication."
 
     assert main(["review", "correct", str(nurse), "--summary", fixed, "--note", "too short"]) == 0
@@ -81,11 +81,11 @@ def test_a_review_round_stores_the_corpus_delivers_corrections_and_moves_the_fig
     # model answer "A nurse job." against the correction: 2 shared words ("a", "nurse") of 3 and of 13
     assert "posting_summary: gold 0.67 / 0.15 / 0.25 / 0.00 (1)" in out
 
-    assert main(["review", "accept", str(copy), "--note", "a fair summary after all"]) == 0
+    assert main(["review", "accept", str(looping), "--note", "the check is wrong here"]) == 0
     out = capsys.readouterr().out
     assert "accepted and delivered as the current output" in out  # a blocked output, vouched for
-    # plus g-3 agreeing on all its 23 distinct words: P 25/26, R 25/36
-    assert "posting_summary: gold 0.96 / 0.69 / 0.81 / 0.50 (2)" in out
+    # plus g-3 agreeing on all its 5 distinct words: P 7/8, R 7/18
+    assert "posting_summary: gold 0.88 / 0.39 / 0.54 / 0.50 (2)" in out
 
     with session_scope(reviewed) as session:
         corpus = {c.posting_key: c for c in session.scalars(select(Correction))}
@@ -100,7 +100,7 @@ def test_a_review_round_stores_the_corpus_delivers_corrections_and_moves_the_fig
     assert corpus["g-3"].verdict == "accepted" and corpus["g-3"].corrected == corpus["g-3"].original
     assert outputs["g-2"].value == {"summary": fixed} and outputs["g-2"].backend == "review"
     assert set(outputs) == {"g-1", "g-2", "g-3"}
-    assert (statuses[nurse], statuses[copy]) == ("corrected", "accepted")
+    assert (statuses[nurse], statuses[looping]) == ("corrected", "accepted")
     assert review_call.model == "reviewer" and review_call.prompt.startswith(
         f"pipeline review correct {nurse}"
     )
