@@ -246,6 +246,7 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
     for use_case, mean_ms, count in latency:
         print(f"  {use_case}: mean LLM time {mean_ms / 1000:.1f}s per posting over {count} postings")
     print("trace a posting:  .venv/bin/pipeline trace demo-001")
+    print("quality, review:  .venv/bin/pipeline review")
     print("open the UI:      make ui   (then http://127.0.0.1:3000)")
     return 0 if ok else 1
 
