@@ -421,6 +421,40 @@ def test_public_gold_scores_skillspan_postings_when_its_path_is_configured(
     assert "precision" not in figures  # no corrections yet: only the public gold
 
 
+def test_the_gym_sensor_evaluates_again_only_when_corrections_or_outputs_changed(gym, tmp_path: Path) -> None:
+    from dagster import SensorResult, SkipReason, build_sensor_context
+
+    defs, instance, url = gym
+    sensor = defs.resolve_sensor_def("gym_evaluation_sensor")
+
+    def tick(cursor: str | None):  # noqa: ANN202
+        context = build_sensor_context(
+            instance=instance, cursor=cursor, resources={"app_db": AppDatabase(url=url)}
+        )
+        return sensor(context)
+
+    first = tick(None)
+    assert isinstance(first, SensorResult) and len(first.run_requests) == 1
+    assert sensor.job_name == "gym_evaluation_job"
+    assert isinstance(tick(first.cursor), SkipReason)  # nothing changed: no evaluation
+    run_use_case(defs, instance, ["g-1"])  # new outputs move the figures
+    after_run = tick(first.cursor)
+    assert isinstance(after_run, SensorResult) and after_run.cursor != first.cursor
+    with session_scope(url) as session:
+        g1 = review.current_output(session, "posting_summary", "g-1")
+        item = review.flag_for_review(
+            session,
+            use_case="posting_summary",
+            posting_key="g-1",
+            use_case_version=g1.use_case_version,
+            reason="spot check",
+            output=g1.value,
+            interaction_id=g1.interaction_id,
+        )
+        accept(session, item, {use_case.name: use_case for use_case in USE_CASES})
+    assert isinstance(tick(after_run.cursor), SensorResult)  # a verdict moves them too
+
+
 # --- versioned reprocessing --------------------------------------------------------------------
 
 
