@@ -81,17 +81,18 @@ def add_commands(commands: Any) -> None:
     reprocess.add_argument("--verbose", action="store_true", help="show Dagster's own log lines")
 
 
-def _registry() -> dict[str, Any]:
-    from pipeline_defs.use_cases import USE_CASES
+def _registry(settings: Settings) -> dict[str, Any]:
+    """The declared use cases by name (as the code location builds them)."""
+    from pipeline_defs.definitions import build_use_cases
 
-    return {use_case.name: use_case for use_case in USE_CASES}
+    return {item.use_case.name: item.use_case for item in build_use_cases(settings)}
 
 
 def cmd_review(settings: Settings, args: argparse.Namespace) -> int:
     from appdb.database import session_scope
     from pipeline_defs.review_actions import CorrectionError, Edits, accept, correct, reject
 
-    registry = _registry()
+    registry = _registry(settings)
     if args.use_case and args.use_case not in registry:
         print(f"error: no use case {args.use_case!r} (declared: {', '.join(registry)})", file=sys.stderr)
         return EXIT_ERROR
