@@ -194,3 +194,81 @@ class UseCasePause(Base):
     paused_at: Mapped[datetime] = mapped_column(default=utcnow)
     resume_at: Mapped[datetime]
     consecutive_trips: Mapped[int] = mapped_column(Integer, default=1)
+
+
+class OutputGrade(Base):
+    """The judge model's grades of one output (the gym's sample of a run), per rubric criterion.
+
+    `input_hash` names the graded output (the same hash as `outputs.input_hash`), so a
+    grade belongs to one generation even after the output is remade. The judge's prompt
+    and response are the interaction `interaction_id`.
+    """
+
+    __tablename__ = "output_grades"
+    __table_args__ = (Index("ix_output_grades_use_case", "use_case", "created_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    use_case: Mapped[str] = mapped_column(String(100))
+    posting_key: Mapped[str] = mapped_column(String(KEY_LENGTH))
+    use_case_version: Mapped[str] = mapped_column(String(50))
+    input_hash: Mapped[str] = mapped_column(String(64))
+    judge_model: Mapped[str] = mapped_column(String(200))
+    rubric_version: Mapped[str] = mapped_column(String(50))
+    scores: Mapped[dict[str, Any]]  # criterion -> 1..5
+    overall: Mapped[float]
+    interaction_id: Mapped[int | None] = mapped_column(Integer)
+    run_id: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ReviewItem(Base):
+    """An output a reviewer should look at: it failed a check or the judge graded it low.
+
+    At most one item per (use case, posting) is open; a new finding updates it. `output`
+    is the output as it was when flagged (for a blocked output, the rejected one).
+    """
+
+    __tablename__ = "review_items"
+    __table_args__ = (Index("ix_review_items_status", "status", "use_case"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    use_case: Mapped[str] = mapped_column(String(100))
+    posting_key: Mapped[str] = mapped_column(
+        String(KEY_LENGTH), ForeignKey("postings.key", ondelete="CASCADE")
+    )
+    use_case_version: Mapped[str] = mapped_column(String(50))
+    reason: Mapped[str] = mapped_column(Text)
+    check_name: Mapped[str | None] = mapped_column(String(100))  # None when the judge flagged it
+    score: Mapped[float | None]
+    output: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    interaction_id: Mapped[int | None] = mapped_column(Integer)
+    run_id: Mapped[str | None] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(20), default="open")  # open|accepted|rejected|corrected
+    note: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    resolved_at: Mapped[datetime | None]
+
+
+class Correction(Base):
+    """The gym corpus: a reviewer's verdict on one output, the gold the next evaluation uses.
+
+    `verdict` is `accepted` (the original is right: `corrected` equals `original`) or
+    `corrected` (the reviewer's value). The newest row per (use case, posting) counts.
+    """
+
+    __tablename__ = "corrections"
+    __table_args__ = (Index("ix_corrections_use_case", "use_case", "posting_key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    use_case: Mapped[str] = mapped_column(String(100))
+    posting_key: Mapped[str] = mapped_column(
+        String(KEY_LENGTH), ForeignKey("postings.key", ondelete="CASCADE")
+    )
+    use_case_version: Mapped[str] = mapped_column(String(50))
+    verdict: Mapped[str] = mapped_column(String(20))  # accepted | corrected
+    original: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    corrected: Mapped[dict[str, Any]]
+    note: Mapped[str | None] = mapped_column(Text)
+    review_item_id: Mapped[int | None] = mapped_column(Integer)
+    interaction_id: Mapped[int | None] = mapped_column(Integer)  # the review's record in `interactions`
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -47,6 +47,8 @@ class WorkSpec:
     upstream_versions: Mapping[str, str]
     discovery_where: str | None = None
     reference_inputs: tuple[str, ...] = ()
+    model: str | None = None  # outputs made by another model are stale (None: any model)
+    upstream_models: Mapping[str, str] = field(default_factory=dict)
 
 
 def _insert_for(session: Session):  # noqa: ANN202 - dialect-specific Insert constructor
@@ -63,8 +65,8 @@ def _is_postgres(session: Session) -> bool:
 def pending_work_query(spec: WorkSpec, *, now: Any = None, include_current: bool = False) -> Select:
     """Postings of this use case that lack a current output and are not held, parked or backing off.
 
-    Current means: made by this version from this posting content, and no newer than
-    each upstream output it read. A posting whose upstream outputs are missing or stale
+    Current means: made by this version (and model) from this posting content, and no
+    newer than each upstream output it read. A posting whose upstream outputs are missing or stale
     waits for them.
     """
     now = now or utcnow()
@@ -80,6 +82,8 @@ def pending_work_query(spec: WorkSpec, *, now: Any = None, include_current: bool
         own.use_case_version != spec.version,
         own.posting_hash != Posting.content_hash,
     ]
+    if spec.model is not None:
+        stale.append(own.model != spec.model)
     for name, version in sorted(spec.upstream_versions.items()):
         upstream = aliased(UseCaseOutput, name=f"upstream_{name}")
         query = query.join(
@@ -89,6 +93,7 @@ def pending_work_query(spec: WorkSpec, *, now: Any = None, include_current: bool
                 upstream.posting_key == Posting.key,
                 upstream.use_case_version == version,
                 upstream.posting_hash == Posting.content_hash,
+                *([upstream.model == spec.upstream_models[name]] if name in spec.upstream_models else []),
             ),
         )
         stale.append(own.updated_at < upstream.updated_at)

@@ -25,6 +25,7 @@ from typing import Any
 import jsonschema
 from dagster import (
     AssetCheckResult,
+    AssetCheckSeverity,
     AssetCheckSpec,
     AssetExecutionContext,
     AssetKey,
@@ -41,7 +42,9 @@ from sqlalchemy import select
 
 from appdb import work
 from appdb.models import Posting, ReferenceData, UseCaseOutput, utcnow
+from assets import gym
 from assets.partitions import POSTING_PARTITIONS
+from pipeline_defs.checks import BlockedOutput, blocked_postings, describe_check, first_blocking_failure
 from pipeline_defs.declaration import POSTING_VARIABLES, ScriptContext, TemplateVariableError, UseCase
 from resources.app_database import AppDatabase
 from resources.llm import BackendUnavailable, Generation, ItemError, LLMResource
@@ -107,11 +110,12 @@ def build_use_case_asset(use_case: UseCase, spec: work.WorkSpec) -> AssetsDefini
             description="Every posting in the batch produced a valid output (names the failures).",
         ),
         *(
-            AssetCheckSpec(
-                check.name, asset=use_case.name, description=check.description, blocking=check.blocking
-            )
+            # A blocking check gates each output (a failing one is rejected, not stored), so it is
+            # not Dagster-blocking: that would fail the whole run and hold back the good outputs.
+            AssetCheckSpec(check.name, asset=use_case.name, description=describe_check(check))
             for check in use_case.checks
         ),
+        *gym.gym_check_specs(use_case),
     ]
 
     @asset(
@@ -122,14 +126,14 @@ def build_use_case_asset(use_case: UseCase, spec: work.WorkSpec) -> AssetsDefini
             AssetKey("postings"),
             *(AssetKey(name) for name in (*use_case.upstream, *use_case.reference_inputs)),
         ],
-        code_version=use_case.version,
+        code_version=code_version(use_case),
         output_required=False,
         backfill_policy=BackfillPolicy.multi_run(max_partitions_per_run=use_case.batch_size),
         check_specs=check_specs,
         pool=None if use_case.is_script else "llm",
         kinds={"python"},
         group_name="enrichment",
-        required_resource_keys={"app_db", *(use_case.resources if use_case.is_script else ("llm",))},
+        required_resource_keys={"app_db", "gym", *(use_case.resources if use_case.is_script else ("llm",))},
         metadata={
             "model": model_label(use_case),
             "use_case_version": use_case.version,
@@ -146,6 +150,11 @@ def build_use_case_asset(use_case: UseCase, spec: work.WorkSpec) -> AssetsDefini
         )
 
     return _use_case_asset
+
+
+def code_version(use_case: UseCase) -> str:
+    """Dagster's code version: the use case's version and its model, both part of an output's identity."""
+    return f"{use_case.version}@{model_label(use_case)}"
 
 
 def model_label(use_case: UseCase) -> str:
@@ -183,6 +192,7 @@ def process_batch(
         outcome = yield from _process_held(context, use_case, app_db, llm, held, run_id, source, force)
     outcome.skipped_current, outcome.skipped_held_elsewhere = skipped_current, skipped_held_elsewhere
     yield from _check_results(use_case, outcome)
+    yield from gym.after_batch(context, use_case, app_db, llm, outcome, source)  # review items, judge
     parked = sorted(key for key, error in outcome.failed.items() if error.endswith(PARKED_NOTE))
     if parked:
         # Failing the step is how Dagster marks these partitions failed in the UI; the outputs
@@ -442,6 +452,9 @@ def parse_output(use_case: UseCase, text: str, inputs: Mapping[str, Any] | None 
             use_case.validate_output(value)
         except jsonschema.ValidationError as exc:
             raise ItemError(f"the processed output breaks the output schema: {exc.message}") from exc
+    blocked = first_blocking_failure(use_case.checks, value, inputs or {})
+    if blocked is not None:  # a bad output must not flow downstream: rejected like an unusable answer
+        raise blocked
     return value
 
 
@@ -504,6 +517,7 @@ def _store_result(
             parsed = parse_output(use_case, generation.text, outcome.inputs.get(item.key))
         except ItemError as exc:
             error = str(exc)
+            parsed = exc.value if isinstance(exc, BlockedOutput) else None  # kept in the trace
     options = {**use_case.options}
     if item.truncated:
         options["truncated_chars"] = item.truncated
@@ -592,7 +606,7 @@ def _keep_unchanged(
             run_id,
             {
                 "value": previous.value,
-                "model": previous.model,
+                "model": model_label(use_case),  # same input hash: same model (a script may be renamed)
                 "backend": previous.backend,
                 "use_case_version": use_case.version,
                 "input_hash": previous.input_hash,
@@ -635,9 +649,12 @@ def _check_results(use_case: UseCase, outcome: BatchOutcome) -> Iterator[AssetCh
             reason = check.check(value, outcome.postings.get(key, {}))
             if reason:
                 failing[key] = reason
+        if check.blocking:
+            failing.update(blocked_postings(check.name, outcome.failed))
         yield AssetCheckResult(
             check_name=check.name,
             passed=not failing,
+            severity=AssetCheckSeverity.ERROR if check.blocking else AssetCheckSeverity.WARN,
             metadata={
                 "checked": len(outcome.outputs),
                 "failing": len(failing),

@@ -13,6 +13,8 @@ pipeline discover --shadow [--use-case NAME] [--expect FILE] [--json]
 pipeline pauses                  use cases paused by the circuit breaker: why, and until when
 pipeline resume [--use-case NAME]      end pauses now
 pipeline ui [--port N]           start `dagster dev` on 127.0.0.1 with the project's DAGSTER_HOME
+pipeline review [...]            the gym: quality figures, review items, accept/reject/correct (review_cli.py)
+pipeline reprocess --stale [--use-case NAME] [--dry-run]   redo only outdated outputs
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from appdb import work
 from appdb.database import migrate
 from appdb.ingest import ingest_files
 from appdb.models import Interaction, Posting, UseCaseOutput, WorkItem, utcnow
+from pipeline_defs import review_cli
 from pipeline_defs.settings import PROJECT_ROOT, Settings
 
 if TYPE_CHECKING:
@@ -103,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     resume.add_argument(
         "--use-case", action="append", dest="use_cases", help="only this use case (repeatable)"
     )
+    review_cli.add_commands(commands)
     args = parser.parse_args(argv)
 
     try:
@@ -123,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         "discover": cmd_discover,
         "pauses": cmd_pauses,
         "resume": cmd_resume,
+        "review": review_cli.cmd_review,
+        "reprocess": review_cli.cmd_reprocess,
     }[args.command]
     return handler(settings, args)
 
@@ -246,6 +252,7 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
     for use_case, mean_ms, count in latency:
         print(f"  {use_case}: mean LLM time {mean_ms / 1000:.1f}s per posting over {count} postings")
     print("trace a posting:  .venv/bin/pipeline trace demo-001")
+    print("quality, review:  .venv/bin/pipeline review")
     print("open the UI:      make ui   (then http://127.0.0.1:3000)")
     return 0 if ok else 1
 

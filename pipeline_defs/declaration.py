@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,6 +83,10 @@ class UseCase:
         trim, ground against the posting); may raise ValueError (an item error).
     after_store: `after_store(session, posting_key, output)` writes derived rows in the
         same transaction as the output (e.g. resolved concepts, queryable by concept).
+    judge_view: `judge_view(output) -> text` shows an output to the judge model, which
+        grades a sample of each run's outputs (the gym); None: not judged.
+    gold_items: `gold_items(output) -> set of strings` makes outputs comparable with the
+        reviewers' corrections (precision and recall over the items); None: whole outputs.
     """
 
     name: str
@@ -106,6 +110,8 @@ class UseCase:
     resources: tuple[str, ...] = ()
     reference_inputs: tuple[str, ...] = ()
     after_store: Callable[[Any, str, dict[str, Any]], None] | None = None
+    judge_view: Callable[[dict[str, Any]], str] | None = None
+    gold_items: Callable[[dict[str, Any]], Iterable[str]] | None = None
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z][a-z0-9_]*", self.name):

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from dagster import Definitions
 
+from assets.gym import build_gold_check, build_gym_job
 from assets.postings import postings
 from assets.taxonomy import skills_taxonomy
 from pipeline_defs.declaration import UseCase
@@ -14,9 +15,11 @@ from pipeline_defs.settings import Settings
 from pipeline_defs.use_cases import USE_CASES
 from resources.app_database import AppDatabase
 from resources.embedded_backend import EmbeddedLLMResource
+from resources.gym import GymResource
 from resources.llm import LLMResource
 from resources.ollama_backend import OllamaResource
 from resources.taxonomy import TaxonomyResource
+from sensors.gym import build_gym_sensor
 from sensors.taxonomy import skills_taxonomy_job, skills_taxonomy_sensor
 
 
@@ -37,6 +40,16 @@ def build_taxonomy_resource(settings: Settings) -> TaxonomyResource:
     )
 
 
+def build_gym_resource(settings: Settings) -> GymResource:
+    return GymResource(
+        judge_model=settings.judge_model,
+        judge_sample=settings.judge_sample,
+        rubric_path=settings.judge_rubric_path,
+        review_below=settings.review_below,
+        gold_skillspan_path=settings.gold_skillspan_path,
+    )
+
+
 def build_use_cases(settings: Settings, use_cases: Sequence[UseCase] = USE_CASES) -> list[UseCaseDefinitions]:
     registry = {use_case.name: use_case for use_case in use_cases}
     return [build_use_case(use_case, registry, settings.batch_size_override) for use_case in use_cases]
@@ -54,14 +67,18 @@ def build_definitions(
     settings = settings or Settings.from_env()
     built = built if built is not None else build_use_cases(settings, use_cases)
     groups = groups if groups is not None else build_work_groups(built)
+    gold_checks = [build_gold_check(item.use_case) for item in built]
+    gym_job = build_gym_job(gold_checks)
     return Definitions(
         assets=[postings, skills_taxonomy, *(item.asset for item in built)],
-        jobs=[*(item.job for item in built), *(group.job for group in groups), skills_taxonomy_job],
-        sensors=[*(group.sensor for group in groups), skills_taxonomy_sensor],
+        asset_checks=gold_checks,
+        jobs=[*(item.job for item in built), *(group.job for group in groups), skills_taxonomy_job, gym_job],
+        sensors=[*(group.sensor for group in groups), skills_taxonomy_sensor, build_gym_sensor(gym_job)],
         resources={
             "app_db": AppDatabase(url=settings.database_url),
             "llm": llm or build_llm_resource(settings),
             "taxonomy": build_taxonomy_resource(settings),
+            "gym": build_gym_resource(settings),
         },
     )
 

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 from dagster import AssetsDefinition, SensorDefinition, define_asset_job, in_process_executor
 
 from appdb.work import WorkSpec
-from assets.llm_use_case import build_use_case_asset
+from assets.gym import batch_selection
+from assets.llm_use_case import build_use_case_asset, model_label
 from pipeline_defs.declaration import DeclarationError, UseCase
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ def job_name(use_case: UseCase) -> str:
 
 
 def work_spec(use_case: UseCase, registry: Mapping[str, UseCase]) -> WorkSpec:
-    """What discovery needs: this use case's version and the versions of what it reads."""
+    """What discovery needs: this use case's version and model, and those of what it reads."""
     missing = [name for name in use_case.upstream if name not in registry]
     if missing:
         raise DeclarationError(f"{use_case.name}: upstream use case {missing[0]!r} is not declared")
@@ -68,6 +69,8 @@ def work_spec(use_case: UseCase, registry: Mapping[str, UseCase]) -> WorkSpec:
         upstream_versions={name: registry[name].version for name in use_case.upstream},
         discovery_where=use_case.discovery_where,
         reference_inputs=use_case.reference_inputs,
+        model=model_label(use_case),
+        upstream_models={name: model_label(registry[name]) for name in use_case.upstream},
     )
 
 
@@ -80,7 +83,7 @@ def build_use_case(
     asset = build_use_case_asset(replace(use_case, batch_size=batch_size), spec)
     job = define_asset_job(
         job_name(use_case),
-        selection=[asset.key],
+        selection=batch_selection([asset]),
         description=f"Materialize {use_case.name} for a batch of postings ({use_case.model or 'no model'}).",
         tags={"pipeline/use_case": use_case.name},
         executor_def=in_process_executor,
@@ -107,7 +110,7 @@ def build_work_groups(built: Sequence[UseCaseDefinitions]) -> list[WorkGroup]:
         model = None if members[0].use_case.is_script else members[0].use_case.model
         job = define_asset_job(
             f"{name}_batch_job",
-            selection=[member.asset.key for member in members],
+            selection=batch_selection([member.asset for member in members]),
             description=(
                 f"One batch of postings through {', '.join(m.use_case.name for m in members)}"
                 + (f", with {model} loaded once." if model else " (no model).")

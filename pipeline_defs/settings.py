@@ -15,6 +15,11 @@ Everything a user may want to point elsewhere is one environment variable:
 | PIPELINE_EMBEDDING_BACKEND   | ``none``; ``minilm`` (in process) or ``ollama``: semantic resolution |
 | PIPELINE_EMBEDDING_MODEL     | ``nomic-embed-text``                     |
 | PIPELINE_SENSOR_INTERVAL_SECONDS | ``30``: how often each discovery sensor looks for work |
+| PIPELINE_JUDGE_MODEL         | ``gemma3:270m`` (the embedded model): the gym's judge |
+| PIPELINE_JUDGE_SAMPLE        | ``2`` outputs graded per use case and run; ``0`` turns the judge off |
+| PIPELINE_JUDGE_RUBRIC        | unset (the built-in rubric); a JSON file with criteria and examples |
+| PIPELINE_REVIEW_BELOW        | ``3.0``: outputs the judge grades lower (mean of criteria) go to review |
+| PIPELINE_GOLD_SKILLSPAN      | unset; SkillSpan ``dev.json``: gold for postings keyed ``skillspan-...`` |
 """
 
 from __future__ import annotations
@@ -40,6 +45,11 @@ class Settings:
     embedding_backend: str = "none"
     embedding_model: str = "nomic-embed-text"
     sensor_interval_seconds: int = DEFAULT_SENSOR_INTERVAL_SECONDS
+    judge_model: str = "gemma3:270m"
+    judge_sample: int = 2
+    judge_rubric_path: str = ""
+    review_below: float = 3.0
+    gold_skillspan_path: str = ""
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -60,6 +70,18 @@ class Settings:
             raise ValueError(
                 f"PIPELINE_EMBEDDING_BACKEND must be 'none', 'minilm' or 'ollama', not {embedding_backend!r}"
             )
+        judge_sample = env.get("PIPELINE_JUDGE_SAMPLE") or "2"
+        if not judge_sample.isdigit():
+            raise ValueError(
+                f"PIPELINE_JUDGE_SAMPLE must be a whole number (0 turns the judge off), not {judge_sample!r}"
+            )
+        review_below = env.get("PIPELINE_REVIEW_BELOW") or "3.0"
+        try:
+            threshold = float(review_below)
+        except ValueError:
+            threshold = -1.0
+        if not 1.0 <= threshold <= 5.0:
+            raise ValueError(f"PIPELINE_REVIEW_BELOW must be a grade between 1 and 5, not {review_below!r}")
         return cls(
             data_dir=data_dir,
             database_url=env.get("PIPELINE_DATABASE_URL") or f"sqlite:///{data_dir / 'app.db'}",
@@ -72,4 +94,9 @@ class Settings:
             embedding_backend=embedding_backend,
             embedding_model=env.get("PIPELINE_EMBEDDING_MODEL") or "nomic-embed-text",
             sensor_interval_seconds=int(interval) if interval else DEFAULT_SENSOR_INTERVAL_SECONDS,
+            judge_model=env.get("PIPELINE_JUDGE_MODEL") or "gemma3:270m",
+            judge_sample=int(judge_sample),
+            judge_rubric_path=env.get("PIPELINE_JUDGE_RUBRIC") or "",
+            review_below=threshold,
+            gold_skillspan_path=env.get("PIPELINE_GOLD_SKILLSPAN") or "",
         )

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from appdb.models import Interaction, Posting, UseCaseOutput
 from appdb.work import WorkSpec
+from pipeline_defs.judge import JUDGE_SUFFIX
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,8 @@ def output_state(output: UseCaseOutput | None, posting: Posting, spec: WorkSpec 
         return "use case no longer declared"
     if output.use_case_version != spec.version:
         return f"stale: made by version {output.use_case_version}, current version is {spec.version}"
+    if spec.model is not None and output.model != spec.model:
+        return f"stale: made by {output.model}, the use case now uses {spec.model}"
     if output.posting_hash != posting.content_hash:
         return "stale: the posting changed since"
     return "current"
@@ -66,7 +69,11 @@ def trace_blocks(session: Session, key: str, specs: Sequence[WorkSpec]) -> Itera
     for name in names:
         output = outputs.get(name)
         yield Block("h2", f"{name}")
-        yield Block("line", f"output: {output_state(output, posting, by_name.get(name))}")
+        if name.endswith(JUDGE_SUFFIX):  # the gym's judge: its calls grade another use case's outputs
+            judged = name.removesuffix(JUDGE_SUFFIX)
+            yield Block("line", f"the judge's grades of {judged} outputs (the parsed output of each call)")
+        else:
+            yield Block("line", f"output: {output_state(output, posting, by_name.get(name))}")
         if output is not None:
             yield Block("verbatim", json.dumps(output.value, indent=2, ensure_ascii=False), "Current output")
             yield Block(

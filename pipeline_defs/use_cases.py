@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import delete
 
 from appdb.models import KEY_LENGTH, PostingSkillConcept, utcnow
+from pipeline_defs import checks
 from pipeline_defs.declaration import OutputCheck, ScriptContext, UseCase
 from resources.taxonomy import STAGES as RESOLUTION_STAGES
 
@@ -84,21 +85,14 @@ def normalize_summary(output: dict[str, Any], inputs: Mapping[str, Any]) -> dict
     return {"summary": summary}
 
 
-def _summary_length(output: dict[str, Any], posting: Mapping[str, Any]) -> str | None:
-    length = len(output.get("summary", ""))
-    if length < 20:
-        return f"summary has only {length} characters"
-    if length > 600:
-        return f"summary has {length} characters (more than 600)"
-    return None
+def summary_for_judge(output: dict[str, Any]) -> str:
+    """What the judge grades: the summary text."""
+    return str(output["summary"])
 
 
-def _summary_not_a_copy(output: dict[str, Any], posting: Mapping[str, Any]) -> str | None:
-    summary = _squash(output.get("summary", ""))
-    description = _squash(str(posting.get("description", "")))
-    if len(summary) >= 40 and summary in description:
-        return "summary is copied word for word from the posting"
-    return None
+def summary_gold_items(output: dict[str, Any]) -> set[str]:
+    """Compared with a corrected summary as a bag of words (precision/recall of its words)."""
+    return set(checks.words(str(output["summary"])))
 
 
 POSTING_SUMMARY = UseCase(
@@ -115,11 +109,28 @@ POSTING_SUMMARY = UseCase(
     postprocess=normalize_summary,
     preview_field="summary",
     checks=(
-        OutputCheck("summary_length", "Each summary has 20 to 600 characters.", _summary_length),
+        OutputCheck("summary_not_empty", "No summary is empty.", checks.summary_not_empty, blocking=True),
         OutputCheck(
-            "summary_not_a_copy", "No summary is copied verbatim from its posting.", _summary_not_a_copy
+            "summary_length",
+            f"Each summary has {checks.SUMMARY_MIN_CHARS} to {checks.SUMMARY_MAX_CHARS} characters.",
+            checks.summary_length,
+        ),
+        OutputCheck(
+            "summary_not_a_copy",
+            f"No summary is copied from its posting (at most {checks.MAX_COPY_SHARE:.0%} of its "
+            f"{checks.COPY_NGRAM}-word sequences verbatim).",
+            checks.summary_not_a_copy,  # a near-copy is a lazy but usable summary: reviewed, not blocked
+        ),
+        OutputCheck(
+            "summary_not_degenerate",
+            f"No summary loops (at most {checks.MAX_REPEATED_SHARE:.0%} of its "
+            f"{checks.DEGENERATE_NGRAM}-word sequences repeated).",
+            checks.summary_not_degenerate,
+            blocking=True,
         ),
     ),
+    judge_view=summary_for_judge,
+    gold_items=summary_gold_items,
 )
 
 # --- posting_skills --------------------------------------------------------------------------
@@ -228,12 +239,14 @@ def ground_skill_mentions(output: dict[str, Any], inputs: Mapping[str, Any]) -> 
     return {"skills": skills, "ungrounded": ungrounded}
 
 
-def _skills_grounded(output: dict[str, Any], posting: Mapping[str, Any]) -> str | None:
-    dropped = output.get("ungrounded", [])
-    kept = len(output.get("skills", []))
-    if dropped and len(dropped) > kept:
-        return f"{len(dropped)} of {len(dropped) + kept} mentions were not found in the posting"
-    return None
+def skills_for_judge(output: dict[str, Any]) -> str:
+    """What the judge grades: the kept mentions."""
+    return "; ".join(skill["mention"] for skill in output["skills"]) or "(none)"
+
+
+def skills_gold_items(output: dict[str, Any]) -> set[str]:
+    """Compared with corrected skills as a set of mentions (modulo case and whitespace)."""
+    return {_squash(skill["mention"]) for skill in output["skills"]}
 
 
 POSTING_SKILLS = UseCase(
@@ -251,15 +264,30 @@ POSTING_SKILLS = UseCase(
     postprocess=ground_skill_mentions,
     checks=(
         OutputCheck(
+            "skills_schema_valid",
+            "Each output follows the skills schema that skill_entities reads.",
+            checks.schema_valid(SKILLS_SCHEMA),
+            blocking=True,
+        ),
+        OutputCheck(
+            "skills_in_posting",
+            "Every kept mention appears in its posting's text.",
+            checks.skills_in_posting,
+            blocking=True,
+        ),
+        OutputCheck(
             "skills_grounded",
             "Most mentions of each posting appear in its text (ungrounded ones are dropped and counted).",
-            _skills_grounded,
+            checks.skills_mostly_grounded,
         ),
     ),
+    judge_view=skills_for_judge,
+    gold_items=skills_gold_items,
 )
 
 # --- skill_entities (a script use case: entity resolution, no model) --------------------------
 
+REVIEWED_STAGE = "review"  # a concept a reviewer chose (`pipeline review correct ID --concept ...`)
 ENTITIES_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -274,7 +302,7 @@ ENTITIES_SCHEMA: dict[str, Any] = {
                     "concept_uri": {"type": ["string", "null"]},
                     "concept_label": {"type": ["string", "null"]},
                     "confidence": {"type": "number", "minimum": 0, "maximum": 1},
-                    "stage": {"enum": list(RESOLUTION_STAGES)},
+                    "stage": {"enum": [*RESOLUTION_STAGES, REVIEWED_STAGE]},
                 },
                 "required": ["mention", "source_mention", "kind", "concept_uri", "confidence", "stage"],
             },
@@ -284,8 +312,6 @@ ENTITIES_SCHEMA: dict[str, Any] = {
     },
     "required": ["entities", "matched", "unmatched"],
 }
-
-MAX_UNMATCHED_SHARE = 0.5
 
 
 def resolve_skill_mentions(inputs: Mapping[str, Any], context: ScriptContext) -> dict[str, Any]:
@@ -331,11 +357,9 @@ def store_skill_concepts(session: Any, posting_key: str, output: dict[str, Any])
     session.add_all(rows.values())
 
 
-def _resolution_coverage(output: dict[str, Any], posting: Mapping[str, Any]) -> str | None:
-    total = output["matched"] + output["unmatched"]
-    if total and output["unmatched"] / total > MAX_UNMATCHED_SHARE:
-        return f"{output['unmatched']} of {total} mentions are unmatched"
-    return None
+def entities_gold_items(output: dict[str, Any]) -> set[str]:
+    """Compared with corrected resolutions as a set of (mention, concept) pairs."""
+    return {f"{_squash(entity['mention'])} -> {entity['concept_uri']}" for entity in output["entities"]}
 
 
 SKILL_ENTITIES = UseCase(
@@ -353,10 +377,11 @@ SKILL_ENTITIES = UseCase(
     checks=(
         OutputCheck(
             "resolution_coverage",
-            f"At most {MAX_UNMATCHED_SHARE:.0%} of each posting's mentions are unmatched.",
-            _resolution_coverage,
+            f"At most {checks.MAX_UNMATCHED_SHARE:.0%} of each posting's mentions are unmatched.",
+            checks.resolution_coverage,
         ),
     ),
+    gold_items=entities_gold_items,
 )
 
 USE_CASES: tuple[UseCase, ...] = (POSTING_SUMMARY, POSTING_SKILLS, SKILL_ENTITIES)

@@ -37,6 +37,13 @@ def _postgres_unavailable_reason() -> str | None:
     return None
 
 
+@pytest.fixture(autouse=True)
+def _judge_off_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gym's judge grades a sample of each run with a second LLM call; tests whose fake models
+    answer only the use cases' prompts run without it (tests/test_gym.py turns it on)."""
+    monkeypatch.setenv("PIPELINE_JUDGE_SAMPLE", "0")
+
+
 @pytest.fixture(scope="session")
 def postgres_admin_url() -> str:
     reason = _postgres_unavailable_reason()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from dagster import AssetCheckKey, AssetKey
 
+from assets.llm_use_case import model_label
 from pipeline_defs.declaration import DeclarationError, TemplateVariableError, UseCase
 from pipeline_defs.definitions import build_definitions, defs
 from pipeline_defs.settings import Settings
@@ -22,8 +23,10 @@ def test_every_declared_use_case_has_its_asset_checks_job_and_sensor() -> None:
         node = graph.get(key)
         assert node.partitions_def is not None and node.partitions_def.name == "postings"
         assert AssetKey("postings") in node.parent_keys
-        assert node.code_version == use_case.version
-        expected_checks = {"outputs_valid", *(check.name for check in use_case.checks)}
+        assert node.code_version == f"{use_case.version}@{model_label(use_case)}"  # both are its identity
+        expected_checks = {"outputs_valid", "gold_agreement", *(check.name for check in use_case.checks)}
+        if use_case.judge_view is not None:
+            expected_checks.add("judge_grades")
         assert {check.name for check in node.check_keys} == expected_checks
         assert repository.has_job(f"{use_case.name}_job")
     # LLM use cases sharing a model are discovered and run together; a script use case alone.

@@ -109,3 +109,28 @@ def test_embedded_model_extracts_grounded_skills_in_the_same_run_as_the_summary(
         assert skill["mention"].lower() in text.lower() and skill["evidence"] in text
     assert {"posting_summary", "posting_skills"} <= set(prompts)
     assert POSTINGS[0]["description"] in prompts["posting_skills"]
+
+
+def test_embedded_model_judges_its_own_summary_with_grammar_valid_grades_and_no_second_load(
+    sqlite_url: str, tmp_path: Path, dagster_instance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gym's default judge is the embedded base model: grades 1-5 per criterion, same loaded model."""
+    from appdb.models import OutputGrade
+
+    loads = counting_model_loads(monkeypatch)
+    seed_postings(sqlite_url, tmp_path, POSTINGS[:1])
+    settings = replace(Settings.from_env(), database_url=sqlite_url, llm_backend="embedded", judge_sample=1)
+    defs = build_definitions(settings, use_cases=[POSTING_SUMMARY])
+
+    result = run_use_case(defs, dagster_instance, ["p-1"])
+
+    assert result.success and len(loads) == 1  # the judge reuses the model the run loaded
+    [judge] = [e for e in result.get_asset_check_evaluations() if e.check_name == "judge_grades"]
+    assert judge.metadata["graded"].value == 1 and judge.metadata["judge_errors"].value == 0
+    with session_scope(sqlite_url) as session:
+        [grade] = session.scalars(select(OutputGrade)).all()
+        call = session.get(Interaction, grade.interaction_id)
+    assert set(grade.scores) == {"faithful", "complete", "concise"}
+    assert all(score in range(1, 6) for score in grade.scores.values())
+    assert (call.use_case, call.model, call.status) == ("posting_summary:judge", "gemma3:270m", "ok")
+    assert call.completion_tokens <= 40 and call.prompt.endswith("Grades:")

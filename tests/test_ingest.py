@@ -80,7 +80,7 @@ def test_reingest_unchanged_changes_nothing_and_changed_description_makes_output
                 "run-1",
                 {
                     "value": {"summary": "s"},
-                    "model": "m",
+                    "model": summary.spec.model,
                     "backend": "b",
                     "use_case_version": summary.spec.version,
                     "input_hash": "h",

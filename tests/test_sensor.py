@@ -96,7 +96,7 @@ def test_no_work_means_no_run_requests_and_an_unchanged_database_skips_the_query
                 "run-x",
                 {
                     "value": {"summary": "s"},
-                    "model": "m",
+                    "model": POSTING_SUMMARY.model,
                     "backend": "b",
                     "use_case_version": POSTING_SUMMARY.version,
                     "input_hash": "h",

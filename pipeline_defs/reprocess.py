@@ -1,0 +1,154 @@
+"""`pipeline reprocess --stale`: redo the outputs that are out of date, and only those.
+
+An output is stale when discovery offers its posting again although it has an output:
+made by an older use-case version or another model, from an older posting content,
+or before an upstream output or reference input it read changed. Postings with no
+output at all are ordinary pending work (the sensors and `pipeline run` do them) and
+are left out: each run covers a range of posting partitions that holds stale postings
+only, besides current ones (which every run skips).
+
+Use cases are reprocessed upstream first, and each one's stale set is counted again
+just before its runs, so a downstream output made stale by reprocessing its upstream
+is redone in the same command.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from dagster import DagsterInstance, Definitions
+from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from appdb import work
+from appdb.models import Posting, UseCaseOutput
+from assets.partitions import POSTING_PARTITIONS
+from pipeline_defs.factory import UseCaseDefinitions
+from pipeline_defs.runner import QUIET_LOGS
+from resources.app_database import AppDatabase
+
+
+@dataclass(frozen=True)
+class StaleOutputs:
+    """The stale outputs of one use case, why they are stale, and the other pending postings."""
+
+    use_case: str
+    keys: list[str]
+    reasons: Counter
+    missing: list[str]  # pending postings without any output: not this command's business
+
+
+def find_stale(session: Session, item: UseCaseDefinitions) -> StaleOutputs:
+    spec = item.spec
+    pending = work.find_pending_work(session, spec)
+    rows = {
+        row.posting_key: row
+        for start in range(0, len(pending), 500)
+        for row in session.execute(
+            select(
+                UseCaseOutput.posting_key,
+                UseCaseOutput.use_case_version,
+                UseCaseOutput.model,
+                UseCaseOutput.posting_hash,
+                Posting.content_hash,
+            )
+            .join(Posting, Posting.key == UseCaseOutput.posting_key)
+            .where(
+                UseCaseOutput.use_case == spec.use_case,
+                UseCaseOutput.posting_key.in_(pending[start : start + 500]),
+            )
+        )
+    }
+    reasons: Counter = Counter()
+    for row in rows.values():
+        if row.use_case_version != spec.version:
+            reasons[f"made by version {row.use_case_version}"] += 1
+        elif spec.model is not None and row.model != spec.model:
+            reasons[f"made by {row.model}"] += 1
+        elif row.posting_hash != row.content_hash:
+            reasons["the posting changed"] += 1
+        else:
+            reasons["an input it read changed (upstream output or reference data)"] += 1
+    stale = [key for key in pending if key in rows]
+    return StaleOutputs(spec.use_case, stale, reasons, [key for key in pending if key not in rows])
+
+
+def plan_batches(
+    stale: Sequence[str], missing: Sequence[str], partition_order: Sequence[str], batch_size: int
+) -> list[list[str]]:
+    """Ranges of stale postings (in partition order) that hold no posting lacking an output."""
+    stale_set, missing_set, known = set(stale), set(missing), set(partition_order)
+    order = [*partition_order, *(key for key in stale if key not in known)]
+    batches: list[list[str]] = []
+    current: list[str] = []
+    for key in order:
+        if key in missing_set and current:
+            batches.append(current)
+            current = []
+        elif key in stale_set:
+            current.append(key)
+            if len(current) >= batch_size:
+                batches.append(current)
+                current = []
+    if current:
+        batches.append(current)
+    return batches
+
+
+@dataclass
+class ReprocessReport:
+    use_case: str
+    stale_before: int
+    runs: list[str] = field(default_factory=list)
+    failed_runs: list[str] = field(default_factory=list)
+    stale_after: int = 0
+
+
+def reprocess_stale(
+    defs: Definitions,
+    built: Sequence[UseCaseDefinitions],
+    instance: DagsterInstance,
+    app_db: AppDatabase,
+    *,
+    source: str = "cli",
+    verbose: bool = False,
+    on_plan: Callable[[StaleOutputs, int], None] | None = None,
+) -> list[ReprocessReport]:
+    """Redo the stale outputs of `built` use cases (given upstream first), each in its own job's runs."""
+    reports = []
+    for item in built:
+        with app_db.session() as session:
+            stale = find_stale(session, item)
+        if not stale.keys:
+            continue
+        known = instance.get_dynamic_partitions(POSTING_PARTITIONS.name)
+        unknown = [key for key in stale.keys if key not in set(known)]
+        if unknown:
+            instance.add_dynamic_partitions(POSTING_PARTITIONS.name, unknown)
+        batches = plan_batches(stale.keys, stale.missing, [*known, *unknown], item.batch_size)
+        if on_plan:
+            on_plan(stale, len(batches))
+        report = ReprocessReport(item.use_case.name, len(stale.keys))
+        job = defs.resolve_job_def(item.job.name)
+        for batch in batches:
+            result = job.execute_in_process(
+                instance=instance,
+                tags={
+                    ASSET_PARTITION_RANGE_START_TAG: batch[0],
+                    ASSET_PARTITION_RANGE_END_TAG: batch[-1],
+                    "pipeline/source": source,
+                    "pipeline/reprocess": "stale",
+                },
+                run_config=None if verbose else QUIET_LOGS,
+                raise_on_error=False,
+            )
+            report.runs.append(result.run_id)
+            if not result.success:
+                report.failed_runs.append(result.run_id)
+        with app_db.session() as session:
+            report.stale_after = len(find_stale(session, item).keys)
+        reports.append(report)
+    return reports

@@ -1,0 +1,307 @@
+"""What a reviewer's verdict does: accept, reject or correct one review item.
+
+- accept: the output is right. It joins the corpus as gold as it is; a blocked output
+  (rejected by a check, never stored) is delivered as the current output.
+- reject: the output is wrong, with no better value given. It counts as a
+  disagreement in the gold evaluation until the output is remade.
+- correct: the reviewer's value (an edited summary, skills added or removed, another
+  concept for a mention) joins the corpus and is delivered as the current output, so
+  downstream use cases redo their part from it. It keeps the use case's version, so it
+  stays until the output is remade (a new version or a changed posting); the corpus
+  keeps it for every later evaluation.
+
+A correction must still be a valid output: the output schema, the blocking checks, and
+for skills, mentions that appear in the posting. Every delivered value is recorded in
+`interactions` (backend `review`), so `pipeline trace` shows who changed what.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jsonschema
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from appdb import review, work
+from appdb.models import Posting, ReviewItem, TaxonomyConcept, utcnow
+from assets.llm_use_case import model_label
+from pipeline_defs.checks import first_blocking_failure
+from pipeline_defs.declaration import UseCase
+from pipeline_defs.use_cases import REVIEWED_STAGE, ground_skill_mentions
+
+REVIEWER_MODEL = "reviewer"
+UNMATCHED = ("none", "unmatched")
+
+
+class CorrectionError(ValueError):
+    """A correction that cannot be made (names the item and why)."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    item_id: int
+    use_case: str
+    posting_key: str
+    status: str
+    delivered: bool  # the value is now the current output
+    correction_id: int | None = None
+
+
+@dataclass(frozen=True)
+class Edits:
+    """What `pipeline review correct` changes: any combination that fits the output."""
+
+    summary: str | None = None
+    add_skills: Sequence[str] = ()
+    remove_skills: Sequence[str] = ()
+    concepts: Mapping[str, str] | None = None  # mention -> concept URI ("none": unmatched)
+
+    def describe(self) -> str:
+        parts = []
+        if self.summary is not None:
+            parts.append(f"--summary {json.dumps(self.summary, ensure_ascii=False)}")
+        parts += [f"--add-skill {json.dumps(m, ensure_ascii=False)}" for m in self.add_skills]
+        parts += [f"--remove-skill {json.dumps(m, ensure_ascii=False)}" for m in self.remove_skills]
+        parts += [
+            f"--concept {json.dumps(f'{m}={u}', ensure_ascii=False)}"
+            for m, u in (self.concepts or {}).items()
+        ]
+        return " ".join(parts)
+
+    @property
+    def empty(self) -> bool:
+        return self.summary is None and not self.add_skills and not self.remove_skills and not self.concepts
+
+
+def _use_case(item: ReviewItem, use_cases: Mapping[str, UseCase]) -> UseCase:
+    if item.use_case not in use_cases:
+        raise CorrectionError(f"review item {item.id}: use case {item.use_case!r} is no longer declared")
+    return use_cases[item.use_case]
+
+
+def _posting(session: Session, key: str) -> dict[str, Any]:
+    row = session.scalar(select(Posting).where(Posting.key == key))
+    if row is None:
+        raise CorrectionError(f"posting {key!r} no longer exists")
+    return {"title": row.title, "description": row.description, "company": row.company}
+
+
+def _deliverable(session: Session, item: ReviewItem, use_case: UseCase) -> bool:
+    """Whether the item's output is still the one the use case delivers (or none was stored)."""
+    if item.use_case_version != use_case.version:
+        return False
+    current = review.current_output(session, item.use_case, item.posting_key)
+    return current is None or current.interaction_id == item.interaction_id or current.backend == "review"
+
+
+def _deliver(
+    session: Session, item: ReviewItem, use_case: UseCase, value: dict[str, Any], command: str
+) -> int:
+    """Record the reviewer's value as an interaction and make it the current output; its id."""
+    interaction_id = work.record_interaction(
+        session,
+        use_case=use_case.name,
+        use_case_version=use_case.version,
+        posting_key=item.posting_key,
+        backend=review.REVIEW_BACKEND,
+        model=REVIEWER_MODEL,
+        prompt=command,
+        system_prompt="",
+        options={"review_item": item.id},
+        raw_response=json.dumps(value, ensure_ascii=False),
+        parsed_output=value,
+        status="ok",
+        source="review",
+        finished_at=utcnow(),
+    )
+    review.apply_reviewed_output(
+        session,
+        use_case=use_case.name,
+        posting_key=item.posting_key,
+        value=value,
+        model=model_label(use_case),
+        use_case_version=use_case.version,
+        interaction_id=interaction_id,
+    )
+    if use_case.after_store is not None:
+        use_case.after_store(session, item.posting_key, value)
+    return interaction_id
+
+
+def accept(
+    session: Session, item_id: int, use_cases: Mapping[str, UseCase], note: str | None = None
+) -> Verdict:
+    item = review.get_open_item(session, item_id)
+    use_case = _use_case(item, use_cases)
+    if item.output is None:
+        raise CorrectionError(f"review item {item_id} has no output to accept; correct it instead")
+    delivered = False
+    interaction_id = None
+    stored = review.current_output(session, item.use_case, item.posting_key)
+    if stored is None and _deliverable(session, item, use_case):  # a blocked output the reviewer vouches for
+        interaction_id = _deliver(session, item, use_case, item.output, f"pipeline review accept {item_id}")
+        delivered = True
+    correction_id = review.add_correction(
+        session,
+        use_case=item.use_case,
+        posting_key=item.posting_key,
+        use_case_version=item.use_case_version,
+        verdict="accepted",
+        original=item.output,
+        corrected=item.output,
+        note=note,
+        review_item_id=item.id,
+        interaction_id=interaction_id,
+    )
+    review.resolve_item(session, item, "accepted", note)
+    return Verdict(item.id, item.use_case, item.posting_key, "accepted", delivered, correction_id)
+
+
+def reject(session: Session, item_id: int, note: str | None = None) -> Verdict:
+    item = review.get_open_item(session, item_id)
+    review.resolve_item(session, item, "rejected", note)
+    return Verdict(item.id, item.use_case, item.posting_key, "rejected", False)
+
+
+def correct(
+    session: Session, item_id: int, use_cases: Mapping[str, UseCase], edits: Edits, note: str | None = None
+) -> Verdict:
+    item = review.get_open_item(session, item_id)
+    use_case = _use_case(item, use_cases)
+    if edits.empty:
+        raise CorrectionError(
+            "say what to correct: --summary TEXT, --add-skill MENTION, --remove-skill MENTION or "
+            "--concept MENTION=URI"
+        )
+    original = item.output or {}
+    posting = _posting(session, item.posting_key)
+    corrected = apply_edits(session, item, use_case, original, posting, edits)
+    if corrected == original:
+        raise CorrectionError(
+            f"the correction leaves review item {item_id}'s output as it was; use `pipeline review accept "
+            f"{item_id}` to confirm it"
+        )
+    delivered = _deliverable(session, item, use_case)
+    interaction_id = (
+        _deliver(session, item, use_case, corrected, f"pipeline review correct {item_id} {edits.describe()}")
+        if delivered
+        else None
+    )
+    correction_id = review.add_correction(
+        session,
+        use_case=item.use_case,
+        posting_key=item.posting_key,
+        use_case_version=item.use_case_version,
+        verdict="corrected",
+        original=item.output,
+        corrected=corrected,
+        note=note,
+        review_item_id=item.id,
+        interaction_id=interaction_id,
+    )
+    review.resolve_item(session, item, "corrected", note)
+    return Verdict(item.id, item.use_case, item.posting_key, "corrected", delivered, correction_id)
+
+
+def apply_edits(
+    session: Session,
+    item: ReviewItem,
+    use_case: UseCase,
+    original: dict[str, Any],
+    posting: Mapping[str, Any],
+    edits: Edits,
+) -> dict[str, Any]:
+    """The corrected output; CorrectionError when an edit does not fit or the result is invalid."""
+    value = json.loads(json.dumps(original))
+    where = f"review item {item.id} ({item.use_case}, posting {item.posting_key})"
+    if edits.summary is not None:
+        if "summary" not in value:
+            raise CorrectionError(f"{where}: --summary applies to outputs with a summary, not this one")
+        value["summary"] = " ".join(edits.summary.split())
+    if edits.add_skills or edits.remove_skills:
+        value = _edit_skills(value, posting, edits, where)
+    if edits.concepts:
+        value = _edit_concepts(session, value, edits.concepts, where)
+    try:
+        use_case.validate_output(value)
+    except jsonschema.ValidationError as exc:
+        path = "/".join(str(part) for part in exc.absolute_path) or "the output"
+        raise CorrectionError(
+            f"{where}: the correction breaks the output schema at {path}: {exc.message}"
+        ) from exc
+    blocked = first_blocking_failure(use_case.checks, value, posting)
+    if blocked is not None:
+        raise CorrectionError(
+            f"{where}: the correction fails the blocking check {blocked.check}: {blocked.reason}"
+        )
+    return value
+
+
+def _edit_skills(
+    value: dict[str, Any], posting: Mapping[str, Any], edits: Edits, where: str
+) -> dict[str, Any]:
+    if not isinstance(value.get("skills"), list):
+        raise CorrectionError(
+            f"{where}: --add-skill and --remove-skill apply to skills outputs, not this one"
+        )
+    kept = list(value["skills"])
+    for mention in edits.remove_skills:
+        matches = [s for s in kept if s["mention"].lower() == " ".join(mention.split()).lower()]
+        if not matches:
+            listed = ", ".join(repr(s["mention"]) for s in kept) or "none"
+            raise CorrectionError(f"{where}: no mention {mention!r} to remove (mentions: {listed})")
+        kept = [s for s in kept if s not in matches]
+    added = [_kind_and_mention(text) for text in edits.add_skills]
+    raw = {
+        "knowledge": [s["mention"] for s in kept if s["kind"] == "knowledge"]
+        + [m for kind, m in added if kind == "knowledge"],
+        "skills": [s["mention"] for s in kept if s["kind"] == "skill"]
+        + [m for kind, m in added if kind == "skill"],
+    }
+    try:
+        grounded = ground_skill_mentions(raw, posting)
+    except ValueError as exc:
+        raise CorrectionError(f"{where}: {exc}") from exc
+    missing = [m for _, m in added if m.lower() in {u.lower() for u in grounded["ungrounded"]}]
+    if missing:
+        raise CorrectionError(
+            f"{where}: {missing[0]!r} does not appear in the posting "
+            "(skills are mentions copied from its text)"
+        )
+    return {**value, "skills": grounded["skills"]}
+
+
+def _kind_and_mention(text: str) -> tuple[str, str]:
+    """`knowledge:Python` or `skill:bake bread`; a bare mention is a skill."""
+    kind, sep, mention = text.partition(":")
+    if sep and kind.strip().lower() in ("knowledge", "skill"):
+        return kind.strip().lower(), mention.strip()
+    return "skill", text.strip()
+
+
+def _edit_concepts(
+    session: Session, value: dict[str, Any], concepts: Mapping[str, str], where: str
+) -> dict[str, Any]:
+    if not isinstance(value.get("entities"), list):
+        raise CorrectionError(f"{where}: --concept applies to resolved skills (entities), not this one")
+    entities = [dict(entity) for entity in value["entities"]]
+    for mention, uri in concepts.items():
+        targets = [e for e in entities if e["mention"].lower() == " ".join(mention.split()).lower()]
+        if not targets:
+            listed = ", ".join(repr(e["mention"]) for e in entities) or "none"
+            raise CorrectionError(f"{where}: no mention {mention!r} (mentions: {listed})")
+        if uri.strip().lower() in UNMATCHED:
+            concept_uri, label = None, None
+        else:
+            concept = session.get(TaxonomyConcept, uri.strip())
+            if concept is None:
+                raise CorrectionError(f"{where}: {uri!r} is not a concept URI of the loaded taxonomy")
+            concept_uri, label = concept.concept_uri, concept.preferred_label
+        for entity in targets:
+            entity.update(concept_uri=concept_uri, concept_label=label, confidence=1.0, stage=REVIEWED_STAGE)
+    unmatched = sum(1 for e in entities if e["concept_uri"] is None)
+    return {**value, "entities": entities, "matched": len(entities) - unmatched, "unmatched": unmatched}

@@ -1,0 +1,30 @@
+"""The gym's settings as a Dagster resource: judge model and sample, rubric, review threshold, gold sets.
+
+A resource, so a run launched from the UI can change them in the launchpad (e.g. a
+larger judge model, or a bigger sample for one evaluation run).
+"""
+
+from __future__ import annotations
+
+from dagster import ConfigurableResource
+from pydantic import Field
+
+from pipeline_defs.judge import Rubric, load_rubric
+
+
+class GymResource(ConfigurableResource):
+    """judge_model grades judge_sample outputs per use case and run (0: no judge) under the
+    rubric; outputs graded below review_below go to review. gold_skillspan_path: SkillSpan
+    JSON lines used as public gold of gold_skillspan_use_case for postings ingested as
+    `skillspan-<source>-<idx>`. The gold check passes while F1 is at least gold_min_f1."""
+
+    judge_model: str = "gemma3:270m"
+    judge_sample: int = Field(default=2, ge=0)
+    rubric_path: str = ""
+    review_below: float = Field(default=3.0, ge=1.0, le=5.0)
+    gold_skillspan_path: str = ""
+    gold_skillspan_use_case: str = "posting_skills"
+    gold_min_f1: float = Field(default=0.5, ge=0.0, le=1.0)
+
+    def rubric(self) -> Rubric:
+        return load_rubric(self.rubric_path or None)
