@@ -89,7 +89,7 @@ def build_use_case(
 
 def group_name_for(use_case: UseCase) -> str:
     """LLM use cases group by model (`gemma3:270m` -> `gemma3_270m`); a script is its own group."""
-    if use_case.is_script:
+    if use_case.is_script or not use_case.model:  # a script, or a chain of script steps only
         return use_case.name
     return re.sub(r"[^a-z0-9]+", "_", use_case.model.lower()).strip("_")
 

@@ -14,6 +14,8 @@ Everything a user may want to point elsewhere is one environment variable:
 | PIPELINE_TAXONOMY_PATH       | unset (the built-in demo taxonomy); e.g. ESCO's ``skills_en.csv`` |
 | PIPELINE_EMBEDDING_BACKEND   | ``none``; ``minilm`` (in process) or ``ollama``: semantic resolution |
 | PIPELINE_EMBEDDING_MODEL     | ``nomic-embed-text``                     |
+| PIPELINE_SUMMARY_STYLE       | ``plain`` (one call); ``refined``: extract, grade, improve, final |
+| PIPELINE_EXTRA_USE_CASES     | unset; ``posting_assessment``: three experts and a synthesizer |
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ class Settings:
     taxonomy_path: str = ""
     embedding_backend: str = "none"
     embedding_model: str = "nomic-embed-text"
+    summary_style: str = "plain"  # see pipeline_defs/catalog.py
+    extra_use_cases: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -65,4 +69,10 @@ class Settings:
             taxonomy_path=env.get("PIPELINE_TAXONOMY_PATH") or "",
             embedding_backend=embedding_backend,
             embedding_model=env.get("PIPELINE_EMBEDDING_MODEL") or "nomic-embed-text",
+            summary_style=env.get("PIPELINE_SUMMARY_STYLE") or "plain",
+            extra_use_cases=tuple(
+                name.strip()
+                for name in (env.get("PIPELINE_EXTRA_USE_CASES") or "").split(",")
+                if name.strip()
+            ),
         )

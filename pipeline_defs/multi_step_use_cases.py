@@ -1,0 +1,360 @@
+"""Two shipped examples of multi-step declarations, opt-in through settings (see `catalog.py`).
+
+- `REFINED_POSTING_SUMMARY` (PIPELINE_SUMMARY_STYLE=refined): the summary as
+  extract -> grade -> improve (at most 3 times) -> final. The grade is a script step:
+  deterministic checks a reader can verify (length, names the role and the company,
+  no number that is not in the posting, not a copy), because a 270M base model cannot
+  grade reliably; its feedback is the first problem found, and the improve prompt
+  uses it. `final` keeps the best-graded version, and is also the fallback when the
+  improve budget runs out.
+- `ASSESSMENT_USE_CASES` (PIPELINE_EXTRA_USE_CASES=posting_assessment): three expert
+  assessments of a posting side by side (seniority, work mode, contract type) and a
+  synthesizer that waits for all three (`fan_out.fan_in`).
+
+Prompts are few-shot completions with short JSON answers (JSON-schema grammars), so
+they suit the embedded Gemma 3 270M base model and stay fast on a CPU.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from pipeline_defs.declaration import UseCase
+from pipeline_defs.fan_out import fan_in
+from pipeline_defs.steps import Chain, LLMStep, Route, ScriptStep, StepContext
+from pipeline_defs.use_cases import (
+    POSTING_SUMMARY,
+    SUMMARY_PROMPT,
+    SUMMARY_SCHEMA,
+    normalize_summary,
+)
+
+MODEL = "gemma3:270m"
+
+# --- the refined summary: extract -> grade -> improve (bounded) -> final ---------------------------
+
+GRADE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "passed": {"type": "boolean"},
+        "score": {"type": "integer", "minimum": 0, "maximum": 5},
+        "feedback": {"type": "string"},
+    },
+    "required": ["passed", "score", "feedback"],
+}
+MIN_SUMMARY_CHARS, MAX_SUMMARY_CHARS = 40, 400
+_WORD = re.compile(r"[A-Za-z][A-Za-z+#.-]*")
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+_TITLE_STOPWORDS = {"and", "for", "the", "with", "senior", "junior", "lead", "head", "night", "shift"}
+
+
+def _squash(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def grade_summary(inputs: Mapping[str, Any], context: StepContext) -> dict[str, Any]:
+    """Five checks of the current summary against the posting; feedback names the first problem."""
+    summary = inputs["current_summary"]["summary"]
+    lowered = summary.lower()
+    title, company = str(inputs["title"]), str(inputs["company"])
+    posting = " ".join(str(inputs[name]) for name in ("title", "company", "location", "description"))
+    problems: list[str] = []
+    if not MIN_SUMMARY_CHARS <= len(summary) <= MAX_SUMMARY_CHARS:
+        problems.append(
+            f"Write one or two full sentences ({MIN_SUMMARY_CHARS} to {MAX_SUMMARY_CHARS} characters)."
+        )
+    if len(summary) >= MIN_SUMMARY_CHARS and _squash(summary) in _squash(posting):
+        problems.append("Say it in your own words; do not copy the posting.")
+    role_words = [w for w in _WORD.findall(title) if len(w) > 3 and w.lower() not in _TITLE_STOPWORDS]
+    if role_words and not any(word.lower() in lowered for word in role_words):
+        problems.append(f"Name the role: {title}.")
+    if company.strip() and company != "not stated" and company.split()[0].lower() not in lowered:
+        problems.append(f"Name the company: {company}.")
+    invented = [n for n in _NUMBER.findall(summary) if n not in posting]
+    if invented:
+        problems.append(f'Remove "{invented[0]}": it is not in the posting.')
+    return {
+        "passed": not problems,
+        "score": 5 - len(problems),
+        "feedback": problems[0] if problems else "None.",
+    }
+
+
+def keep_best_summary(inputs: Mapping[str, Any], context: StepContext) -> dict[str, Any]:
+    """The best-graded summary of this posting's chain (ties: the earliest, least rewritten one)."""
+    graded: list[tuple[int, str]] = []
+    latest: str | None = None
+    for record in context.history:
+        if record.output_name == "current_summary":
+            latest = record.value["summary"]
+        elif record.output_name == "grade" and latest is not None:
+            graded.append((record.value["score"], latest))
+    if not graded:
+        return {"summary": inputs["current_summary"]["summary"]}
+    best = max(score for score, _ in graded)
+    return {"summary": next(summary for score, summary in graded if score == best)}
+
+
+IMPROVE_PROMPT = """\
+Draft summaries of job postings, each rewritten to follow the feedback, in JSON.
+
+Title: Senior Data Engineer
+Company: Nordwind Logistics
+Posting: Our data platform team is looking for a Senior Data Engineer to build batch \
+and streaming pipelines in Python, Spark and Airflow on AWS. You have 5+ years of \
+experience with SQL and data modelling.
+Draft: {"summary": "A logistics firm needs an engineer to build data pipelines."}
+Feedback: Name the role: Senior Data Engineer.
+Rewritten: {"summary": "Nordwind Logistics is hiring a Senior Data Engineer to build \
+batch and streaming pipelines with Python, Spark and Airflow on AWS; it asks for 5+ \
+years of SQL."}
+
+Title: Registered Nurse, Night Shift
+Company: St. Mary's Community Hospital
+Posting: Join our acute medical ward as a Registered Nurse on permanent night shifts. \
+You will assess and monitor patients, administer medication and keep accurate care \
+records. NMC registration is required.
+Draft: {"summary": "St. Mary's Community Hospital seeks a nurse with 10 years of experience."}
+Feedback: Remove "10": it is not in the posting.
+Rewritten: {"summary": "St. Mary's Community Hospital seeks an NMC-registered nurse for \
+night shifts on an acute medical ward, assessing patients and giving medication."}
+
+Title: {title}
+Company: {company}
+Posting: {description}
+Draft: {"summary": "{current_summary.summary}"}
+Feedback: {grade.feedback}
+Rewritten:"""
+
+SUMMARY_OPTIONS = {"temperature": 0.0, "max_tokens": 120, "repeat_penalty": 1.2}
+
+REFINED_SUMMARY_CHAIN = Chain(
+    steps=(
+        LLMStep(
+            "extract",
+            MODEL,
+            SUMMARY_PROMPT,
+            SUMMARY_SCHEMA,
+            output_name="current_summary",
+            options=SUMMARY_OPTIONS,
+            input_limits={"description": 3000},
+            postprocess=normalize_summary,
+            routes=(Route("grade"),),
+        ),
+        ScriptStep(
+            "grade",
+            grade_summary,
+            output_schema=GRADE_SCHEMA,
+            max_visits=4,
+            routes=(Route("final", when="grade.passed == true", priority=1), Route("improve")),
+        ),
+        LLMStep(
+            "improve",
+            MODEL,
+            IMPROVE_PROMPT,
+            SUMMARY_SCHEMA,
+            output_name="current_summary",
+            max_visits=3,
+            options=SUMMARY_OPTIONS,
+            input_limits={"description": 2000},
+            postprocess=normalize_summary,
+            routes=(Route("grade"),),
+        ),
+        ScriptStep("final", keep_best_summary, output_schema=SUMMARY_SCHEMA),
+    ),
+    max_steps_per_posting=10,
+    fallback="final",
+)
+
+REFINED_POSTING_SUMMARY = UseCase(
+    name="posting_summary",  # the same asset as the plain summary: downstream readers keep working
+    version="2026-11-23.1",
+    description=(
+        "A one- or two-sentence summary of each posting: extracted, graded by checks, improved "
+        "at most 3 times until it passes, and the best-graded version kept."
+    ),
+    output_schema=SUMMARY_SCHEMA,
+    steps=REFINED_SUMMARY_CHAIN,
+    priority=POSTING_SUMMARY.priority,
+    batch_size=POSTING_SUMMARY.batch_size,
+    postprocess=normalize_summary,
+    preview_field="summary",
+    checks=POSTING_SUMMARY.checks,
+)
+
+# --- fan-out and fan-in: three expert assessments and a synthesizer ---------------------------------
+
+_EXPERT_OPTIONS = {"temperature": 0.0, "max_tokens": 16, "repeat_penalty": 1.0}
+
+
+def _label_schema(field_name: str, labels: list[str]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {field_name: {"type": "string", "enum": labels}},
+        "required": [field_name],
+        "additionalProperties": False,
+    }
+
+
+POSTING_SENIORITY = UseCase(
+    name="posting_seniority",
+    version="2026-11-23.1",
+    model=MODEL,
+    description="Expert 1 of 3: the seniority the posting asks for.",
+    prompt="""\
+Job postings, each followed by the seniority of the role in JSON: entry, mid, senior or lead.
+
+Title: Junior Frontend Developer
+Posting: Start your career with us: build React components with guidance from senior developers.
+Answer: {"level": "entry"}
+
+Title: Head of Data Platform
+Posting: Lead a team of eight engineers, set the data strategy and report to the CTO.
+Answer: {"level": "lead"}
+
+Title: Payroll Administrator
+Posting: Run the monthly payroll for 900 employees in Sage. Two years of payroll experience.
+Answer: {"level": "mid"}
+
+Title: {title}
+Posting: {description}
+Answer:""",
+    output_schema=_label_schema("level", ["entry", "mid", "senior", "lead"]),
+    options=_EXPERT_OPTIONS,
+    input_limits={"description": 1500},
+    priority=8,
+)
+
+POSTING_WORK_MODE = UseCase(
+    name="posting_work_mode",
+    version="2026-11-23.1",
+    model=MODEL,
+    description="Expert 2 of 3: where the work happens (on-site, hybrid, remote).",
+    prompt="""\
+Job postings, each followed by where the work happens in JSON: on-site, hybrid, remote or not stated.
+
+Title: Warehouse Operative
+Posting: Pick and pack orders at our Leeds warehouse on early shifts.
+Answer: {"mode": "on-site"}
+
+Title: Backend Developer
+Posting: Fully remote team across Europe; we meet twice a year.
+Answer: {"mode": "remote"}
+
+Title: Data Analyst
+Posting: Two days a week in our Berlin office, the rest from home.
+Answer: {"mode": "hybrid"}
+
+Title: {title}
+Posting: {description}
+Answer:""",
+    output_schema=_label_schema("mode", ["on-site", "hybrid", "remote", "not stated"]),
+    options=_EXPERT_OPTIONS,
+    input_limits={"description": 1500},
+    priority=8,
+)
+
+POSTING_CONTRACT = UseCase(
+    name="posting_contract",
+    version="2026-11-23.1",
+    model=MODEL,
+    description="Expert 3 of 3: the kind of contract offered.",
+    prompt="""\
+Job postings, each followed by the kind of contract in JSON: permanent, fixed-term, \
+freelance, internship or not stated.
+
+Title: Marketing Intern
+Posting: A six-month paid internship in our brand team.
+Answer: {"contract": "internship"}
+
+Title: Site Electrician
+Posting: A permanent, full-time position with a company van and pension.
+Answer: {"contract": "permanent"}
+
+Title: Project Accountant
+Posting: A 12-month maternity cover contract in our finance team.
+Answer: {"contract": "fixed-term"}
+
+Title: {title}
+Posting: {description}
+Answer:""",
+    output_schema=_label_schema(
+        "contract", ["permanent", "fixed-term", "freelance", "internship", "not stated"]
+    ),
+    options=_EXPERT_OPTIONS,
+    input_limits={"description": 1500},
+    priority=8,
+)
+
+ASSESSMENT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "profile": {"type": "string", "minLength": 1, "maxLength": 300},
+        "seniority": {"type": "string"},
+        "work_mode": {"type": "string"},
+        "contract": {"type": "string"},
+    },
+    "required": ["profile", "seniority", "work_mode", "contract"],
+    "additionalProperties": False,
+}
+PROFILE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"profile": {"type": "string", "minLength": 1, "maxLength": 300}},
+    "required": ["profile"],
+    "additionalProperties": False,
+}
+
+
+def attach_expert_labels(output: dict[str, Any], inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """Store the three experts' labels next to the synthesized profile."""
+    profile = " ".join(str(output["profile"]).split())
+    if not profile:
+        raise ValueError("the model returned an empty profile")
+    return {
+        "profile": profile,
+        "seniority": inputs["posting_seniority"]["level"],
+        "work_mode": inputs["posting_work_mode"]["mode"],
+        "contract": inputs["posting_contract"]["contract"],
+    }
+
+
+ASSESSMENT_USE_CASES: tuple[UseCase, ...] = fan_in(
+    (POSTING_SENIORITY, POSTING_WORK_MODE, POSTING_CONTRACT),
+    name="posting_assessment",
+    version="2026-11-23.1",
+    model=MODEL,
+    description="The synthesizer: one profile sentence from the three expert assessments.",
+    prompt="""\
+Job postings with three reviewers' notes, each followed by a one-sentence profile for a \
+job seeker, in JSON.
+
+Title: Head of Data Platform
+Company: Nordwind Logistics
+Seniority: lead
+Work mode: hybrid
+Contract: permanent
+Profile: {"profile": "A permanent, hybrid lead role at Nordwind Logistics, heading the data platform team."}
+
+Title: Night Nurse
+Company: St. Mary's Community Hospital
+Seniority: mid
+Work mode: on-site
+Contract: fixed-term
+Profile: {"profile": "A fixed-term, on-site nursing role at St. Mary's Community Hospital \
+for an experienced nurse."}
+
+Title: {title}
+Company: {company}
+Seniority: {posting_seniority.level}
+Work mode: {posting_work_mode.mode}
+Contract: {posting_contract.contract}
+Profile:""",
+    generation_schema=PROFILE_SCHEMA,
+    output_schema=ASSESSMENT_SCHEMA,
+    postprocess=attach_expert_labels,
+    options={"temperature": 0.0, "max_tokens": 60, "repeat_penalty": 1.2},
+    preview_field="profile",
+    priority=7,
+)
