@@ -4,8 +4,9 @@
   extract -> grade -> improve (at most 3 times) -> final. The grade is a script step:
   deterministic checks a reader can verify (length, names the role and the company,
   no number that is not in the posting, not a copy), because a 270M base model cannot
-  grade reliably; its feedback is the first problem found, and the improve prompt
-  uses it. `final` keeps the best-graded version, and is also the fallback when the
+  grade reliably (a number or capitalized name that is not in the posting counts as
+  invented); its feedback lists the problems found, and the improve prompt uses
+  it. `final` keeps the best-graded version, and is also the fallback when the
   improve budget runs out.
 - `ASSESSMENT_USE_CASES` (PIPELINE_EXTRA_USE_CASES=posting_assessment): three expert
   assessments of a posting side by side (seniority, work mode, contract type) and a
@@ -47,6 +48,7 @@ GRADE_SCHEMA: dict[str, Any] = {
 MIN_SUMMARY_CHARS, MAX_SUMMARY_CHARS = 40, 400
 _WORD = re.compile(r"[A-Za-z][A-Za-z+#.-]*")
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9+#&'-]*")
 _TITLE_STOPWORDS = {"and", "for", "the", "with", "senior", "junior", "lead", "head", "night", "shift"}
 
 
@@ -54,8 +56,16 @@ def _squash(text: str) -> str:
     return " ".join(text.lower().split())
 
 
+def _names_and_numbers(text: str) -> list[str]:
+    """Numbers and capitalized words, except each sentence's first word (small models invent these)."""
+    found = list(_NUMBER.findall(text))
+    for sentence in re.split(r"(?<=[.!?;])\s+", text):
+        found += [word for word in _NAME.findall(sentence)[1:] if word[0].isupper()]
+    return found
+
+
 def grade_summary(inputs: Mapping[str, Any], context: StepContext) -> dict[str, Any]:
-    """Five checks of the current summary against the posting; feedback names the first problem."""
+    """Five checks of the current summary against the posting; the feedback lists every problem."""
     summary = inputs["current_summary"]["summary"]
     lowered = summary.lower()
     title, company = str(inputs["title"]), str(inputs["company"])
@@ -72,13 +82,16 @@ def grade_summary(inputs: Mapping[str, Any], context: StepContext) -> dict[str, 
         problems.append(f"Name the role: {title}.")
     if company.strip() and company != "not stated" and company.split()[0].lower() not in lowered:
         problems.append(f"Name the company: {company}.")
-    invented = [n for n in _NUMBER.findall(summary) if n not in posting]
+    invented = [word for word in _names_and_numbers(summary) if word.lower() not in posting.lower()]
     if invented:
-        problems.append(f'Remove "{invented[0]}": it is not in the posting.')
+        quoted = ", ".join(f'"{word}"' for word in dict.fromkeys(invented[:3]))
+        problems.append(
+            f"Remove {quoted}: {'it is' if len(set(invented[:3])) == 1 else 'they are'} not in the posting."
+        )
     return {
         "passed": not problems,
         "score": 5 - len(problems),
-        "feedback": problems[0] if problems else "None.",
+        "feedback": " ".join(problems) if problems else "None.",
     }
 
 
@@ -120,6 +133,14 @@ Draft: {"summary": "St. Mary's Community Hospital seeks a nurse with 10 years of
 Feedback: Remove "10": it is not in the posting.
 Rewritten: {"summary": "St. Mary's Community Hospital seeks an NMC-registered nurse for \
 night shifts on an acute medical ward, assessing patients and giving medication."}
+
+Title: Payroll Administrator
+Company: Harbour Foods
+Posting: Run the monthly payroll for 900 employees in Sage and answer staff questions.
+Draft: {"summary": "We are looking for a Payroll Administrator to run the monthly payroll in Sage."}
+Feedback: Name the company: Harbour Foods.
+Rewritten: {"summary": "Harbour Foods is looking for a Payroll Administrator to run the \
+monthly payroll for 900 employees in Sage."}
 
 Title: {title}
 Company: {company}

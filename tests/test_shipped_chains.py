@@ -127,7 +127,7 @@ def _inputs(summary: str, posting: dict = POSTINGS[0]) -> dict:
     return {**posting, "url": "not stated", "current_summary": {"summary": summary}}
 
 
-def test_the_grade_names_the_first_problem_and_final_keeps_the_best_graded_version() -> None:
+def test_the_grade_lists_the_problems_and_final_keeps_the_best_graded_version() -> None:
     good = "Brightwave Energy in Berlin is hiring a Data Engineer to build Python and SQL pipelines."
     assert grade_summary(_inputs(good), _step_context([])) == {
         "passed": True,
@@ -138,6 +138,12 @@ def test_the_grade_names_the_first_problem_and_final_keeps_the_best_graded_versi
     assert grade_summary(_inputs(no_company), _step_context([]))["feedback"] == (
         "Name the company: Brightwave Energy."
     )
+    both = "A Data Engineer with 7 years of experience builds Python and SQL pipelines in Berlin."
+    assert grade_summary(_inputs(both), _step_context([])) == {
+        "passed": False,
+        "score": 3,
+        "feedback": 'Name the company: Brightwave Energy. Remove "7": it is not in the posting.',
+    }
     invented = "Brightwave Energy seeks a Data Engineer with 7 years of Python and SQL experience."
     assert grade_summary(_inputs(invented), _step_context([]))["feedback"] == (
         'Remove "7": it is not in the posting.'
