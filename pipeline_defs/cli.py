@@ -271,6 +271,9 @@ def render_postings(session, keys: list[str]) -> str:  # noqa: ANN001 - a SQLAlc
             lines.append(f"  skills:   {'; '.join(resolved) or '(none found)'}")
         if skills and skills.get("ungrounded"):
             lines.append(f"  dropped (not in the posting): {', '.join(skills['ungrounded'])}")
+        assessment = outputs.get((posting.key, "posting_assessment"))  # PIPELINE_EXTRA_USE_CASES
+        if assessment:
+            lines.append(f"  profile:  {_clip(assessment['profile'], 200)}")
     return "\n".join(lines)
 
 

@@ -15,6 +15,7 @@ import pytest
 from dagster import DagsterInstance
 from sqlalchemy import select
 
+from appdb import work
 from appdb.database import session_scope
 from appdb.models import Interaction, UseCaseOutput, WorkItem
 from pipeline_defs.declaration import DeclarationError, UseCase
@@ -22,7 +23,7 @@ from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
 from pipeline_defs.steps import END, Chain, LLMStep, Marker, Route, ScriptStep
 from pipeline_defs.trace import render_text, trace_blocks
-from resources.llm import Generation, LLMResource
+from resources.llm import BackendUnavailable, Generation, LLMResource
 from tests.conftest import POSTINGS, run_use_case, seed_postings
 
 DRAFT_SCHEMA = {
@@ -510,3 +511,28 @@ def test_trace_shows_the_path_a_posting_took_through_the_chain(
     ]
     assert "ended: final is a last step" in text
     assert "step improve #1" in text  # each interaction is labelled with its step and visit
+
+
+def test_an_outage_mid_chain_stops_the_run_spends_no_attempts_and_pauses_the_use_case(
+    sqlite_url: str, tmp_path: Path, dagster_instance: DagsterInstance, fake_llm
+) -> None:
+    seed_postings(sqlite_url, tmp_path)
+
+    def respond(step: str, title: str, prompt: str) -> str:
+        if step == "grade":  # model-b's server went away after the drafts were written
+            raise BackendUnavailable("connection refused by http://gpu-box:11434")
+        return json.dumps({"text": f"{title} draft"})
+
+    fake_llm.respond = respond
+    result = _run(
+        sqlite_url, dagster_instance, [_chain_use_case(_grading_chain())], ["p-1", "p-2", "p-3"], "refined"
+    )
+
+    assert not result.success
+    assert [step for _, step, _ in fake_llm.calls] == ["draft", "draft", "draft", "grade"]  # stopped at once
+    with session_scope(sqlite_url) as session:
+        items = list(session.scalars(select(WorkItem).where(WorkItem.use_case == "refined")))
+        pauses = work.active_pauses(session)
+    assert [(item.status, item.attempts) for item in items] == [("pending", 0)] * 3
+    assert "refined" in pauses and "unavailable" in pauses["refined"].reason
+    assert _outputs(sqlite_url, "refined") == {}
