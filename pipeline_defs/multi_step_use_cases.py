@@ -9,8 +9,8 @@
   it. `final` keeps the best-graded version, and is also the fallback when the
   improve budget runs out.
 - `ASSESSMENT_USE_CASES` (PIPELINE_EXTRA_USE_CASES=posting_assessment): three expert
-  assessments of a posting side by side (seniority, work mode, contract type) and a
-  synthesizer that waits for all three (`fan_out.fan_in`).
+  assessments of a posting side by side (seniority by rules, work mode and contract type
+  by prompts) and an LLM synthesizer that waits for all three (`fan_out.fan_in`).
 
 Prompts are few-shot completions with short JSON answers (JSON-schema grammars), so
 they suit the embedded Gemma 3 270M base model and stay fast on a CPU.
@@ -219,33 +219,49 @@ def _label_schema(field_name: str, labels: list[str]) -> dict[str, Any]:
     }
 
 
+SENIORITY_LEVELS = ["entry", "mid", "senior", "lead", "not stated"]
+_TITLE_CUES = (  # (level, pattern), first match wins
+    ("lead", r"\b(head of|lead|director|chief)\b"),
+    ("senior", r"\b(senior|principal|staff|sr\.?)\b"),
+    ("entry", r"\b(junior|graduate|trainee|intern|apprentice)\b"),
+)
+_DESCRIPTION_CUES = (  # stricter: "you lead the migration" says nothing about seniority
+    ("lead", r"\b(lead|manage) (a|the|our) team\b"),
+    ("entry", r"\b(no (previous )?experience (is )?(needed|required)|graduate scheme|internship)\b"),
+)
+_YEARS = re.compile(r"\b(\d{1,2})\+?\s*(?:years?|yrs)\b", re.IGNORECASE)
+
+
+def rate_seniority(inputs: Mapping[str, Any], context: Any) -> dict[str, Any]:
+    """Seniority from cues in the title, then the description (team lead, N+ years), with the words
+    that decided it. A rule, not a prompt: on the demo postings Gemma 3 270M answered "senior" for
+    all 25."""
+    title, description = str(inputs["title"]), str(inputs["description"])
+    for text, cues in ((title, _TITLE_CUES), (description, _DESCRIPTION_CUES)):
+        for level, pattern in cues:
+            match = re.search(pattern, text, re.IGNORECASE)
+            if match:
+                return {"level": level, "evidence": match.group(0)}
+    years = _YEARS.search(description)
+    if years:
+        count = int(years.group(1))
+        level = "senior" if count >= 5 else "mid" if count >= 2 else "entry"
+        return {"level": level, "evidence": years.group(0)}
+    return {"level": "not stated", "evidence": ""}
+
+
 POSTING_SENIORITY = UseCase(
     name="posting_seniority",
     version="2026-11-23.1",
-    model=MODEL,
-    description="Expert 1 of 3: the seniority the posting asks for.",
-    prompt="""\
-Job postings, each followed by the seniority of the role in JSON: entry, mid, senior or lead.
-
-Title: Junior Frontend Developer
-Posting: Start your career with us: build React components with guidance from senior developers.
-Answer: {"level": "entry"}
-
-Title: Head of Data Platform
-Posting: Lead a team of eight engineers, set the data strategy and report to the CTO.
-Answer: {"level": "lead"}
-
-Title: Payroll Administrator
-Posting: Run the monthly payroll for 900 employees in Sage. Two years of payroll experience.
-Answer: {"level": "mid"}
-
-Title: {title}
-Posting: {description}
-Answer:""",
-    output_schema=_label_schema("level", ["entry", "mid", "senior", "lead"]),
-    options=_EXPERT_OPTIONS,
-    input_limits={"description": 1500},
+    description="Expert 1 of 3 (a script): the seniority the posting asks for, and the words that say so.",
+    function=rate_seniority,
+    output_schema={
+        "type": "object",
+        "properties": {"level": {"enum": SENIORITY_LEVELS}, "evidence": {"type": "string"}},
+        "required": ["level", "evidence"],
+    },
     priority=8,
+    batch_size=100,
 )
 
 POSTING_WORK_MODE = UseCase(
@@ -267,6 +283,10 @@ Answer: {"mode": "remote"}
 Title: Data Analyst
 Posting: Two days a week in our Berlin office, the rest from home.
 Answer: {"mode": "hybrid"}
+
+Title: Bookkeeper
+Posting: Keep the books of a small bakery chain in Sage and prepare VAT returns.
+Answer: {"mode": "not stated"}
 
 Title: {title}
 Posting: {description}
@@ -297,6 +317,14 @@ Answer: {"contract": "permanent"}
 Title: Project Accountant
 Posting: A 12-month maternity cover contract in our finance team.
 Answer: {"contract": "fixed-term"}
+
+Title: Copywriter
+Posting: Freelance copywriter wanted for product pages, paid per article.
+Answer: {"contract": "freelance"}
+
+Title: Receptionist
+Posting: Greet visitors, answer the phone and manage meeting rooms.
+Answer: {"contract": "not stated"}
 
 Title: {title}
 Posting: {description}

@@ -25,6 +25,7 @@ from pipeline_defs.multi_step_use_cases import (
     POSTING_SENIORITY,
     grade_summary,
     keep_best_summary,
+    rate_seniority,
 )
 from pipeline_defs.runner import run_pending
 from pipeline_defs.settings import Settings
@@ -56,7 +57,6 @@ class ShippedPrompts(LLMResource):
         title = prompt.rsplit("Title: ", 1)[1].split("\n", 1)[0]
         first = prompt.split("\n", 1)[0]
         answers = {
-            "seniority": {"level": "mid"},
             "where the work happens": {"mode": "hybrid"},
             "kind of contract": {"contract": "permanent"},
             "reviewers' notes": {"profile": PROFILE},
@@ -213,6 +213,23 @@ def test_fan_in_makes_every_expert_a_parent_of_the_synthesizer_in_the_lineage() 
     assert stage2.asset_layer.executable_asset_keys == {AssetKey("posting_assessment")}
 
 
+def test_the_seniority_expert_says_which_words_decided() -> None:
+    def rate(title: str, description: str) -> dict:
+        return rate_seniority({"title": title, "description": description}, None)
+
+    assert rate("Senior Backend Developer", "Java, 3+ years") == {"level": "senior", "evidence": "Senior"}
+    assert rate("Engineering Manager", "You manage a team of six.") == {
+        "level": "lead",
+        "evidence": "manage a team",
+    }
+    assert rate("Analyst", "You lead the migration; 2+ years of SQL.") == {
+        "level": "mid",
+        "evidence": "2+ years",
+    }
+    assert rate("Care Assistant", "No experience is needed.")["level"] == "entry"
+    assert rate("Pharmacist", "Dispense medicines.") == {"level": "not stated", "evidence": ""}
+
+
 def test_fan_in_refuses_experts_that_read_each_other() -> None:
     dependent = replace(POSTING_CONTRACT, upstream=("posting_seniority",))
     with pytest.raises(DeclarationError, match="expert posting_contract reads posting_seniority"):
@@ -251,7 +268,7 @@ def test_the_synthesizer_runs_for_a_posting_only_when_every_expert_is_current(
         assessment = session.get(UseCaseOutput, ("posting_assessment", "p-1")).value
     assert assessment == {
         "profile": PROFILE,
-        "seniority": "mid",
+        "seniority": "not stated",  # the script expert found no cue in p-1's one sentence
         "work_mode": "hybrid",
         "contract": "permanent",
     }
@@ -281,22 +298,17 @@ def test_pipeline_run_does_the_experts_then_the_synthesizer_in_a_second_stage(
     groups = build_work_groups(built)
     defs = build_definitions(settings, built=built, groups=groups, llm=ShippedPrompts())
     assert {group.name: group.use_case_names for group in groups} == {
-        "gemma3_270m": [
-            "posting_summary",
-            "posting_skills",
-            "posting_seniority",
-            "posting_work_mode",
-            "posting_contract",
-        ],
+        "gemma3_270m": ["posting_summary", "posting_skills", "posting_work_mode", "posting_contract"],
+        "posting_seniority": ["posting_seniority"],  # a script expert: a group of its own
         "gemma3_270m_stage2": ["posting_assessment"],
         "skill_entities": ["skill_entities"],
     }
     assert defs.get_repository_def().get_sensor_def("gemma3_270m_stage2_discovery")
 
-    reports = run_pending(defs, groups[:2], dagster_instance, AppDatabase(url=sqlite_url), source="test")
+    reports = run_pending(defs, groups[:3], dagster_instance, AppDatabase(url=sqlite_url), source="test")
 
-    assert [(len(report.runs), report.failed_runs) for report in reports] == [(1, []), (1, [])]
-    assert fake.loads == ["gemma3:270m", "gemma3:270m"]  # once per stage run
+    assert [(len(report.runs), report.failed_runs) for report in reports] == [(1, []), (1, []), (1, [])]
+    assert fake.loads == ["gemma3:270m", "gemma3:270m"]  # once per LLM stage run; none for the script
     tasks = [task for task, _ in fake.calls]
     assert tasks[-3:] == ["reviewers' notes"] * 3 and tasks.count("reviewers' notes") == 3
     with session_scope(sqlite_url) as session:
