@@ -133,7 +133,12 @@ def build_use_case_asset(use_case: UseCase, spec: work.WorkSpec) -> AssetsDefini
         pool=None if use_case.is_script else "llm",
         kinds={"python"},
         group_name="enrichment",
-        required_resource_keys={"app_db", "gym", *(use_case.resources if use_case.is_script else ("llm",))},
+        required_resource_keys={
+            "app_db",
+            "gym",
+            *use_case.resources,
+            *(() if use_case.is_script else ("llm",)),
+        },
         metadata={
             "model": model_label(use_case),
             "use_case_version": use_case.version,
@@ -159,6 +164,8 @@ def code_version(use_case: UseCase) -> str:
 
 def model_label(use_case: UseCase) -> str:
     """The model an output is made by: the LLM's name, or `script:<function>`."""
+    if use_case.steps is not None:  # a multi-step use case: its steps' models
+        return " + ".join(use_case.steps.models) or f"{SCRIPT_BACKEND}:{use_case.name}"
     return use_case.model or f"{SCRIPT_BACKEND}:{use_case.function.__name__}"
 
 
@@ -235,6 +242,11 @@ def _process_held(
     remaining = set(held)
     backend = llm.backend_name if llm is not None else SCRIPT_BACKEND
     try:
+        if use_case.steps is not None:  # a multi-step use case: run by step, in waves
+            from assets.chain import run_chain
+
+            args = (context, use_case, app_db, llm, held, remaining, run_id, source, force, outcome)
+            return (yield from run_chain(*args))
         started = time.perf_counter()
         if llm is not None and llm.ensure_loaded(use_case.model):
             seconds = time.perf_counter() - started
@@ -452,7 +464,8 @@ def parse_output(use_case: UseCase, text: str, inputs: Mapping[str, Any] | None 
             use_case.validate_output(value)
         except jsonschema.ValidationError as exc:
             raise ItemError(f"the processed output breaks the output schema: {exc.message}") from exc
-    blocked = first_blocking_failure(use_case.checks, value, inputs or {})
+    # a chain's steps declare no checks: its final output is checked in assets/chain.py
+    blocked = first_blocking_failure(getattr(use_case, "checks", ()), value, inputs or {})
     if blocked is not None:  # a bad output must not flow downstream: rejected like an unusable answer
         raise blocked
     return value

@@ -204,14 +204,14 @@ def _run_all(settings: Settings, only: list[str] | None, verbose: bool) -> tuple
     return reports, taxonomy_ok and not any(report.failed_runs for report in reports)
 
 
-def _declared_use_case_names() -> set[str]:
-    from pipeline_defs.use_cases import USE_CASES
+def _declared_use_case_names(settings: Settings) -> set[str]:
+    from pipeline_defs.catalog import declared_use_cases
 
-    return {use_case.name for use_case in USE_CASES}
+    return {use_case.name for use_case in declared_use_cases(settings)}
 
 
 def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
-    known = _declared_use_case_names()
+    known = _declared_use_case_names(settings)
     unknown = [name for name in args.use_cases or [] if name not in known]
     if unknown:
         print(f"error: no use case {unknown[0]!r} (declared: {', '.join(sorted(known))})", file=sys.stderr)
@@ -284,6 +284,9 @@ def render_postings(session, keys: list[str]) -> str:  # noqa: ANN001 - a SQLAlc
             lines.append(f"  skills:   {'; '.join(resolved) or '(none found)'}")
         if skills and skills.get("ungrounded"):
             lines.append(f"  dropped (not in the posting): {', '.join(skills['ungrounded'])}")
+        assessment = outputs.get((posting.key, "posting_assessment"))  # PIPELINE_EXTRA_USE_CASES
+        if assessment:
+            lines.append(f"  profile:  {_clip(assessment['profile'], 200)}")
     return "\n".join(lines)
 
 

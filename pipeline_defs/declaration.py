@@ -19,9 +19,12 @@ import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jsonschema
+
+if TYPE_CHECKING:
+    from pipeline_defs.steps import Chain
 
 POSTING_VARIABLES = ("key", "title", "company", "location", "description", "url", "posted_at")
 _VARIABLE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)\}")
@@ -87,6 +90,8 @@ class UseCase:
         grades a sample of each run's outputs (the gym); None: not judged.
     gold_items: `gold_items(output) -> set of strings` makes outputs comparable with the
         reviewers' corrections (precision and recall over the items); None: whole outputs.
+    steps: makes this a multi-step use case (`pipeline_defs/steps.py`) instead of one call;
+        its model (and so its work group) is its first LLM step's model.
     """
 
     name: str
@@ -112,6 +117,7 @@ class UseCase:
     after_store: Callable[[Any, str, dict[str, Any]], None] | None = None
     judge_view: Callable[[dict[str, Any]], str] | None = None
     gold_items: Callable[[dict[str, Any]], Iterable[str]] | None = None
+    steps: Chain | None = None
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z][a-z0-9_]*", self.name):
@@ -122,7 +128,14 @@ class UseCase:
             )
         if self.batch_size < 1:
             raise DeclarationError(f"{self.name}: batch_size must be at least 1")
-        if self.function is None and not (self.model and self.prompt):
+        if self.steps is not None:
+            if self.function is not None or self.prompt or self.model not in ("", self.steps.model):
+                raise DeclarationError(
+                    f"{self.name}: a multi-step use case has steps, not a model, prompt or function"
+                )
+            object.__setattr__(self, "model", self.steps.model)
+            self.steps.validate(self.name, self.upstream)
+        elif self.function is None and not (self.model and self.prompt):
             raise DeclarationError(f"{self.name}: an LLM use case needs a model and a prompt")
         if self.function is not None and (self.model or self.prompt):
             raise DeclarationError(f"{self.name}: a script use case has a function, not a model or prompt")

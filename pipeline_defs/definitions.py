@@ -9,10 +9,10 @@ from dagster import Definitions
 from assets.gym import build_gold_check, build_gym_job
 from assets.postings import postings
 from assets.taxonomy import skills_taxonomy
+from pipeline_defs.catalog import declared_use_cases
 from pipeline_defs.declaration import UseCase
 from pipeline_defs.factory import UseCaseDefinitions, WorkGroup, build_use_case, build_work_groups
 from pipeline_defs.settings import Settings
-from pipeline_defs.use_cases import USE_CASES
 from resources.app_database import AppDatabase
 from resources.embedded_backend import EmbeddedLLMResource
 from resources.gym import GymResource
@@ -50,14 +50,18 @@ def build_gym_resource(settings: Settings) -> GymResource:
     )
 
 
-def build_use_cases(settings: Settings, use_cases: Sequence[UseCase] = USE_CASES) -> list[UseCaseDefinitions]:
+def build_use_cases(
+    settings: Settings, use_cases: Sequence[UseCase] | None = None
+) -> list[UseCaseDefinitions]:
+    """Each use case's asset, checks and job; by default the use cases the settings declare."""
+    use_cases = use_cases if use_cases is not None else declared_use_cases(settings)
     registry = {use_case.name: use_case for use_case in use_cases}
     return [build_use_case(use_case, registry, settings.batch_size_override) for use_case in use_cases]
 
 
 def build_definitions(
     settings: Settings | None = None,
-    use_cases: Sequence[UseCase] = USE_CASES,
+    use_cases: Sequence[UseCase] | None = None,
     llm: LLMResource | None = None,
     built: Sequence[UseCaseDefinitions] | None = None,
     groups: Sequence[WorkGroup] | None = None,

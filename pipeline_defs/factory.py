@@ -4,7 +4,9 @@ Each use case gets its asset (with checks) and a job of its own for manual runs.
 Discovery and batching go by *work group*: all LLM use cases that share a model form
 one group, whose job materializes every member for the batch in one run (summary, then
 skills) with the model loaded once; a script use case (no model) is a group of its own.
-Each group has one discovery sensor.
+A use case that reads another of its own group goes into a later stage group
+(`<model>_stage2`), since Dagster would skip it in the same run. Each group has one
+discovery sensor.
 """
 
 from __future__ import annotations
@@ -93,7 +95,7 @@ def build_use_case(
 
 def group_name_for(use_case: UseCase) -> str:
     """LLM use cases group by model (`gemma3:270m` -> `gemma3_270m`); a script is its own group."""
-    if use_case.is_script:
+    if use_case.is_script or not use_case.model:  # a script, or a chain of script steps only
         return use_case.name
     return re.sub(r"[^a-z0-9]+", "_", use_case.model.lower()).strip("_")
 
@@ -103,8 +105,20 @@ def build_work_groups(built: Sequence[UseCaseDefinitions]) -> list[WorkGroup]:
     from sensors.discovery import build_discovery_sensor  # the sensor module imports WorkGroup
 
     by_name: dict[str, list[UseCaseDefinitions]] = {}
+    stage: dict[str, int] = {}
+    base_of: dict[str, str] = {}
     for item in upstream_first(built):
-        by_name.setdefault(group_name_for(item.use_case), []).append(item)
+        # Dagster skips a step whose upstream step in the same run yielded no output (ours yield
+        # per-posting materializations only), so a use case reading another of its own group
+        # runs in a later stage: a group and job of its own (e.g. a fan-in synthesizer).
+        base = group_name_for(item.use_case)
+        same_group = [
+            stage[name] + 1 for name in item.use_case.upstream if name in stage and base_of[name] == base
+        ]
+        stage[item.use_case.name] = max(same_group, default=0)
+        base_of[item.use_case.name] = base
+        name = base if not stage[item.use_case.name] else f"{base}_stage{stage[item.use_case.name] + 1}"
+        by_name.setdefault(name, []).append(item)
     groups = []
     for name, members in by_name.items():
         model = None if members[0].use_case.is_script else members[0].use_case.model

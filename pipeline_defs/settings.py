@@ -20,6 +20,8 @@ Everything a user may want to point elsewhere is one environment variable:
 | PIPELINE_JUDGE_RUBRIC        | unset (the built-in rubric); a JSON file with criteria and examples |
 | PIPELINE_REVIEW_BELOW        | ``3.0``: outputs the judge grades lower (mean of criteria) go to review |
 | PIPELINE_GOLD_SKILLSPAN      | unset; SkillSpan ``dev.json``: gold for postings keyed ``skillspan-...`` |
+| PIPELINE_SUMMARY_STYLE       | ``plain`` (one call); ``refined``: extract, grade, improve, final |
+| PIPELINE_EXTRA_USE_CASES     | unset; ``posting_assessment``: three experts and a synthesizer |
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ class Settings:
     judge_rubric_path: str = ""
     review_below: float = 3.0
     gold_skillspan_path: str = ""
+    summary_style: str = "plain"  # see pipeline_defs/catalog.py
+    extra_use_cases: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -99,4 +103,10 @@ class Settings:
             judge_rubric_path=env.get("PIPELINE_JUDGE_RUBRIC") or "",
             review_below=threshold,
             gold_skillspan_path=env.get("PIPELINE_GOLD_SKILLSPAN") or "",
+            summary_style=env.get("PIPELINE_SUMMARY_STYLE") or "plain",
+            extra_use_cases=tuple(
+                name.strip()
+                for name in (env.get("PIPELINE_EXTRA_USE_CASES") or "").split(",")
+                if name.strip()
+            ),
         )

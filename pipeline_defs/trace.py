@@ -83,13 +83,16 @@ def trace_blocks(session: Session, key: str, specs: Sequence[WorkSpec]) -> Itera
                 f"from interaction {output.interaction_id}",
             )
         calls = [interaction for interaction in interactions if interaction.use_case == name]
+        yield from chain_path_blocks(calls)
         for interaction in reversed(calls):
             tokens = f"{interaction.prompt_tokens}+{interaction.completion_tokens} tokens"
             latency = f"{interaction.latency_ms / 1000:.1f}s" if interaction.latency_ms is not None else "-"
+            step = (interaction.options or {}).get("chain")
             yield Block(
                 "h3",
                 f"interaction {interaction.id} · {interaction.status} · "
-                f"{interaction.started_at:%Y-%m-%d %H:%M:%S} UTC",
+                + (f"step {step['step']} #{step['visit']} · " if step else "")
+                + f"{interaction.started_at:%Y-%m-%d %H:%M:%S} UTC",
             )
             yield Block(
                 "line",
@@ -112,6 +115,32 @@ def trace_blocks(session: Session, key: str, specs: Sequence[WorkSpec]) -> Itera
             )
         if not calls:
             yield Block("line", "no LLM calls recorded")
+
+
+def chain_path_blocks(calls: Sequence[Interaction]) -> Iterator[Block]:
+    """The path the posting took through a multi-step use case in its latest run, step by step.
+
+    Each step's interaction records (in options["chain"]) its visit, the route taken
+    and the rule that chose it, the budget state and, on the last step, why it ended.
+    """
+    steps = [call for call in calls if (call.options or {}).get("chain")]
+    if not steps:
+        return
+    run_id = steps[-1].run_id
+    latest = [call for call in steps if call.run_id == run_id]
+    yield Block("line", f"chain path (run {run_id}, {len(latest)} steps):")
+    for call in latest:
+        step = call.options["chain"]
+        budget = f"visit {step['visit']}/{step['max_visits']}, step {step['step_number']}/{step['max_steps']}"
+        if step.get("route") is None:
+            where = "✗ " + (step.get("ended") or call.error or "failed")
+        else:
+            where = f"→ {step['route']} ({step['rule']})"
+            if step.get("budget_exhausted"):
+                where += f" · budget spent: {step['budget_exhausted']}, to the fallback"
+        yield Block("line", f"  {step['step_number']}. {step['step']} [{budget}] {where}")
+    ended = latest[-1].options["chain"].get("ended")
+    yield Block("line", f"ended: {ended}" if ended else "ended: not yet (the run stopped mid-chain)")
 
 
 def render_text(blocks: Sequence[Block]) -> str:

@@ -1,0 +1,38 @@
+"""Which use cases this deployment declares: the defaults, with the settings' choices applied.
+
+- PIPELINE_SUMMARY_STYLE: `plain` (default; one call) or `refined` (the multi-step
+  extract -> grade -> improve -> final chain). Both are the `posting_summary` asset;
+  switching changes its version, so every summary is redone in the new style.
+- PIPELINE_EXTRA_USE_CASES: comma-separated opt-in groups; `posting_assessment` adds
+  three expert assessments and their synthesizer (fan-out and fan-in).
+"""
+
+from __future__ import annotations
+
+from pipeline_defs.declaration import UseCase
+from pipeline_defs.multi_step_use_cases import ASSESSMENT_USE_CASES, REFINED_POSTING_SUMMARY
+from pipeline_defs.settings import Settings
+from pipeline_defs.use_cases import POSTING_SUMMARY, USE_CASES
+
+SUMMARY_STYLES: dict[str, UseCase] = {"plain": POSTING_SUMMARY, "refined": REFINED_POSTING_SUMMARY}
+EXTRA_USE_CASES: dict[str, tuple[UseCase, ...]] = {"posting_assessment": ASSESSMENT_USE_CASES}
+
+
+def declared_use_cases(settings: Settings) -> tuple[UseCase, ...]:
+    """The default use cases with the chosen summary style, then the chosen extras."""
+    if settings.summary_style not in SUMMARY_STYLES:
+        raise ValueError(
+            f"PIPELINE_SUMMARY_STYLE must be one of {', '.join(SUMMARY_STYLES)}, "
+            f"not {settings.summary_style!r}"
+        )
+    unknown = [name for name in settings.extra_use_cases if name not in EXTRA_USE_CASES]
+    if unknown:
+        raise ValueError(
+            f"PIPELINE_EXTRA_USE_CASES: no opt-in use cases {unknown[0]!r} "
+            f"(choices: {', '.join(EXTRA_USE_CASES)})"
+        )
+    summary = SUMMARY_STYLES[settings.summary_style]
+    chosen = [summary if use_case.name == summary.name else use_case for use_case in USE_CASES]
+    for name in dict.fromkeys(settings.extra_use_cases):
+        chosen += EXTRA_USE_CASES[name]
+    return tuple(chosen)
