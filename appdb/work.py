@@ -49,6 +49,7 @@ class WorkSpec:
     reference_inputs: tuple[str, ...] = ()
     model: str | None = None  # outputs made by another model are stale (None: any model)
     upstream_models: Mapping[str, str] = field(default_factory=dict)
+    upstream_specs: Mapping[str, WorkSpec] = field(default_factory=dict)  # to check upstreams' own inputs
 
 
 def _insert_for(session: Session):  # noqa: ANN202 - dialect-specific Insert constructor
@@ -66,8 +67,9 @@ def pending_work_query(spec: WorkSpec, *, now: Any = None, include_current: bool
     """Postings of this use case that lack a current output and are not held, parked or backing off.
 
     Current means: made by this version (and model) from this posting content, and no
-    newer than each upstream output it read. A posting whose upstream outputs are missing or stale
-    waits for them.
+    older than each upstream output it read. A posting whose upstream outputs are missing or stale
+    waits for them; an upstream output older than its own inputs (`upstream_specs`) is
+    stale too, so a fan-in synthesizer never runs on an expert about to be redone.
     """
     now = now or utcnow()
     own = aliased(UseCaseOutput, name="own_output")
@@ -96,6 +98,7 @@ def pending_work_query(spec: WorkSpec, *, now: Any = None, include_current: bool
                 *([upstream.model == spec.upstream_models[name]] if name in spec.upstream_models else []),
             ),
         )
+        query = _join_inputs_current(query, upstream, spec.upstream_specs.get(name), f"upstream_{name}")
         stale.append(own.updated_at < upstream.updated_at)
     for name in spec.reference_inputs:  # e.g. the taxonomy: none loaded yet means wait for it
         reference = aliased(ReferenceData, name=f"reference_{name}")
@@ -118,6 +121,29 @@ def pending_work_query(spec: WorkSpec, *, now: Any = None, include_current: bool
     if spec.discovery_where:
         query = query.where(text(f"({spec.discovery_where})"))
     return query.order_by(Posting.id)
+
+
+def _join_inputs_current(query: Select, output: Any, spec: WorkSpec | None, prefix: str) -> Select:
+    """Keep only postings where `output` is no older than the current outputs it was made from."""
+    if spec is None:
+        return query
+    for name, version in sorted(spec.upstream_versions.items()):
+        source = aliased(UseCaseOutput, name=f"{prefix}__{name}")
+        query = query.join(
+            source,
+            and_(
+                source.use_case == name,
+                source.posting_key == Posting.key,
+                source.use_case_version == version,
+                source.posting_hash == Posting.content_hash,
+                source.updated_at <= output.updated_at,
+            ),
+        )
+        query = _join_inputs_current(query, source, spec.upstream_specs.get(name), f"{prefix}__{name}")
+    for name in spec.reference_inputs:
+        reference = aliased(ReferenceData, name=f"{prefix}__reference_{name}")
+        query = query.join(reference, and_(reference.name == name, reference.updated_at <= output.updated_at))
+    return query
 
 
 def find_pending_work(

@@ -60,11 +60,13 @@ def job_name(use_case: UseCase) -> str:
     return f"{use_case.name}_job"
 
 
-def work_spec(use_case: UseCase, registry: Mapping[str, UseCase]) -> WorkSpec:
-    """What discovery needs: this use case's version and model, and those of what it reads."""
+def work_spec(use_case: UseCase, registry: Mapping[str, UseCase], _path: tuple[str, ...] = ()) -> WorkSpec:
+    """What discovery needs: this use case's version and model, and the specs of what it reads."""
     missing = [name for name in use_case.upstream if name not in registry]
     if missing:
         raise DeclarationError(f"{use_case.name}: upstream use case {missing[0]!r} is not declared")
+    if use_case.name in _path:
+        raise DeclarationError(f"use cases depend on each other in a cycle: {[*_path, use_case.name]}")
     return WorkSpec(
         use_case=use_case.name,
         version=use_case.version,
@@ -73,6 +75,9 @@ def work_spec(use_case: UseCase, registry: Mapping[str, UseCase]) -> WorkSpec:
         reference_inputs=use_case.reference_inputs,
         model=model_label(use_case),
         upstream_models={name: model_label(registry[name]) for name in use_case.upstream},
+        upstream_specs={
+            name: work_spec(registry[name], registry, (*_path, use_case.name)) for name in use_case.upstream
+        },
     )
 
 

@@ -16,7 +16,7 @@ from appdb import work
 from appdb.database import session_scope
 from appdb.models import Interaction, UseCaseOutput
 from pipeline_defs.catalog import declared_use_cases
-from pipeline_defs.declaration import DeclarationError
+from pipeline_defs.declaration import DeclarationError, UseCase
 from pipeline_defs.definitions import build_definitions, build_use_cases
 from pipeline_defs.factory import build_work_groups
 from pipeline_defs.fan_out import fan_in
@@ -316,3 +316,48 @@ def test_pipeline_run_does_the_experts_then_the_synthesizer_in_a_second_stage(
             select(UseCaseOutput.posting_key).where(UseCaseOutput.use_case == "posting_assessment")
         )
         assert sorted(done) == ["p-1", "p-2", "p-3"]
+
+
+def test_an_expert_whose_own_input_moved_on_is_not_current_so_the_synthesizer_waits(
+    sqlite_url: str, tmp_path: Path, dagster_instance: DagsterInstance
+) -> None:
+    from tests.test_chains import DRAFT_SCHEMA, TwoModels
+
+    TwoModels.respond = staticmethod(lambda step, title, prompt: json.dumps({"text": f"{step} of {title}"}))
+    seed_postings(sqlite_url, tmp_path, POSTINGS[:1])
+
+    def llm_use_case(name: str, body: str = "", upstream: tuple[str, ...] = ()) -> dict:
+        prompt = f"STEP {name}\nTitle: {{title}}\n{body}Answer:"
+        return {
+            "name": name,
+            "version": "2026-11-23.1",
+            "model": "m",
+            "prompt": prompt,
+            "upstream": upstream,
+            "output_schema": DRAFT_SCHEMA,
+        }
+
+    notes = UseCase(**llm_use_case("notes"))
+    experts = (
+        UseCase(**llm_use_case("expert_a", "{notes.text}\n", ("notes",))),
+        UseCase(**llm_use_case("expert_b")),
+    )
+    use_cases = [notes, *fan_in(experts, **llm_use_case("synth", "{expert_a.text} {expert_b.text}\n"))]
+    settings = _settings(sqlite_url)
+    specs = {item.use_case.name: item.spec for item in build_use_cases(settings, use_cases)}
+    defs = build_definitions(settings, use_cases=use_cases, llm=TwoModels())
+
+    def pending(name: str) -> list[str]:
+        with session_scope(sqlite_url) as session:
+            return work.find_pending_work(session, specs[name])
+
+    for name in ("notes", "expert_a", "expert_b"):
+        assert run_use_case(defs, dagster_instance, ["p-1"], name).success
+    assert pending("synth") == ["p-1"]
+
+    forced = {"ops": {"notes": {"config": {"force": True}}}}
+    assert run_use_case(defs, dagster_instance, ["p-1"], "notes", run_config=forced).success
+    assert pending("expert_a") == ["p-1"]  # its input is newer than its output
+    assert pending("synth") == []  # so the synthesizer waits: expert_a's output is not current
+    assert run_use_case(defs, dagster_instance, ["p-1"], "expert_a").success
+    assert pending("synth") == ["p-1"]
