@@ -2,7 +2,7 @@
 
     ASSESSMENT_USE_CASES = fan_in(
         (POSTING_SENIORITY, POSTING_WORK_MODE, POSTING_CONTRACT),   # the experts, in parallel
-        name="posting_assessment", version="2026-11-23.1", model="gemma3:270m",
+        name="posting_assessment", version="2026-11-22.1", model="gemma3:270m",
         prompt="... {posting_seniority.level} ... {posting_work_mode.mode} ...",
         output_schema=...,
     )

@@ -191,7 +191,7 @@ REFINED_SUMMARY_CHAIN = Chain(
 
 REFINED_POSTING_SUMMARY = UseCase(
     name="posting_summary",  # the same asset as the plain summary: downstream readers keep working
-    version="2026-11-23.1",
+    version="2026-11-22.1",
     description=(
         "A one- or two-sentence summary of each posting: extracted, graded by checks, improved "
         "at most 3 times until it passes, and the best-graded version kept."
@@ -252,7 +252,7 @@ def rate_seniority(inputs: Mapping[str, Any], context: Any) -> dict[str, Any]:
 
 POSTING_SENIORITY = UseCase(
     name="posting_seniority",
-    version="2026-11-23.1",
+    version="2026-11-22.1",
     description="Expert 1 of 3 (a script): the seniority the posting asks for, and the words that say so.",
     function=rate_seniority,
     output_schema={
@@ -266,7 +266,7 @@ POSTING_SENIORITY = UseCase(
 
 POSTING_WORK_MODE = UseCase(
     name="posting_work_mode",
-    version="2026-11-23.1",
+    version="2026-11-22.1",
     model=MODEL,
     description="Expert 2 of 3: where the work happens (on-site, hybrid, remote).",
     prompt="""\
@@ -299,7 +299,7 @@ Answer:""",
 
 POSTING_CONTRACT = UseCase(
     name="posting_contract",
-    version="2026-11-23.1",
+    version="2026-11-22.1",
     model=MODEL,
     description="Expert 3 of 3: the kind of contract offered.",
     prompt="""\
@@ -372,7 +372,7 @@ def attach_expert_labels(output: dict[str, Any], inputs: Mapping[str, Any]) -> d
 ASSESSMENT_USE_CASES: tuple[UseCase, ...] = fan_in(
     (POSTING_SENIORITY, POSTING_WORK_MODE, POSTING_CONTRACT),
     name="posting_assessment",
-    version="2026-11-23.1",
+    version="2026-11-22.1",
     model=MODEL,
     description="The synthesizer: one profile sentence from the three expert assessments.",
     prompt="""\

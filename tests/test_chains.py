@@ -154,7 +154,7 @@ def test_a_missing_field_or_a_true_against_one_never_matches() -> None:
 
 def _use_case(chain: Chain, upstream: tuple[str, ...] = ()) -> UseCase:
     return UseCase(
-        name="chained", version="2026-11-23.1", output_schema=DRAFT_SCHEMA, steps=chain, upstream=upstream
+        name="chained", version="2026-11-22.1", output_schema=DRAFT_SCHEMA, steps=chain, upstream=upstream
     )
 
 
@@ -285,7 +285,7 @@ def _keep_best(inputs: dict, context) -> dict:  # noqa: ANN001
 
 
 def _chain_use_case(chain: Chain, **kwargs: Any) -> UseCase:
-    return UseCase(name="refined", version="2026-11-23.1", output_schema=DRAFT_SCHEMA, steps=chain, **kwargs)
+    return UseCase(name="refined", version="2026-11-22.1", output_schema=DRAFT_SCHEMA, steps=chain, **kwargs)
 
 
 def _scripted(grades: dict[str, list[dict | str]]) -> Callable[[str, str, str], str]:
@@ -462,7 +462,7 @@ def test_chain_state_shadows_upstream_outputs_which_shadow_posting_fields(
     seed_postings(sqlite_url, tmp_path, POSTINGS[:1])
     notes = UseCase(
         name="notes",
-        version="2026-11-23.1",
+        version="2026-11-22.1",
         model="model-a",
         prompt=_prompt("notes"),
         output_schema=DRAFT_SCHEMA,

@@ -236,7 +236,7 @@ def test_fan_in_refuses_experts_that_read_each_other() -> None:
         fan_in(
             (POSTING_SENIORITY, dependent),
             name="synth",
-            version="2026-11-23.1",
+            version="2026-11-22.1",
             model="m",
             prompt="x",
             output_schema={},
@@ -330,7 +330,7 @@ def test_an_expert_whose_own_input_moved_on_is_not_current_so_the_synthesizer_wa
         prompt = f"STEP {name}\nTitle: {{title}}\n{body}Answer:"
         return {
             "name": name,
-            "version": "2026-11-23.1",
+            "version": "2026-11-22.1",
             "model": "m",
             "prompt": prompt,
             "upstream": upstream,
