@@ -44,6 +44,7 @@ from appdb import work
 from appdb.models import Posting, ReferenceData, UseCaseOutput, utcnow
 from assets import gym
 from assets.partitions import POSTING_PARTITIONS
+from assets.provenance import provenance_for, with_provenance
 from pipeline_defs.checks import BlockedOutput, blocked_postings, describe_check, first_blocking_failure
 from pipeline_defs.declaration import POSTING_VARIABLES, ScriptContext, TemplateVariableError, UseCase
 from resources.app_database import AppDatabase
@@ -189,7 +190,9 @@ def process_batch(
     )
     outcome = BatchOutcome()
     if held:
-        outcome = yield from _process_held(context, use_case, app_db, llm, held, run_id, source, force)
+        provenance = provenance_for(context.instance, code_version(use_case), use_case)  # Dagster staleness
+        events = _process_held(context, use_case, app_db, llm, held, run_id, source, force)
+        outcome = yield from with_provenance(events, provenance.tag)
     outcome.skipped_current, outcome.skipped_held_elsewhere = skipped_current, skipped_held_elsewhere
     yield from _check_results(use_case, outcome)
     yield from gym.after_batch(context, use_case, app_db, llm, outcome, source)  # review items, judge
