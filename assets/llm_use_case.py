@@ -80,6 +80,7 @@ class BatchOutcome:
     skipped_current: int = 0
     skipped_held_elsewhere: int = 0
     llm_ms: float = 0.0
+    check_failures: dict[str, dict[str, str]] = field(default_factory=dict)  # check -> posting -> reason
 
 
 @dataclass(frozen=True)
@@ -654,6 +655,7 @@ def _check_results(use_case: UseCase, outcome: BatchOutcome) -> Iterator[AssetCh
                 failing[key] = reason
         if check.blocking:
             failing.update(blocked_postings(check.name, outcome.failed))
+        outcome.check_failures[check.name] = failing  # the gym turns them into review items
         yield AssetCheckResult(
             check_name=check.name,
             passed=not failing,
