@@ -39,7 +39,6 @@ from sqlalchemy import select
 
 from appdb import review, work
 from appdb.models import Interaction, UseCaseOutput, utcnow
-from pipeline_defs.checks import blocked_postings
 from pipeline_defs.declaration import UseCase
 from pipeline_defs.gold import (
     SKILLSPAN_KEY_PREFIX,
@@ -98,14 +97,10 @@ def after_batch(
 def flag_check_failures(app_db: AppDatabase, use_case: UseCase, outcome: Any, run_id: str) -> int:
     """Open (or update) a review item for each output of the batch that failed a declared check."""
     findings: dict[str, list[tuple[str, str]]] = {}
-    for check in use_case.checks:
-        for key, value in outcome.outputs.items():
-            reason = check.check(value, outcome.postings.get(key, {}))
-            if reason:
-                findings.setdefault(key, []).append((check.name, reason))
-        if check.blocking:
-            for key, reason in blocked_postings(check.name, outcome.failed).items():
-                findings.setdefault(key, []).append((check.name, f"blocked: {reason}"))
+    for check_name, failing in outcome.check_failures.items():  # evaluated by the run's checks
+        for key, reason in failing.items():
+            blocked = key not in outcome.outputs
+            findings.setdefault(key, []).append((check_name, f"blocked: {reason}" if blocked else reason))
     if not findings:
         return 0
     with app_db.session() as session:

@@ -44,6 +44,7 @@ from appdb import work
 from appdb.models import Posting, ReferenceData, UseCaseOutput, utcnow
 from assets import gym
 from assets.partitions import POSTING_PARTITIONS
+from assets.provenance import provenance_for, with_provenance
 from pipeline_defs.checks import BlockedOutput, blocked_postings, describe_check, first_blocking_failure
 from pipeline_defs.declaration import POSTING_VARIABLES, ScriptContext, TemplateVariableError, UseCase
 from resources.app_database import AppDatabase
@@ -79,6 +80,7 @@ class BatchOutcome:
     skipped_current: int = 0
     skipped_held_elsewhere: int = 0
     llm_ms: float = 0.0
+    check_failures: dict[str, dict[str, str]] = field(default_factory=dict)  # check -> posting -> reason
 
 
 @dataclass(frozen=True)
@@ -196,7 +198,9 @@ def process_batch(
     )
     outcome = BatchOutcome()
     if held:
-        outcome = yield from _process_held(context, use_case, app_db, llm, held, run_id, source, force)
+        provenance = provenance_for(context.instance, code_version(use_case), use_case)  # Dagster staleness
+        events = _process_held(context, use_case, app_db, llm, held, run_id, source, force)
+        outcome = yield from with_provenance(events, provenance.tag)
     outcome.skipped_current, outcome.skipped_held_elsewhere = skipped_current, skipped_held_elsewhere
     yield from _check_results(use_case, outcome)
     yield from gym.after_batch(context, use_case, app_db, llm, outcome, source)  # review items, judge
@@ -664,6 +668,7 @@ def _check_results(use_case: UseCase, outcome: BatchOutcome) -> Iterator[AssetCh
                 failing[key] = reason
         if check.blocking:
             failing.update(blocked_postings(check.name, outcome.failed))
+        outcome.check_failures[check.name] = failing  # the gym turns them into review items
         yield AssetCheckResult(
             check_name=check.name,
             passed=not failing,

@@ -159,16 +159,15 @@ def schema_valid(schema: Mapping[str, Any]) -> CheckFunction:
     return check
 
 
-def _squash(text: str) -> str:
+def squash(text: str) -> str:
+    """Lowercase with runs of whitespace collapsed: the "modulo case and whitespace" comparison."""
     return " ".join(text.lower().split())
 
 
 def skills_in_posting(output: dict[str, Any], posting: Mapping[str, Any]) -> str | None:
     """Every kept mention appears in the posting's title or text (modulo case and whitespace)."""
-    text = _squash(f"{posting.get('title') or ''}\n{posting.get('description') or ''}")
-    missing = [
-        skill["mention"] for skill in output.get("skills", []) if _squash(skill["mention"]) not in text
-    ]
+    text = squash(f"{posting.get('title') or ''}\n{posting.get('description') or ''}")
+    missing = [skill["mention"] for skill in output.get("skills", []) if squash(skill["mention"]) not in text]
     if missing:
         return f"{len(missing)} mentions do not appear in the posting: {missing[:5]}"
     return None

@@ -95,7 +95,11 @@ def _deliverable(session: Session, item: ReviewItem, use_case: UseCase) -> bool:
     if item.use_case_version != use_case.version:
         return False
     current = review.current_output(session, item.use_case, item.posting_key)
-    return current is None or current.interaction_id == item.interaction_id or current.backend == "review"
+    return (
+        current is None
+        or current.interaction_id == item.interaction_id
+        or current.backend == review.REVIEW_BACKEND
+    )
 
 
 def _deliver(

@@ -148,6 +148,7 @@ def _list(settings: Settings, args: argparse.Namespace, registry: Mapping[str, A
 
     from appdb.database import session_scope
     from appdb.models import Posting, UseCaseOutput
+    from pipeline_defs.cli import _clip, _table
 
     with session_scope(settings.database_url) as session:
         counts = review.review_counts(session)
@@ -308,18 +309,6 @@ def _preview(output: Any) -> str:
             or "(no mentions)"
         )
     return json.dumps(output, ensure_ascii=False)
-
-
-def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows, strict=False)]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
-        for line in [headers, *rows]
-    )
 
 
 # --- reprocess ---------------------------------------------------------------------------------

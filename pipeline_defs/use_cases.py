@@ -65,11 +65,6 @@ SUMMARY_SCHEMA: dict[str, Any] = {
 }
 
 
-def _squash(text: str) -> str:
-    """Lowercase with runs of whitespace collapsed: the "modulo case and whitespace" comparison."""
-    return " ".join(text.lower().split())
-
-
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
@@ -210,7 +205,7 @@ def ground_skill_mentions(output: dict[str, Any], inputs: Mapping[str, Any]) -> 
     title = str(inputs.get("title") or "")
     description = str(inputs.get("description") or "")
     sentences = [s for s in _SENTENCES.split(description) if s.strip()] + [title]
-    squashed_sentences = [_squash(sentence) for sentence in sentences]
+    squashed_sentences = [checks.squash(sentence) for sentence in sentences]
     skills: list[dict[str, str]] = []
     ungrounded: list[str] = []
     seen: set[str] = set()
@@ -246,7 +241,7 @@ def skills_for_judge(output: dict[str, Any]) -> str:
 
 def skills_gold_items(output: dict[str, Any]) -> set[str]:
     """Compared with corrected skills as a set of mentions (modulo case and whitespace)."""
-    return {_squash(skill["mention"]) for skill in output["skills"]}
+    return {checks.squash(skill["mention"]) for skill in output["skills"]}
 
 
 POSTING_SKILLS = UseCase(
@@ -359,7 +354,7 @@ def store_skill_concepts(session: Any, posting_key: str, output: dict[str, Any])
 
 def entities_gold_items(output: dict[str, Any]) -> set[str]:
     """Compared with corrected resolutions as a set of (mention, concept) pairs."""
-    return {f"{_squash(entity['mention'])} -> {entity['concept_uri']}" for entity in output["entities"]}
+    return {f"{checks.squash(entity['mention'])} -> {entity['concept_uri']}" for entity in output["entities"]}
 
 
 SKILL_ENTITIES = UseCase(

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from dagster import AssetCheckSeverity, AssetKey, DagsterInstance
+from dagster._core.definitions.data_version import StaleStatus
 from sqlalchemy import select
 
 from appdb import review, work
@@ -458,6 +459,15 @@ def test_the_gym_sensor_evaluates_again_only_when_corrections_or_outputs_changed
 # --- versioned reprocessing --------------------------------------------------------------------
 
 
+def dagster_staleness(defs, instance: DagsterInstance, partition: str) -> tuple:  # noqa: ANN001
+    """What the Dagster UI shows for a posting_summary partition: status and causes."""
+    from dagster._utils.test.data_versions import get_stale_status_resolver
+
+    resolver = get_stale_status_resolver(instance, list(defs.resolve_asset_graph().assets_defs))
+    key = AssetKey("posting_summary")
+    return resolver.get_status(key, partition), [c.reason for c in resolver.get_stale_causes(key, partition)]
+
+
 def test_a_version_bump_makes_outputs_stale_and_reprocessing_redoes_only_those(
     app_db_url: str, tmp_path: Path, dagster_instance: DagsterInstance
 ) -> None:
@@ -476,6 +486,12 @@ def test_a_version_bump_makes_outputs_stale_and_reprocessing_redoes_only_those(
     bumped_defs = build_definitions(settings, use_cases=[bumped], llm=GymFake())
     node = bumped_defs.resolve_asset_graph().get(AssetKey("posting_summary"))
     assert node.code_version == "2026-12-01.1@gemma3:270m"  # what Dagster shows as the code version
+    # the UI's view: fresh under the old code version, stale ("has a new code version") under the new
+    assert dagster_staleness(defs, dagster_instance, "g-1") == (StaleStatus.FRESH, [])
+    assert dagster_staleness(bumped_defs, dagster_instance, "g-1") == (
+        StaleStatus.STALE,
+        ["has a new code version"],
+    )
 
     [report] = reprocess_stale(bumped_defs, [item], dagster_instance, AppDatabase(url=app_db_url))
 
@@ -486,6 +502,7 @@ def test_a_version_bump_makes_outputs_stale_and_reprocessing_redoes_only_those(
         )
         assert work.find_pending_work(session, item.spec) == ["g-3"]  # the never-made one is left alone
     assert versions == {"g-1": "2026-12-01.1", "g-2": "2026-12-01.1"}
+    assert dagster_staleness(bumped_defs, dagster_instance, "g-2") == (StaleStatus.FRESH, [])
 
     moved = replace(bumped, model="gemma3:1b")  # same version, another model: stale too
     [on_new_model] = build_use_cases(settings, [moved])
