@@ -14,6 +14,7 @@ template that names an unknown variable is rejected when the declaration is made
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -176,11 +177,11 @@ class UseCase:
 
     def validate_output(self, value: Any) -> None:
         """Raise jsonschema.ValidationError when an output breaks the declared output schema."""
-        jsonschema.validate(value, self.output_schema)
+        _validate(value, self.output_schema)
 
     def validate_generation(self, value: Any) -> None:
         """Raise jsonschema.ValidationError when the model's raw output breaks the grammar schema."""
-        jsonschema.validate(value, self.grammar_schema)
+        _validate(value, self.grammar_schema)
 
     def input_hash(self, model: str, prompt: str, system_prompt: str) -> str:
         """Identity of one generation's input: same hash, same work (the idempotence key)."""
@@ -204,6 +205,24 @@ class UseCase:
             default=str,
         )
         return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+@functools.lru_cache(maxsize=256)
+def _validator(schema_json: str) -> Any:
+    """A checked validator per schema: `jsonschema.validate` re-checks the schema on every call,
+    which cost more than the rest of storing an output."""
+    schema = json.loads(schema_json)
+    validator_class = jsonschema.validators.validator_for(schema)
+    validator_class.check_schema(schema)
+    return validator_class(schema)
+
+
+def _validate(value: Any, schema: Mapping[str, Any]) -> None:
+    """What `jsonschema.validate` does (raises the best-matching error), with the validator reused."""
+    validator = _validator(json.dumps(schema, sort_keys=True))
+    error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+    if error is not None:
+        raise error
 
 
 def _lookup(values: Mapping[str, Any], variable: str) -> str:
