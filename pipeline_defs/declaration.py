@@ -14,7 +14,7 @@ template that names an unknown variable is rejected when the declaration is made
 
 from __future__ import annotations
 
-import functools
+import copy
 import hashlib
 import json
 import re
@@ -207,19 +207,19 @@ class UseCase:
         return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
-@functools.lru_cache(maxsize=256)
-def _validator(schema_json: str) -> Any:
-    """A checked validator per schema: `jsonschema.validate` re-checks the schema on every call,
-    which cost more than the rest of storing an output."""
-    schema = json.loads(schema_json)
-    validator_class = jsonschema.validators.validator_for(schema)
-    validator_class.check_schema(schema)
-    return validator_class(schema)
+_VALIDATORS: dict[str, Any] = {}
 
 
 def _validate(value: Any, schema: Mapping[str, Any]) -> None:
-    """What `jsonschema.validate` does (raises the best-matching error), with the validator reused."""
-    validator = _validator(json.dumps(schema, sort_keys=True))
+    """What `jsonschema.validate` does (raises the best-matching error), with a checked validator
+    kept per schema: re-checking the schema on every call cost more than the rest of storing an output."""
+    key = json.dumps(schema, sort_keys=True)
+    validator = _VALIDATORS.get(key)
+    if validator is None:
+        schema = copy.deepcopy(dict(schema))  # key order kept: it decides which error is reported
+        validator_class = jsonschema.validators.validator_for(schema)
+        validator_class.check_schema(schema)
+        validator = _VALIDATORS[key] = validator_class(schema)
     error = jsonschema.exceptions.best_match(validator.iter_errors(value))
     if error is not None:
         raise error
