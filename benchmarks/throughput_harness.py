@@ -185,27 +185,33 @@ class LoadCounter:
 
 
 class Timers:
-    """Wall time spent inside chosen functions (wrapped in place), for the overhead breakdown."""
+    """Wall and CPU time spent inside chosen functions (wrapped in place), for the overhead breakdown.
+
+    CPU time is the calling thread's (`time.thread_time`): the engine calls these on one thread.
+    """
 
     def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
-        self.calls: dict[str, int] = {}
+        self.figures: dict[str, dict[str, float]] = {}
+        self.intervals: dict[str, list[tuple[float, float]]] = {}
 
     def wrap(self, owner: Any, name: str, label: str) -> None:
         original = getattr(owner, name)
 
         def timed(*args: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.thread_time()
             try:
                 return original(*args, **kwargs)
             finally:
-                self.seconds[label] = self.seconds.get(label, 0.0) + time.perf_counter() - started
-                self.calls[label] = self.calls.get(label, 0) + 1
+                figures = self.figures.setdefault(label, {"seconds": 0.0, "cpu_seconds": 0.0, "calls": 0})
+                figures["seconds"] += time.perf_counter() - started
+                figures["cpu_seconds"] += time.thread_time() - cpu_started
+                figures["calls"] += 1
+                self.intervals.setdefault(label, []).append((started, time.perf_counter()))
 
         setattr(owner, name, timed)
 
     def report(self) -> dict[str, dict[str, float]]:
-        return {label: {"seconds": self.seconds[label], "calls": self.calls[label]} for label in self.seconds}
+        return self.figures
 
 
 def instrument() -> Timers:
@@ -214,11 +220,13 @@ def instrument() -> Timers:
 
     import assets.llm_use_case as use_case_module
     from appdb import work
+    from resources.llm import LLMResource
 
     timers = Timers()
     timers.wrap(DagsterInstance, "handle_new_event", "dagster_event_writes")
     timers.wrap(DagsterInstance, "create_run", "dagster run creation (includes its planned events)")
     timers.wrap(use_case_module, "_store_result", "store_result (parse, validate, app db)")
+    timers.wrap(LLMResource, "generate", "LLM calls")
     for name in ("find_pending_work", "claim_items"):
         timers.wrap(work, name, f"app db: {name}")
     return timers
@@ -342,7 +350,7 @@ def measure_pipeline(config: RunConfig, env: Environment, workdir: Path) -> dict
     try:
         if profiler:
             profiler.enable()
-        cpu_started = _cpu_seconds()
+        cpu_started, thread_cpu_started = _cpu_seconds(), time.thread_time()
         started = time.perf_counter()
         while True:
             tick_started = time.perf_counter()
@@ -365,6 +373,8 @@ def measure_pipeline(config: RunConfig, env: Environment, workdir: Path) -> dict
                 )
                 runs.append(
                     {
+                        "started": run_started,
+                        "ended": time.perf_counter(),
                         "run_id": outcome.run_id,
                         "success": outcome.success,
                         "seconds": time.perf_counter() - run_started,
@@ -374,6 +384,7 @@ def measure_pipeline(config: RunConfig, env: Environment, workdir: Path) -> dict
                 )
         seconds = time.perf_counter() - started
         cpu_seconds = _cpu_seconds() - cpu_started
+        main_thread_cpu_seconds = time.thread_time() - thread_cpu_started
     finally:
         if profiler:
             profiler.disable()
@@ -395,6 +406,7 @@ def measure_pipeline(config: RunConfig, env: Environment, workdir: Path) -> dict
         "batch_size": group.batch_size,
         "seconds": seconds,
         "cpu_seconds": cpu_seconds,
+        "main_thread_cpu_seconds": main_thread_cpu_seconds,
         "llm_seconds": llm_ms / 1000,
         "calls": calls,
         "runs": len(runs),
@@ -414,7 +426,27 @@ def measure_pipeline(config: RunConfig, env: Environment, workdir: Path) -> dict
         "run_seconds": [run["seconds"] for run in runs],
         "work_items": statuses,
         "breakdown": timers.report(),
+        "backend_idle": backend_idle(runs, timers.intervals.get("LLM calls", [])),
     }
+
+
+def backend_idle(runs: list[dict[str, Any]], calls: list[tuple[float, float]]) -> dict[str, float]:
+    """Where the backend waited during runs: before the first call, between calls, after the last.
+
+    With requests overlapping (several in flight) only the time with none in flight counts.
+    """
+    head = tail = between = 0.0
+    for run in runs:
+        inside = sorted((start, end) for start, end in calls if run["started"] <= start <= run["ended"])
+        if not inside:
+            continue
+        head += inside[0][0] - run["started"]
+        busy_until = inside[0][1]
+        for start, end in inside[1:]:
+            between += max(0.0, start - busy_until)
+            busy_until = max(busy_until, end)
+        tail += run["ended"] - busy_until
+    return {"before_first_call": head, "between_calls": between, "after_last_call": tail}
 
 
 def measure(config: RunConfig) -> dict[str, Any]:

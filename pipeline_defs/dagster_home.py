@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from appdb.database import normalize_url
+from pipeline_defs.dagster_storage import DEFAULT_EVENT_BATCH_SIZE
 from pipeline_defs.settings import Settings
 
 LLM_POOL_LIMIT = 1
@@ -37,7 +39,12 @@ def dagster_yaml(settings: Settings) -> str:
         # dagster-postgres needs psycopg2: with SQLAlchemy 2.1 a bare postgresql:// picks psycopg 3.
         url = {"postgres_url": normalize_url(settings.dagster_postgres_url)}
         lines += _storage("run_storage", "dagster_postgres.run_storage", "PostgresRunStorage", url)
-        lines += _storage("event_log_storage", STORAGE_MODULE, "PooledPostgresEventLogStorage", url)
+        lines += _storage(
+            "event_log_storage",
+            STORAGE_MODULE,
+            "PooledPostgresEventLogStorage",
+            {**url, "event_batch_size": DEFAULT_EVENT_BATCH_SIZE},
+        )
         lines += _storage(
             "schedule_storage", "dagster_postgres.schedule_storage", "PostgresScheduleStorage", url
         )
@@ -54,7 +61,7 @@ def dagster_yaml(settings: Settings) -> str:
             "event_log_storage",
             STORAGE_MODULE,
             "PooledSqliteEventLogStorage",
-            {"base_dir": str(home / "history" / "runs")},
+            {"base_dir": str(home / "history" / "runs"), "event_batch_size": DEFAULT_EVENT_BATCH_SIZE},
         )
         lines += _storage(
             "schedule_storage",
@@ -65,7 +72,7 @@ def dagster_yaml(settings: Settings) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _storage(key: str, module: str, class_name: str, config: dict[str, str]) -> list[str]:
+def _storage(key: str, module: str, class_name: str, config: dict[str, Any]) -> list[str]:
     return [
         f"{key}:",
         f"  module: {module}",

@@ -6,7 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from dagster import AssetKey, DagsterInstance
+from dagster import AssetKey, DagsterEventType, DagsterInstance
 from dagster._core.test_utils import create_run_for_test
 from pytest_httpserver import HTTPServer
 
@@ -19,6 +19,7 @@ from tests.conftest import run_use_case, seed_postings
 from tests.test_ollama_resource import FakeOllama
 
 KEYS = ["p-1", "p-2", "p-3"]
+SUMMARY = AssetKey("posting_summary")
 
 
 def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **overrides) -> Path:  # noqa: ANN003
@@ -37,13 +38,24 @@ def _batch_run_is_read_back_by_another_instance(
         result = run_use_case(defs, writer, KEYS)
         assert result.success
         # another process (the webserver, say) sees every partition while the writer is still open
-        assert reader.get_materialized_partitions(AssetKey("posting_summary")) == set(KEYS)
+        assert reader.get_materialized_partitions(SUMMARY) == set(KEYS)
         [record] = reader.get_run_records()
         assert record.dagster_run.is_success
     with DagsterInstance.from_config(str(home)) as later:
         events = later.all_logs(result.run_id)
         materialized = [e for e in events if e.dagster_event and e.dagster_event.is_step_materialization]
         assert sorted(e.dagster_event.partition for e in materialized) == KEYS
+        # the planned materializations (written as one batch when the run was created) are there per
+        # partition, each followed by its materialization: what the UI uses to mark partitions failed
+        planned = later.get_records_for_run(
+            result.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION_PLANNED
+        ).records
+        assert sorted(record.partition_key for record in planned) == KEYS
+        storage = later.event_log_storage
+        assert (
+            storage.get_latest_asset_partition_materialization_attempts_without_materializations(SUMMARY)
+            == {}
+        )
 
 
 def test_sqlite_home_pools_event_log_connections_and_reads_back_a_batch_run(
