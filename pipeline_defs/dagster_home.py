@@ -38,7 +38,7 @@ def dagster_yaml(settings: Settings) -> str:
     if settings.dagster_postgres_url:
         # dagster-postgres needs psycopg2: with SQLAlchemy 2.1 a bare postgresql:// picks psycopg 3.
         url = {"postgres_url": normalize_url(settings.dagster_postgres_url)}
-        lines += _storage("run_storage", "dagster_postgres.run_storage", "PostgresRunStorage", url)
+        lines += _storage("run_storage", STORAGE_MODULE, "PooledPostgresRunStorage", url)
         lines += _storage(
             "event_log_storage",
             STORAGE_MODULE,
@@ -52,10 +52,7 @@ def dagster_yaml(settings: Settings) -> str:
         # The directories Dagster's default SQLite storage uses inside DAGSTER_HOME.
         home = settings.dagster_home.resolve()
         lines += _storage(
-            "run_storage",
-            "dagster._core.storage.runs",
-            "SqliteRunStorage",
-            {"base_dir": str(home / "history")},
+            "run_storage", STORAGE_MODULE, "PooledSqliteRunStorage", {"base_dir": str(home / "history")}
         )
         lines += _storage(
             "event_log_storage",

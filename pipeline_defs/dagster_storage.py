@@ -1,35 +1,39 @@
-"""Dagster event log storages that keep their database connections open.
+"""Dagster storages that keep their database connections open, and write events in fewer trips.
 
 Each posting partition costs Dagster two event-log writes (the planned materialization
 when the run is created, the materialization when the posting is done), and Dagster's
-own SQLite and PostgreSQL event log storages open and close a database connection for
-every write (`NullPool`): on SQLite that is a connect, a commit with fsync and a close
+own SQLite and PostgreSQL storages open and close a database connection for every
+operation (`NullPool`): on SQLite that is a connect, a commit with fsync and a close
 that checkpoints the WAL, twice per event (run shard and index shard); on PostgreSQL a
 new server connection per write. That alone cost about 25-60 ms per posting per asset
 here (see README, Performance), a third of an LLM call at GPU speed.
 
-These subclasses change how connections are made and how the SQLite storage upserts;
-the tables, the files, the events and what the UI shows are Dagster's (they override
-private methods of dagster 1.13, which pyproject pins below 1.14):
+These subclasses change how connections are made and how events are written; the
+tables, the files, the events and what the UI shows are Dagster's (they override private
+methods of dagster 1.13 and dagster-postgres 0.29, which pyproject pins):
 - `PooledSqliteEventLogStorage`: one small connection pool per database file (the index
   shard and the few most recently used run shards), `synchronous=NORMAL` (in WAL mode a
   commit is then not fsynced; a power loss, never a process crash, can lose the last
   events, and the database stays consistent). Per asset event Dagster's SQLite storage
   also reflects the `asset_keys` columns and tries an INSERT that fails for every known
   asset before it UPDATEs; here the column check is remembered and the row upserted in
-  one statement, as dagster-postgres does.
+  one statement, as dagster-postgres does. A new run's database file is a copy of one
+  initialized once per process (Dagster's set-up, which reads every migration file, took
+  ~0.2 s per run).
 - `PooledPostgresEventLogStorage`: a pool of one connection (plus overflow for other
   threads), checked with a ping before use, as `dagster-webserver` does for itself, and
   `synchronous_commit=off` on those connections: a commit does not wait for the WAL
-  flush (three per event here), so a crash of the PostgreSQL *server* can lose the
-  last fraction of a second of events, never corrupt them. Runs, schedules and the
-  application database keep full durability.
+  flush, so a crash of the PostgreSQL *server* can lose the last fraction of a second of
+  events, never corrupt them. An asset event and its index rows are written in one
+  transaction on one connection (dagster-postgres: two, plus a NOTIFY nobody listens to).
+- `PooledSqliteRunStorage`, `PooledPostgresRunStorage`: Dagster's run storages with a
+  pooled engine; their commits keep Dagster's durability, as does the application database.
 
-Both also write a batch of events in one go (`store_event_batch`): one transaction per
-database file, where Dagster's SQLite storage loops and dagster-postgres batches only
-materializations. Dagster sends batches only when DAGSTER_EVENT_BATCH_SIZE is above 0, and
-(for our assets, which log one materialization per posting) what it batches is the
-planned materialization of every posting partition, written when a run is created.
+Both event log storages also write a batch of events in one go (`store_event_batch`): one
+transaction per database file, where Dagster's SQLite storage loops and dagster-postgres
+batches only materializations. Dagster sends batches only when DAGSTER_EVENT_BATCH_SIZE is
+above 0, and (for our assets, which log one materialization per posting) what it batches
+is the planned materialization of every posting partition, written when a run is created.
 The `event_batch_size` config field (default 1000) sets that variable in each process that
 uses the storage, unless the environment already sets it.
 
@@ -48,10 +52,11 @@ from typing import Any
 
 from dagster import Field, IntSource
 from dagster._config.config_schema import UserConfigSchema
-from dagster._core.events import DagsterEventType
+from dagster._core.events import ASSET_CHECK_EVENTS, ASSET_EVENTS, DagsterEventType
 from dagster._core.events.log import EventLogEntry
 from dagster._core.storage.event_log.schema import AssetKeyTable, SqlEventLogStorageTable
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import INDEX_SHARD_NAME, SqliteEventLogStorage
+from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage
 from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
 from dagster._serdes import ConfigurableClassData
 from sqlalchemy import create_engine, event
@@ -216,6 +221,35 @@ _BATCHABLE = {
 }
 
 
+class PooledSqliteRunStorage(SqliteRunStorage):
+    """Dagster's SQLite run storage with one pooled engine instead of an engine per operation
+    (a run reads and writes its record a dozen times). Commits keep Dagster's durability."""
+
+    def __init__(self, conn_string: str, inst_data: ConfigurableClassData | None = None) -> None:
+        super().__init__(conn_string, inst_data)
+        self._pooled = create_engine(
+            conn_string,
+            pool_size=1,
+            max_overflow=4,
+            connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS, "check_same_thread": False},
+        )
+
+    @classmethod
+    def from_config_value(  # ty: ignore[invalid-method-override]
+        cls, inst_data: ConfigurableClassData | None, config_value: Mapping[str, Any]
+    ) -> PooledSqliteRunStorage:
+        return cls.from_local(inst_data=inst_data, **config_value)
+
+    @contextmanager
+    def connect(self) -> Iterator[Connection]:
+        with self._pooled.connect() as conn, conn.begin():
+            yield conn
+
+    def dispose(self) -> None:
+        super().dispose()
+        self._pooled.dispose()
+
+
 _BATCH_CONFIG = {
     "event_batch_size": Field(
         IntSource,
@@ -254,6 +288,7 @@ def _postgres_asynchronous_commit(dbapi_connection: Any, _record: Any) -> None:
 
 try:  # dagster-postgres is a dependency, but keep the SQLite storage usable without it
     from dagster_postgres.event_log.event_log import PostgresEventLogStorage
+    from dagster_postgres.run_storage.run_storage import PostgresRunStorage
     from dagster_postgres.utils import create_pg_engine, get_token_provider_from_config, pg_url_from_config
 except ImportError:  # pragma: no cover
     PostgresEventLogStorage = None  # type: ignore[assignment,misc]
@@ -303,6 +338,27 @@ if PostgresEventLogStorage is not None:
                 event_batch_size=config_value.get("event_batch_size", DEFAULT_EVENT_BATCH_SIZE),
             )
 
+        def store_event(self, event: EventLogEntry) -> None:
+            """dagster-postgres's `store_event` on one connection: an asset event and its index rows
+            (tags, asset row) in one transaction, and no NOTIFY (dagster-postgres no longer listens)."""
+            insert = self.prepare_insert_event(event).returning(SqlEventLogStorageTable.c.id)
+            dagster_event = event.dagster_event if event.is_dagster_event else None
+            with self._connect() as conn:
+                if (
+                    dagster_event is not None
+                    and dagster_event.event_type in ASSET_EVENTS
+                    and dagster_event.asset_key
+                ):
+                    conn = conn.execution_options(isolation_level="READ COMMITTED")
+                    with conn.begin():
+                        event_id = int(conn.execute(insert).scalar_one())
+                        self._store_asset_event_tags(conn, [event], [event_id])
+                        self._store_asset_event(conn, event, event_id)
+                else:
+                    event_id = int(conn.execute(insert).scalar_one())
+            if dagster_event is not None and dagster_event.event_type in ASSET_CHECK_EVENTS:
+                self.store_asset_check_event(event, event_id)
+
         def store_event_batch(self, events: Sequence[EventLogEntry]) -> None:
             """A batch (the planned materializations of a run) in one INSERT and one index
             transaction; dagster-postgres batches materializations only and writes the rest one by one."""
@@ -322,6 +378,45 @@ if PostgresEventLogStorage is not None:
             for event in events:
                 if not _batchable(event):
                     self.store_event(event)
+
+        def dispose(self) -> None:
+            super().dispose()
+            self._engine.dispose()
+
+    class PooledPostgresRunStorage(PostgresRunStorage):
+        """dagster-postgres's run storage with a pooled, pinged connection instead of NullPool
+        (a run reads and writes its record a dozen times). Commits keep full durability."""
+
+        def __init__(
+            self,
+            postgres_url: str,
+            should_autocreate_tables: bool = True,
+            inst_data: ConfigurableClassData | None = None,
+            token_provider: Any = None,
+        ) -> None:
+            super().__init__(postgres_url, should_autocreate_tables, inst_data, token_provider)
+            unpooled = self._engine
+            self._engine = create_pg_engine(
+                self.postgres_url,
+                self._token_provider,
+                isolation_level="AUTOCOMMIT",
+                pool_size=1,
+                max_overflow=8,
+                pool_recycle=3600,
+                pool_pre_ping=True,
+            )
+            unpooled.dispose()
+
+        @classmethod
+        def from_config_value(  # ty: ignore[invalid-method-override]
+            cls, inst_data: ConfigurableClassData | None, config_value: Mapping[str, Any]
+        ) -> PooledPostgresRunStorage:
+            return cls(
+                inst_data=inst_data,
+                postgres_url=pg_url_from_config(config_value),
+                should_autocreate_tables=config_value.get("should_autocreate_tables", True),
+                token_provider=get_token_provider_from_config(config_value),
+            )
 
         def dispose(self) -> None:
             super().dispose()
