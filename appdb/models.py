@@ -26,6 +26,9 @@ class Posting(Base):
     """One job posting, upserted by its key; `content_hash` changes when any field changes."""
 
     __tablename__ = "postings"
+    # Discovery's change marker reads max(updated_at) every sensor tick: without this index a full
+    # scan (0.1-0.3 s at 100,000 postings). (Migration 0004.)
+    __table_args__ = (Index("ix_postings_updated_at", "updated_at"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     key: Mapped[str] = mapped_column(String(KEY_LENGTH), unique=True)
@@ -49,6 +52,8 @@ class UseCaseOutput(Base):
     """
 
     __tablename__ = "outputs"
+    # max(updated_at) for the change marker every sensor tick. (Migration 0004.)
+    __table_args__ = (Index("ix_outputs_updated_at", "updated_at"),)
 
     use_case: Mapped[str] = mapped_column(String(100), primary_key=True)
     posting_key: Mapped[str] = mapped_column(
@@ -102,7 +107,15 @@ class WorkItem(Base):
     """
 
     __tablename__ = "work_items"
-    __table_args__ = (Index("ix_work_items_status", "use_case", "status"),)
+    __table_args__ = (
+        Index("ix_work_items_status", "use_case", "status"),
+        # Every sensor tick reads max(updated_at), the next retry and the next lease expiry
+        # (change marker) and frees expired leases; without these, full scans of work_items.
+        # (Migration 0004.)
+        Index("ix_work_items_updated_at", "updated_at"),
+        Index("ix_work_items_next_attempt_at", "next_attempt_at"),
+        Index("ix_work_items_lease_expires_at", "lease_expires_at"),
+    )
 
     use_case: Mapped[str] = mapped_column(String(100), primary_key=True)
     posting_key: Mapped[str] = mapped_column(

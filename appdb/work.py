@@ -19,13 +19,14 @@ write lock. Both return exactly the keys this run now holds.
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, delete, func, or_, select, text, tuple_, update
+from sqlalchemy import ColumnElement, Select, and_, delete, func, insert, or_, select, text, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, aliased
 
@@ -316,14 +317,20 @@ def complete_item(session: Session, use_case: str, key: str, run_id: str, output
         "updated_at": now,
         **output,
     }
-    insert = _insert_for(session)(UseCaseOutput).values(values)
+    session.execute(_output_upsert(session.get_bind().dialect.name, tuple(values)), values)
+    return True
+
+
+@functools.lru_cache(maxsize=32)
+def _output_upsert(dialect: str, columns: tuple[str, ...]) -> Any:
+    """The outputs upsert for these columns, built once (building it per posting cost more than it ran)."""
+    insert = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(UseCaseOutput.__table__)
     changing = {
         name: insert.excluded[name]
-        for name in values
+        for name in columns
         if name not in ("use_case", "posting_key", "created_at")
     }
-    session.execute(insert.on_conflict_do_update(index_elements=["use_case", "posting_key"], set_=changing))
-    return True
+    return insert.on_conflict_do_update(index_elements=["use_case", "posting_key"], set_=changing)
 
 
 def fail_item(
@@ -454,10 +461,9 @@ def record_interaction(session: Session, **fields: Any) -> int:
         name: unstorable.sub("\ufffd", value) if isinstance(value, str) else value
         for name, value in fields.items()
     }
-    interaction = Interaction(**fields)
-    session.add(interaction)
-    session.flush()
-    return interaction.id
+    # A Core INSERT ... RETURNING: the ORM unit of work (object, flush) cost more than the insert itself.
+    table = Interaction.__table__
+    return session.execute(insert(table).returning(table.c.id), fields).scalar_one()
 
 
 # --- failures (parked items) -------------------------------------------------------------------

@@ -14,9 +14,11 @@ and spends no attempts; a bad output counts against that posting only.
 """
 
 import contextlib
+import itertools
 import json
 import time
 import warnings
+from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -403,7 +405,12 @@ def _existing_outputs(session: Any, use_case: str, keys: Sequence[str]) -> dict[
 def _generate_all(
     llm: LLMResource, use_case: UseCase, prepared: Sequence[_Prepared]
 ) -> Iterator[tuple[_Prepared, Generation | Exception]]:
-    """Call the LLM for each item, keeping up to `llm.max_in_flight` requests open; yields in order."""
+    """Call the LLM for each item, keeping up to `llm.max_in_flight` requests open; yields in order.
+
+    A request is sent as soon as a slot frees, before the caller stores the previous result, so
+    the bookkeeping of each posting (output, interaction, Dagster event) overlaps the next call
+    instead of leaving the backend idle; even with one request in flight the backend stays busy.
+    """
 
     def call(item: _Prepared) -> Generation | Exception:
         try:
@@ -417,23 +424,19 @@ def _generate_all(
         except Exception as exc:  # every failure becomes a recorded outcome, never a crashed run
             return exc
 
-    if llm.max_in_flight <= 1:
-        for item in prepared:
-            yield item, call(item)
-        return
-    with ThreadPoolExecutor(max_workers=llm.max_in_flight) as pool:
-        window: list[tuple[_Prepared, Future]] = []
+    slots = max(1, llm.max_in_flight)
+    with ThreadPoolExecutor(max_workers=slots) as pool:
         pending = iter(prepared)
-        for item in pending:
-            window.append((item, pool.submit(call, item)))
-            if len(window) >= llm.max_in_flight:
-                break
+        window: deque[tuple[_Prepared, Future]] = deque(
+            (item, pool.submit(call, item)) for item in itertools.islice(pending, slots)
+        )
         while window:
-            item, future = window.pop(0)
+            item, future = window.popleft()
+            result = future.result()
             next_item = next(pending, None)
-            if next_item is not None:
+            if next_item is not None and not isinstance(result, BackendUnavailable):
                 window.append((next_item, pool.submit(call, next_item)))
-            yield item, future.result()
+            yield item, result
 
 
 def parse_output(use_case: UseCase, text: str, inputs: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -14,6 +14,7 @@ template that names an unknown variable is rejected when the declaration is made
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
@@ -195,11 +196,11 @@ class UseCase:
 
     def validate_output(self, value: Any) -> None:
         """Raise jsonschema.ValidationError when an output breaks the declared output schema."""
-        jsonschema.validate(value, self.output_schema)
+        _validate(value, self.output_schema)
 
     def validate_generation(self, value: Any) -> None:
         """Raise jsonschema.ValidationError when the model's raw output breaks the grammar schema."""
-        jsonschema.validate(value, self.grammar_schema)
+        _validate(value, self.grammar_schema)
 
     def input_hash(self, model: str, prompt: str, system_prompt: str) -> str:
         """Identity of one generation's input: same hash, same work (the idempotence key)."""
@@ -223,6 +224,24 @@ class UseCase:
             default=str,
         )
         return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+_VALIDATORS: dict[str, Any] = {}
+
+
+def _validate(value: Any, schema: Mapping[str, Any]) -> None:
+    """What `jsonschema.validate` does (raises the best-matching error), with a checked validator
+    kept per schema: re-checking the schema on every call cost more than the rest of storing an output."""
+    key = json.dumps(schema, sort_keys=True)
+    validator = _VALIDATORS.get(key)
+    if validator is None:
+        schema = copy.deepcopy(dict(schema))  # key order kept: it decides which error is reported
+        validator_class = jsonschema.validators.validator_for(schema)
+        validator_class.check_schema(schema)
+        validator = _VALIDATORS[key] = validator_class(schema)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+    if error is not None:
+        raise error
 
 
 def _lookup(values: Mapping[str, Any], variable: str) -> str:

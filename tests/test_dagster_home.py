@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 from dagster import DagsterInstance
+from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage
+from dagster_postgres.run_storage.run_storage import PostgresRunStorage
 from pytest_httpserver import HTTPServer
 
 from pipeline_defs.dagster_home import ensure_dagster_home
@@ -25,7 +27,7 @@ def test_default_home_uses_sqlite_and_one_llm_pool(tmp_path: Path, monkeypatch: 
     assert "storage" not in config
     assert config["concurrency"]["pools"]["default_limit"] == 1
     with DagsterInstance.from_config(str(tmp_path / "home")) as instance:
-        assert type(instance.run_storage).__name__ == "SqliteRunStorage"
+        assert isinstance(instance.run_storage, SqliteRunStorage)
 
 
 @pytest.mark.postgres
@@ -50,7 +52,7 @@ def test_runs_are_stored_in_postgres_when_configured(
     seed_postings(sqlite_url, tmp_path)
     defs = build_definitions(settings, llm=OllamaResource(host=httpserver.url_for("/").rstrip("/")))
     with DagsterInstance.from_config(str(home)) as instance:
-        assert type(instance.run_storage).__name__ == "PostgresRunStorage"
+        assert isinstance(instance.run_storage, PostgresRunStorage)
         result = run_use_case(defs, instance, ["p-1", "p-2", "p-3"])
         assert result.success
         assert len(instance.get_runs()) == 1

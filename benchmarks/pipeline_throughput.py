@@ -1,0 +1,460 @@
+"""Pipeline throughput against its physical limit, orchestration overhead, and discovery at scale.
+
+    python -m benchmarks.pipeline_throughput [--postings 200] [--backend simulated-ollama,embedded]
+        [--dagster-storage sqlite|postgres|both] [--in-flight 1,2,4] [--scale-postings 100000] ...
+
+For each backend and Dagster storage it measures, in a fresh process, fresh application
+database and fresh DAGSTER_HOME each time (see `benchmarks.throughput_harness`):
+
+- the *raw* backend time: the pipeline's own prompts for the postings, straight to the
+  backend in a plain loop (the physical limit);
+- the *pipeline*: the work group's discovery sensor evaluated tick after tick, and the
+  runs it requests executed, until no work remains;
+- efficiency = raw time / pipeline time; orchestration overhead = (pipeline wall time -
+  time inside LLM calls) / (postings x assets); runs; model loads per run; peak memory.
+
+With `simulated-ollama` the backend is `benchmarks.simulated_ollama`: Ollama's API with a
+fixed latency per request (default 100 ms, standing in for a GPU) and `--parallel` slots;
+its figures are *simulated* and measure the orchestration, not a model. With more than
+one value in `--in-flight` it also shows how throughput changes with the requests kept
+in flight. `embedded` is the real Gemma 3 270M on this CPU (seconds per posting, so it
+runs on `--embedded-postings`, default 20).
+
+Discovery at scale (`benchmarks.discovery_scale`): sensor tick time with
+`--scale-postings` postings (about 10% pending) and the query plans of every statement
+a tick sends. JSON and markdown go to results/pipeline_throughput.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from benchmarks.report import SHARED_DATA_ENV, shared_data_dir, write_report
+from benchmarks.throughput_harness import DEFAULT_POSTGRES_ADMIN_URL, POSTGRES_ADMIN_ENV, RunConfig
+
+NAME = "pipeline_throughput"
+SIMULATED = "simulated-ollama"
+EMBEDDED = "embedded"
+TARGET_OVERHEAD_MS = {"postgres": 10.0, "sqlite": 20.0}
+TARGET_EFFICIENCY_EMBEDDED = 0.95
+TARGET_TICK_SECONDS = 1.0
+
+
+def _worker(module: str, config: dict[str, Any], extra_env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run one measurement in a fresh Python process; its last stdout line is the result JSON."""
+    env = {**os.environ, **(extra_env or {})}
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH")])
+    )
+    completed = subprocess.run(
+        [sys.executable, "-m", module, json.dumps(config)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    lines = [line for line in completed.stdout.splitlines() if line.startswith("{")]
+    if completed.returncode != 0 or not lines:
+        raise RuntimeError(f"{module} failed (exit {completed.returncode}):\n{completed.stderr[-4000:]}")
+    return json.loads(lines[-1])
+
+
+@contextmanager
+def simulated_ollama(latency_ms: float, parallel: int) -> Iterator[str]:
+    """Start the simulated Ollama server in its own process (so it takes no GIL from the pipeline)."""
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.simulated_ollama",
+            "--port",
+            "0",
+            "--latency-ms",
+            str(latency_ms),
+            "--parallel",
+            str(parallel),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    try:
+        assert process.stdout is not None
+        url = process.stdout.readline().strip()
+        if not url.startswith("http"):
+            raise RuntimeError("the simulated Ollama server did not start")
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def _server(url: str, path: str, method: str = "GET") -> dict[str, Any]:
+    request = urllib.request.Request(url + path, method=method, data=b"{}" if method == "POST" else None)
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def measure_backend(args: argparse.Namespace, backend: str, shared: str | None) -> list[dict[str, Any]]:
+    """Raw and pipeline measurements for one backend: every storage, every in-flight value."""
+    postings = args.embedded_postings if backend == EMBEDDED else args.postings
+    in_flights = [1] if backend == EMBEDDED else args.in_flight
+    rows = []
+    with simulated_ollama(args.latency_ms, args.parallel) if backend == SIMULATED else _nothing() as url:
+        for in_flight in in_flights:
+            base = {
+                "backend": backend,
+                "postings": postings,
+                "in_flight": in_flight,
+                "batch_size": args.batch_size,
+                "ollama_host": url,
+                "shared": shared,
+                "postgres_admin_url": args.postgres_admin_url,
+                "env": dict(args.env),
+            }
+            _progress(f"{backend}: raw backend loop, {postings} postings, {in_flight} in flight ...")
+            raw = _measured(url, {**base, "mode": "raw"})
+            for storage in args.storages:
+                app_db = storage if args.app_db == "same" else args.app_db
+                _progress(
+                    f"{backend}: pipeline, Dagster storage {storage}, app db {app_db}, "
+                    f"{in_flight} in flight ..."
+                )
+                profile = (
+                    str(Path(args.out) / f"profile-{backend}-{storage}-{in_flight}.prof")
+                    if args.profile
+                    else None
+                )
+                pipeline = _measured(
+                    url,
+                    {
+                        **base,
+                        "mode": "pipeline",
+                        "storage": storage,
+                        "app_db": app_db,
+                        "profile_path": profile,
+                    },
+                )
+                rows.append(summarize(raw, pipeline))
+                _progress("  " + _row_line(rows[-1]))
+    return rows
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield None
+
+
+def _measured(url: str | None, config: dict[str, Any]) -> dict[str, Any]:
+    if url:
+        _server(url, "/stats/reset", "POST")
+    result = _worker("benchmarks.throughput_harness", asdict(RunConfig(**config)))
+    if url:
+        result["server"] = _server(url, "/stats")
+    return result
+
+
+def summarize(raw: dict[str, Any], pipeline: dict[str, Any]) -> dict[str, Any]:
+    """One results row: the pipeline beside its physical limit."""
+    config = pipeline["config"]
+    items = pipeline["postings"] * pipeline["assets"]
+    overhead_ms = (pipeline["seconds"] - pipeline["llm_seconds"]) * 1000 / items
+    allowed_runs = math.ceil(pipeline["postings"] / pipeline["batch_size"])
+    return {
+        "backend": config["backend"],
+        "simulated": config["backend"] == SIMULATED,
+        "dagster_storage": config["storage"],
+        "app_db": config["app_db"],
+        "postings": pipeline["postings"],
+        "assets": pipeline["assets"],
+        "in_flight": config["in_flight"],
+        "batch_size": pipeline["batch_size"],
+        "raw_seconds": raw["seconds"],
+        "raw_llm_seconds": raw["llm_seconds"],
+        "pipeline_seconds": pipeline["seconds"],
+        "pipeline_llm_seconds": pipeline["llm_seconds"],
+        "efficiency": raw["seconds"] / pipeline["seconds"],
+        # With several requests in flight LLM time overlaps, so wall minus LLM time means nothing:
+        # the overhead is then measured against the raw loop with the same requests in flight.
+        "overhead_ms_per_posting_asset": overhead_ms if config["in_flight"] == 1 else None,
+        "overhead_vs_raw_ms_per_posting_asset": (pipeline["seconds"] - raw["seconds"]) * 1000 / items,
+        # CPU time of the pipeline process beyond the raw loop's (the same client calls): what the
+        # orchestration costs on a quiet machine, whatever the contention during the run.
+        "overhead_cpu_ms_per_posting_asset": (pipeline["cpu_seconds"] - raw["cpu_seconds"]) * 1000 / items,
+        "postings_per_second": pipeline["postings"] / pipeline["seconds"],
+        "raw_postings_per_second": raw["postings"] / raw["seconds"] if "postings" in raw else None,
+        "runs": pipeline["runs"],
+        "runs_allowed": allowed_runs,
+        "failed_runs": pipeline["failed_runs"],
+        "model_loads": pipeline["model_loads"],
+        "max_loads_of_one_model_in_a_run": pipeline["max_loads_of_one_model_in_a_run"],
+        "server_loads": pipeline.get("server", {}).get("loads"),
+        "server_peak_concurrency": pipeline.get("server", {}).get("peak_concurrent_generations"),
+        "work_items": pipeline["work_items"],
+        "sensor_ticks": pipeline["sensor_ticks"],
+        "peak_rss_mb": pipeline["peak_rss_mb"],
+        "loadavg": [raw["loadavg_before"], pipeline["loadavg_before"], pipeline["loadavg_after"]],
+        "raw": raw,
+        "pipeline": pipeline,
+    }
+
+
+def _row_line(row: dict[str, Any]) -> str:
+    overhead = row["overhead_ms_per_posting_asset"]
+    return (
+        f"raw {row['raw_seconds']:.1f}s, pipeline {row['pipeline_seconds']:.1f}s, "
+        f"efficiency {row['efficiency']:.3f}, "
+        f"overhead {'-' if overhead is None else f'{overhead:.1f}'} ms/posting/asset "
+        f"(CPU {row['overhead_cpu_ms_per_posting_asset']:.1f}), "
+        f"{row['runs']} runs, {row['model_loads']} loads, peak {row['peak_rss_mb']:.0f} MB"
+    )
+
+
+def measure_scale(args: argparse.Namespace) -> list[dict[str, Any]]:
+    results = []
+    for engine in args.storages:
+        _progress(f"discovery at scale: {args.scale_postings} postings on {engine} ...")
+        config = {
+            "engine": engine,
+            "postings": args.scale_postings,
+            "postgres_admin_url": args.postgres_admin_url,
+        }
+        result = _worker("benchmarks.discovery_scale", config, dict(args.env))
+        for name, figures in result["sensors"].items():
+            _progress(
+                f"  {name}: first {figures['first']['median_seconds']:.3f}s, steady "
+                f"{figures['steady']['median_seconds']:.3f}s, idle {figures['idle']['median_seconds']:.3f}s"
+            )
+        results.append(result)
+    return results
+
+
+# --- report ------------------------------------------------------------------------------------
+
+
+def markdown(results: dict[str, Any]) -> str:
+    lines = [
+        "# Pipeline throughput and orchestration overhead",
+        "",
+        "Rows marked *simulated* ran against `benchmarks.simulated_ollama` (Ollama's API, "
+        f"{results['settings']['latency_ms']:g} ms per request, "
+        f"{results['settings']['parallel']} parallel slots): "
+        "they measure the orchestration around the LLM, not a model. `embedded` is Gemma 3 270M on this CPU.",
+        "",
+        "| backend | Dagster storage | app DB | postings | in flight | raw s | pipeline s | efficiency | "
+        "LLM s | overhead ms/posting/asset | runs (max) | model loads (max per run) | peak RSS MB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in results["pipeline"]:
+        overhead = row["overhead_ms_per_posting_asset"]
+        lines.append(
+            f"| {row['backend']}{' (simulated)' if row['simulated'] else ''} | {row['dagster_storage']} | "
+            f"{row['app_db']} | {row['postings']} | {row['in_flight']} | {row['raw_seconds']:.1f} | "
+            f"{row['pipeline_seconds']:.1f} | {row['efficiency']:.3f} | {row['pipeline_llm_seconds']:.1f} | "
+            f"{'-' if overhead is None else f'{overhead:.1f}'} | {row['runs']} ({row['runs_allowed']}) | "
+            f"{row['model_loads']} ({row['max_loads_of_one_model_in_a_run']}) | {row['peak_rss_mb']:.0f} |"
+        )
+    in_flight = [row for row in results["pipeline"] if row["backend"] == SIMULATED]
+    if len({row["in_flight"] for row in in_flight}) > 1:
+        lines += [
+            "",
+            "## Requests in flight (simulated backend)",
+            "",
+            "| Dagster storage | in flight | raw postings/s | pipeline postings/s | efficiency | "
+            "overhead vs raw ms/posting/asset | peak concurrent requests at the server |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for row in in_flight:
+            raw_rate = row["postings"] / row["raw_seconds"]
+            lines.append(
+                f"| {row['dagster_storage']} | {row['in_flight']} | {raw_rate:.2f} | "
+                f"{row['postings_per_second']:.2f} | "
+                f"{row['efficiency']:.3f} | {row['overhead_vs_raw_ms_per_posting_asset']:.1f} | "
+                f"{row['server_peak_concurrency']} |"
+            )
+    if results.get("scale"):
+        lines += [
+            "",
+            "## Discovery at scale",
+            "",
+            "| engine | postings | pending | sensor | first tick s | steady tick s | idle tick s | "
+            "statements per steady tick | SQL s per steady tick |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for scale in results["scale"]:
+            for name, figures in scale["sensors"].items():
+                lines.append(
+                    f"| {scale['config']['engine']} | {scale['config']['postings']:,} | "
+                    f"{scale['pending']:,} | {name} | "
+                    f"{figures['first']['median_seconds']:.3f} | {figures['steady']['median_seconds']:.3f} | "
+                    f"{figures['idle']['median_seconds']:.3f} | {figures['steady']['statements']} | "
+                    f"{figures['steady']['sql_seconds']:.3f} |"
+                )
+        lines += ["", "### Query plans of a steady tick", ""]
+        for scale in results["scale"]:
+            for name, figures in scale["sensors"].items():
+                lines.append(f"#### {scale['config']['engine']}: {name}")
+                lines.append("")
+                for plan in figures["steady"]["plans"]:
+                    sql = " ".join(plan["sql"].split())
+                    lines += [
+                        f"`{sql[:160]}{'...' if len(sql) > 160 else ''}` ({plan['seconds'] * 1000:.1f} ms)",
+                        "",
+                        "```",
+                        *plan["plan"],
+                        "```",
+                        "",
+                    ]
+    lines += ["", "## Targets", "", *targets_lines(results)]
+    load = results["loadavg"]
+    lines += [
+        "",
+        f"Load average (1, 5, 15 min) at start {load['start']}, at end {load['end']} on "
+        f"{os.cpu_count()} CPUs: the machine is shared, so contention inflates wall times.",
+    ]
+    return "\n".join(lines)
+
+
+def targets_lines(results: dict[str, Any]) -> list[str]:
+    lines = []
+    for row in results["pipeline"]:
+        label = (
+            f"{row['backend']}{' (simulated)' if row['simulated'] else ''}, {row['dagster_storage']} storage"
+        )
+        if row["in_flight"] == 1 and row["simulated"]:
+            target = TARGET_OVERHEAD_MS[row["dagster_storage"]]
+            value = row["overhead_ms_per_posting_asset"]
+            lines.append(
+                f"- overhead {label}: {value:.1f} ms/posting/asset, target <= {target:g}: "
+                f"{'met' if value <= target else 'missed'}"
+            )
+        if row["backend"] == EMBEDDED:
+            lines.append(
+                f"- efficiency {label}: {row['efficiency']:.3f}, target >= {TARGET_EFFICIENCY_EMBEDDED}: "
+                f"{'met' if row['efficiency'] >= TARGET_EFFICIENCY_EMBEDDED else 'missed'}"
+            )
+        if row["in_flight"] == 1:
+            lines.append(
+                f"- runs {label}: {row['runs']} for {row['postings']} postings, "
+                f"at most {row['runs_allowed']}: "
+                f"{'met' if row['runs'] <= row['runs_allowed'] else 'missed'}; "
+                "largest number of loads of one "
+                f"model in a run: {row['max_loads_of_one_model_in_a_run']} "
+                f"({'met' if row['max_loads_of_one_model_in_a_run'] == 1 else 'missed'})"
+            )
+    for scale in results.get("scale", []):
+        worst = max(
+            max(figures["first"]["median_seconds"], figures["steady"]["median_seconds"])
+            for figures in scale["sensors"].values()
+        )
+        lines.append(
+            f"- sensor tick, {scale['config']['postings']:,} postings on {scale['config']['engine']}: "
+            f"slowest {worst:.3f}s, target <= {TARGET_TICK_SECONDS:g}s: "
+            f"{'met' if worst <= TARGET_TICK_SECONDS else 'missed'}"
+        )
+    return lines
+
+
+def _progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _csv_ints(text: str) -> list[int]:
+    return [int(part) for part in text.split(",") if part.strip()]
+
+
+def _env_pair(text: str) -> tuple[str, str]:
+    name, _, value = text.partition("=")
+    return name, value
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--postings", type=int, default=200, help="postings for the simulated backend")
+    parser.add_argument("--embedded-postings", type=int, default=20, help="postings for the embedded backend")
+    parser.add_argument("--backend", default=SIMULATED, help=f"comma list of {SIMULATED}, {EMBEDDED}")
+    parser.add_argument("--dagster-storage", default="both", choices=["sqlite", "postgres", "both"])
+    parser.add_argument(
+        "--app-db",
+        default="same",
+        choices=["same", "sqlite", "postgres"],
+        help="same: the Dagster storage's engine",
+    )
+    parser.add_argument("--in-flight", type=_csv_ints, default=[1, 2, 4], help="simulated backend only")
+    parser.add_argument("--latency-ms", type=float, default=100.0, help="simulated time per request")
+    parser.add_argument("--parallel", type=int, default=4, help="simulated server's parallel slots")
+    parser.add_argument("--batch-size", type=int, help="postings per run (default: the use cases' own)")
+    parser.add_argument("--scale-postings", type=int, default=100_000, help="0 skips discovery at scale")
+    parser.add_argument(
+        "--shared", help=f"the shared data folder (else ${SHARED_DATA_ENV} or ../shared/data)"
+    )
+    parser.add_argument("--demo-postings", action="store_true", help="use the demo postings, repeated")
+    parser.add_argument(
+        "--postgres-admin-url",
+        default=os.environ.get(POSTGRES_ADMIN_ENV, DEFAULT_POSTGRES_ADMIN_URL),
+        help="where fresh databases are created (and dropped)",
+    )
+    parser.add_argument(
+        "--env", type=_env_pair, action="append", default=[], help="NAME=VALUE for the workers"
+    )
+    parser.add_argument("--profile", action="store_true", help="write cProfile stats of each pipeline run")
+    parser.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "results"))
+    parser.add_argument("--name", default=NAME, help="report file name (without extension)")
+    args = parser.parse_args(argv)
+    args.storages = ["sqlite", "postgres"] if args.dagster_storage == "both" else [args.dagster_storage]
+    backends = [name.strip() for name in args.backend.split(",") if name.strip()]
+    unknown = [name for name in backends if name not in (SIMULATED, EMBEDDED)]
+    if unknown:
+        parser.error(f"unknown backend {unknown[0]!r}")
+    shared = None if args.demo_postings else str(shared_data_dir(args.shared))
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+
+    started = time.perf_counter()
+    load_start = os.getloadavg()
+    rows: list[dict[str, Any]] = []
+    for backend in backends:
+        rows += measure_backend(args, backend, shared)
+    scale = measure_scale(args) if args.scale_postings else []
+    results = {
+        "settings": {
+            "postings": args.postings,
+            "embedded_postings": args.embedded_postings,
+            "backends": backends,
+            "dagster_storage": args.storages,
+            "app_db": args.app_db,
+            "in_flight": args.in_flight,
+            "latency_ms": args.latency_ms,
+            "parallel": args.parallel,
+            "postings_source": "demo set repeated"
+            if shared is None
+            else f"SkillSpan train+dev from {shared}",
+            "env": dict(args.env),
+        },
+        "pipeline": rows,
+        "scale": scale,
+        "loadavg": {
+            "start": [round(x, 2) for x in load_start],
+            "end": [round(x, 2) for x in os.getloadavg()],
+        },
+        "seconds": time.perf_counter() - started,
+    }
+    json_path, md_path = write_report(args.name, results, markdown(results), Path(args.out))
+    print(md_path.read_text())
+    print(f"written: {json_path}, {md_path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,423 @@
+"""Dagster storages that keep their database connections open, and write events in fewer trips.
+
+Each posting partition costs Dagster two event-log writes (the planned materialization
+when the run is created, the materialization when the posting is done), and Dagster's
+own SQLite and PostgreSQL storages open and close a database connection for every
+operation (`NullPool`): on SQLite that is a connect, a commit with fsync and a close
+that checkpoints the WAL, twice per event (run shard and index shard); on PostgreSQL a
+new server connection per write. That alone cost about 25-60 ms per posting per asset
+here (see README, Performance), a third of an LLM call at GPU speed.
+
+These subclasses change how connections are made and how events are written; the
+tables, the files, the events and what the UI shows are Dagster's (they override private
+methods of dagster 1.13 and dagster-postgres 0.29, which pyproject pins):
+- `PooledSqliteEventLogStorage`: one small connection pool per database file (the index
+  shard and the few most recently used run shards), `synchronous=NORMAL` (in WAL mode a
+  commit is then not fsynced; a power loss, never a process crash, can lose the last
+  events, and the database stays consistent). Per asset event Dagster's SQLite storage
+  also reflects the `asset_keys` columns and tries an INSERT that fails for every known
+  asset before it UPDATEs; here the column check is remembered and the row upserted in
+  one statement, as dagster-postgres does. A new run's database file is a copy of one
+  initialized once per process (Dagster's set-up, which reads every migration file, took
+  ~0.2 s per run).
+- `PooledPostgresEventLogStorage`: a pool of one connection (plus overflow for other
+  threads), checked with a ping before use, as `dagster-webserver` does for itself, and
+  `synchronous_commit=off` on those connections: a commit does not wait for the WAL
+  flush, so a crash of the PostgreSQL *server* can lose the last fraction of a second of
+  events, never corrupt them. An asset event and its index rows are written in one
+  transaction on one connection (dagster-postgres: two, plus a NOTIFY nobody listens to).
+- `PooledSqliteRunStorage`, `PooledPostgresRunStorage`: Dagster's run storages with a
+  pooled engine; their commits keep Dagster's durability, as does the application database.
+
+Both event log storages also write a batch of events in one go (`store_event_batch`): one
+transaction per database file, where Dagster's SQLite storage loops and dagster-postgres
+batches only materializations. Dagster sends batches only when DAGSTER_EVENT_BATCH_SIZE is
+above 0, and (for our assets, which log one materialization per posting) what it batches
+is the planned materialization of every posting partition, written when a run is created.
+The `event_batch_size` config field (default 1000) sets that variable in each process that
+uses the storage, unless the environment already sets it.
+
+`pipeline_defs.dagster_home` writes them into the dagster.yaml of a new DAGSTER_HOME.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from dagster import Field, IntSource
+from dagster._config.config_schema import UserConfigSchema
+from dagster._core.events import ASSET_CHECK_EVENTS, ASSET_EVENTS, DagsterEventType
+from dagster._core.events.log import EventLogEntry
+from dagster._core.storage.event_log.schema import AssetKeyTable, SqlEventLogStorageTable
+from dagster._core.storage.event_log.sqlite.sqlite_event_log import INDEX_SHARD_NAME, SqliteEventLogStorage
+from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage
+from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
+from dagster._serdes import ConfigurableClassData
+from sqlalchemy import create_engine, event
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.pool import NullPool
+
+DEFAULT_EVENT_BATCH_SIZE = 1000
+EVENT_BATCH_SIZE_ENV = "DAGSTER_EVENT_BATCH_SIZE"  # read by DagsterInstance on every event
+
+# Run shards kept open besides the index shard: a process writes one run at a time, and the
+# UI reads a few; older ones are closed (and their WAL checkpointed) when they drop out.
+OPEN_RUN_SHARDS = 4
+
+
+class PooledSqliteEventLogStorage(SqliteEventLogStorage):
+    """Dagster's SQLite event log storage with pooled connections and synchronous=NORMAL."""
+
+    def __init__(
+        self,
+        base_dir: str,
+        inst_data: ConfigurableClassData | None = None,
+        event_batch_size: int = DEFAULT_EVENT_BATCH_SIZE,
+    ) -> None:
+        _use_event_batches(event_batch_size)
+        self._engines: OrderedDict[str, Engine] = OrderedDict()
+        self._engines_lock = threading.Lock()
+        self._asset_key_columns: set[str] = set()
+        self._shard_template: bytes | None = None
+        super().__init__(base_dir, inst_data)
+
+    @classmethod
+    def config_type(cls) -> UserConfigSchema:
+        return {**super().config_type(), **_BATCH_CONFIG}
+
+    @classmethod
+    def from_config_value(  # ty: ignore[invalid-method-override]
+        cls, inst_data: ConfigurableClassData | None, config_value: Mapping[str, Any]
+    ) -> PooledSqliteEventLogStorage:
+        return cls(inst_data=inst_data, **config_value)
+
+    def _engine_for(self, shard: str) -> Engine:
+        with self._engines_lock:
+            engine = self._engines.get(shard)
+            if engine is not None:
+                self._engines.move_to_end(shard)
+                return engine
+            engine = create_engine(
+                self.conn_string_for_shard(shard),
+                pool_size=1,
+                max_overflow=4,
+                connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS, "check_same_thread": False},
+            )
+            event.listen(engine, "connect", _sqlite_synchronous_normal)
+            self._engines[shard] = engine
+            run_shards = [name for name in self._engines if name != INDEX_SHARD_NAME]
+            for name in run_shards[:-OPEN_RUN_SHARDS]:
+                self._engines.pop(name).dispose()
+            return engine
+
+    @contextmanager
+    def _connect(self, shard: str) -> Iterator[Connection]:
+        # The same steps as Dagster's `_connect`, with an engine that outlives the call.
+        with self._db_lock:
+            if shard not in self._initialized_dbs:
+                if shard == INDEX_SHARD_NAME or not self._create_run_shard(shard):
+                    self._initdb(self._engine_for(shard))
+                self._initialized_dbs.add(shard)
+            engine = self._engine_for(shard)
+            with engine.connect() as conn, conn.begin():
+                yield conn
+
+    def _create_run_shard(self, shard: str) -> bool:
+        """Create a new run's database as a copy of one Dagster initialized earlier in this process.
+
+        Initializing it (tables, indexes, Alembic stamp; the stamp reads every migration file)
+        took ~0.2 s per run. False when the file already exists: then Dagster's own check runs.
+        """
+        path = self.path_for_shard(shard)
+        if os.path.exists(path):
+            return False
+        if self._shard_template is None:
+            self._shard_template = self._initialized_shard_bytes()
+        temporary = f"{path}.{os.getpid()}.{threading.get_ident()}.new"
+        with open(temporary, "wb") as handle:
+            handle.write(self._shard_template)
+        try:
+            os.link(temporary, path)  # never replaces a shard another process created meanwhile
+        except OSError:  # it exists now, or the file system has no hard links: Dagster's own way
+            return False
+        finally:
+            os.remove(temporary)
+        return True
+
+    def _initialized_shard_bytes(self) -> bytes:
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "template.db")
+            engine = create_engine(f"sqlite:///{path}", poolclass=NullPool)
+            try:
+                self._initdb(engine)
+            finally:
+                engine.dispose()
+            with open(path, "rb") as handle:
+                return handle.read()
+
+    def _has_asset_key_col_on_connection(self, conn: Connection, column_name: str) -> bool:
+        # Columns only ever appear (`dagster instance migrate`), so a column once seen is remembered.
+        if column_name in self._asset_key_columns:
+            return True
+        present = super()._has_asset_key_col_on_connection(conn, column_name)
+        if present:
+            self._asset_key_columns.add(column_name)
+        return present
+
+    def _store_asset_event(self, conn: Connection, event: EventLogEntry, event_id: int) -> None:
+        if not (event.dagster_event and event.dagster_event.asset_key):
+            return
+        values = self._get_asset_entry_values(
+            event, event_id, self._has_asset_key_index_cols_on_connection(conn)
+        )
+        if not values:
+            return
+        insert = sqlite_insert(AssetKeyTable).values(
+            asset_key=event.dagster_event.asset_key.to_string(), **values
+        )
+        conn.execute(insert.on_conflict_do_update(index_elements=[AssetKeyTable.c.asset_key], set_=values))
+
+    def store_event_batch(self, events: Sequence[EventLogEntry]) -> None:
+        """A batch (the planned materializations of a run) in one transaction per database file,
+        instead of two transactions per event."""
+        batched = [event for event in events if _batchable(event)]
+        if batched:
+            statements = [self.prepare_insert_event(event) for event in batched]
+            for run_id in dict.fromkeys(event.run_id for event in batched):
+                with self.run_connection(run_id) as conn:
+                    for event, statement in zip(batched, statements, strict=True):
+                        if event.run_id == run_id:
+                            conn.execute(statement)
+            with self.index_transaction() as conn:
+                for event, statement in zip(batched, statements, strict=True):
+                    event_id = conn.execute(statement).inserted_primary_key[0]
+                    self._store_asset_event_tags(conn, [event], [event_id])
+                    self._store_asset_event(conn, event, event_id)
+        for event in events:
+            if not _batchable(event):
+                self.store_event(event)
+
+    def dispose(self) -> None:
+        with self._engines_lock:
+            for engine in self._engines.values():
+                engine.dispose()
+            self._engines.clear()
+        super().dispose()
+
+
+# Events whose storage is an event-log row plus the asset index (tags, asset_keys row) and nothing
+# else; any other event in a batch (an asset check's planned evaluation, say) is stored on its own.
+_BATCHABLE = {
+    DagsterEventType.ASSET_MATERIALIZATION,
+    DagsterEventType.ASSET_MATERIALIZATION_PLANNED,
+    DagsterEventType.ASSET_OBSERVATION,
+}
+
+
+class PooledSqliteRunStorage(SqliteRunStorage):
+    """Dagster's SQLite run storage with one pooled engine instead of an engine per operation
+    (a run reads and writes its record a dozen times). Commits keep Dagster's durability."""
+
+    def __init__(self, conn_string: str, inst_data: ConfigurableClassData | None = None) -> None:
+        super().__init__(conn_string, inst_data)
+        self._pooled = create_engine(
+            conn_string,
+            pool_size=1,
+            max_overflow=4,
+            connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS, "check_same_thread": False},
+        )
+
+    @classmethod
+    def from_config_value(  # ty: ignore[invalid-method-override]
+        cls, inst_data: ConfigurableClassData | None, config_value: Mapping[str, Any]
+    ) -> PooledSqliteRunStorage:
+        return cls.from_local(inst_data=inst_data, **config_value)
+
+    @contextmanager
+    def connect(self) -> Iterator[Connection]:
+        with self._pooled.connect() as conn, conn.begin():
+            yield conn
+
+    def dispose(self) -> None:
+        super().dispose()
+        self._pooled.dispose()
+
+
+_BATCH_CONFIG = {
+    "event_batch_size": Field(
+        IntSource,
+        is_required=False,
+        default_value=DEFAULT_EVENT_BATCH_SIZE,
+        description=f"{EVENT_BATCH_SIZE_ENV} for processes using this storage, unless set; 0 disables",
+    )
+}
+
+
+def _use_event_batches(size: int) -> None:
+    os.environ.setdefault(EVENT_BATCH_SIZE_ENV, str(size))
+
+
+def _batchable(event: EventLogEntry) -> bool:
+    return event.is_dagster_event and event.get_dagster_event().event_type in _BATCHABLE
+
+
+def _asset_and_kind(event: EventLogEntry) -> tuple[Any, Any]:
+    dagster_event = event.get_dagster_event()
+    return dagster_event.asset_key, dagster_event.event_type
+
+
+def _sqlite_synchronous_normal(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+def _postgres_asynchronous_commit(dbapi_connection: Any, _record: Any) -> None:
+    with dbapi_connection.cursor() as cursor:
+        cursor.execute("SET synchronous_commit TO off")
+    if not dbapi_connection.autocommit:
+        dbapi_connection.commit()
+
+
+try:  # dagster-postgres is a dependency, but keep the SQLite storage usable without it
+    from dagster_postgres.event_log.event_log import PostgresEventLogStorage
+    from dagster_postgres.run_storage.run_storage import PostgresRunStorage
+    from dagster_postgres.utils import create_pg_engine, get_token_provider_from_config, pg_url_from_config
+except ImportError:  # pragma: no cover
+    PostgresEventLogStorage = None  # type: ignore[assignment,misc]
+
+
+if PostgresEventLogStorage is not None:
+
+    class PooledPostgresEventLogStorage(PostgresEventLogStorage):
+        """dagster-postgres's event log storage with a pooled, pinged connection instead of NullPool."""
+
+        def __init__(
+            self,
+            postgres_url: str,
+            should_autocreate_tables: bool = True,
+            inst_data: ConfigurableClassData | None = None,
+            token_provider: Any = None,
+            event_batch_size: int = DEFAULT_EVENT_BATCH_SIZE,
+        ) -> None:
+            _use_event_batches(event_batch_size)
+            super().__init__(postgres_url, should_autocreate_tables, inst_data, token_provider)
+            unpooled = self._engine
+            self._engine = create_pg_engine(
+                self.postgres_url,
+                self._token_provider,
+                isolation_level="AUTOCOMMIT",
+                pool_size=1,
+                max_overflow=8,
+                pool_recycle=3600,
+                pool_pre_ping=True,
+            )
+            event.listen(self._engine, "connect", _postgres_asynchronous_commit)
+            unpooled.dispose()
+
+        @classmethod
+        def config_type(cls) -> UserConfigSchema:
+            return {**super().config_type(), **_BATCH_CONFIG}
+
+        @classmethod
+        def from_config_value(  # ty: ignore[invalid-method-override]
+            cls, inst_data: ConfigurableClassData | None, config_value: Mapping[str, Any]
+        ) -> PooledPostgresEventLogStorage:
+            return cls(
+                inst_data=inst_data,
+                postgres_url=pg_url_from_config(config_value),
+                should_autocreate_tables=config_value.get("should_autocreate_tables", True),
+                token_provider=get_token_provider_from_config(config_value),
+                event_batch_size=config_value.get("event_batch_size", DEFAULT_EVENT_BATCH_SIZE),
+            )
+
+        def store_event(self, event: EventLogEntry) -> None:
+            """dagster-postgres's `store_event` on one connection: an asset event and its index rows
+            (tags, asset row) in one transaction, and no NOTIFY (dagster-postgres no longer listens)."""
+            insert = self.prepare_insert_event(event).returning(SqlEventLogStorageTable.c.id)
+            dagster_event = event.dagster_event if event.is_dagster_event else None
+            with self._connect() as conn:
+                if (
+                    dagster_event is not None
+                    and dagster_event.event_type in ASSET_EVENTS
+                    and dagster_event.asset_key
+                ):
+                    conn = conn.execution_options(isolation_level="READ COMMITTED")
+                    with conn.begin():
+                        event_id = int(conn.execute(insert).scalar_one())
+                        self._store_asset_event_tags(conn, [event], [event_id])
+                        self._store_asset_event(conn, event, event_id)
+                else:
+                    event_id = int(conn.execute(insert).scalar_one())
+            if dagster_event is not None and dagster_event.event_type in ASSET_CHECK_EVENTS:
+                self.store_asset_check_event(event, event_id)
+
+        def store_event_batch(self, events: Sequence[EventLogEntry]) -> None:
+            """A batch (the planned materializations of a run) in one INSERT and one index
+            transaction; dagster-postgres batches materializations only and writes the rest one by one."""
+            batched = [event for event in events if _batchable(event)]
+            if batched:
+                with self._connect() as conn:
+                    result = conn.execute(
+                        self.prepare_insert_event_batch(batched).returning(SqlEventLogStorageTable.c.id)
+                    )
+                    event_ids = [int(row[0]) for row in result.fetchall()]
+                with self.index_transaction() as conn:
+                    self._store_asset_event_tags(conn, batched, event_ids)
+                    # the asset row ends as if the events were stored one by one: the latest of each kind
+                    latest = {_asset_and_kind(event): index for index, event in enumerate(batched)}
+                    for index in sorted(latest.values()):
+                        self._store_asset_event(conn, batched[index], event_ids[index])
+            for event in events:
+                if not _batchable(event):
+                    self.store_event(event)
+
+        def dispose(self) -> None:
+            super().dispose()
+            self._engine.dispose()
+
+    class PooledPostgresRunStorage(PostgresRunStorage):
+        """dagster-postgres's run storage with a pooled, pinged connection instead of NullPool
+        (a run reads and writes its record a dozen times). Commits keep full durability."""
+
+        def __init__(
+            self,
+            postgres_url: str,
+            should_autocreate_tables: bool = True,
+            inst_data: ConfigurableClassData | None = None,
+            token_provider: Any = None,
+        ) -> None:
+            super().__init__(postgres_url, should_autocreate_tables, inst_data, token_provider)
+            unpooled = self._engine
+            self._engine = create_pg_engine(
+                self.postgres_url,
+                self._token_provider,
+                isolation_level="AUTOCOMMIT",
+                pool_size=1,
+                max_overflow=8,
+                pool_recycle=3600,
+                pool_pre_ping=True,
+            )
+            unpooled.dispose()
+
+        @classmethod
+        def from_config_value(  # ty: ignore[invalid-method-override]
+            cls, inst_data: ConfigurableClassData | None, config_value: Mapping[str, Any]
+        ) -> PooledPostgresRunStorage:
+            return cls(
+                inst_data=inst_data,
+                postgres_url=pg_url_from_config(config_value),
+                should_autocreate_tables=config_value.get("should_autocreate_tables", True),
+                token_provider=get_token_provider_from_config(config_value),
+            )
+
+        def dispose(self) -> None:
+            super().dispose()
+            self._engine.dispose()
