@@ -3,7 +3,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PYTHON ?= python3
 
-.PHONY: demo test lint ui clean chromium
+.PHONY: demo test lint ui bench clean chromium
 
 $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is needed (set PYTHON=...)")'
@@ -39,6 +39,9 @@ lint: $(VENV)/.installed
 
 ui: $(VENV)/.installed  ## dagster dev (webserver + daemon) on http://127.0.0.1:3000
 	$(BIN)/pipeline ui
+
+bench: $(VENV)/.installed  ## pipeline vs its physical limit, orchestration overhead, discovery at 100,000 postings (~25 min)
+	$(BIN)/python -m benchmarks.pipeline_throughput --backend simulated-ollama,embedded
 
 clean:
 	rm -rf $(VENV) data
