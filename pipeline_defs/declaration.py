@@ -174,25 +174,11 @@ class UseCase:
     @property
     def variables(self) -> tuple[str, ...]:
         """The variables the prompt and system prompt use, in order of first use."""
-        found = _VARIABLE.findall(self.system_prompt) + _VARIABLE.findall(self.prompt)
-        return tuple(dict.fromkeys(found))
+        return template_variables(self.prompt, self.system_prompt)
 
     def render(self, values: Mapping[str, Any]) -> tuple[str, str, dict[str, int]]:
         """Substitute variables; returns (prompt, system prompt, {variable: chars cut})."""
-        resolved: dict[str, str] = {}
-        truncated: dict[str, int] = {}
-        for variable in self.variables:
-            text = _lookup(values, variable)
-            limit = self.input_limits.get(variable)
-            if limit is not None and len(text) > limit:
-                truncated[variable] = len(text) - limit
-                text = text[:limit].rstrip() + " [...]"
-            resolved[variable] = text
-
-        def substitute(template: str) -> str:
-            return _VARIABLE.sub(lambda match: resolved[match.group(1)], template)
-
-        return substitute(self.prompt), substitute(self.system_prompt), truncated
+        return render_templates(self.prompt, self.system_prompt, self.input_limits, values)
 
     def validate_output(self, value: Any) -> None:
         """Raise jsonschema.ValidationError when an output breaks the declared output schema."""
@@ -242,6 +228,34 @@ def _validate(value: Any, schema: Mapping[str, Any]) -> None:
     error = jsonschema.exceptions.best_match(validator.iter_errors(value))
     if error is not None:
         raise error
+
+
+def template_variables(prompt: str, system_prompt: str) -> tuple[str, ...]:
+    """The `{variables}` a prompt and its system prompt use, in order of first use."""
+    found = _VARIABLE.findall(system_prompt) + _VARIABLE.findall(prompt)
+    return tuple(dict.fromkeys(found))
+
+
+def render_templates(
+    prompt: str, system_prompt: str, input_limits: Mapping[str, int], values: Mapping[str, Any]
+) -> tuple[str, str, dict[str, int]]:
+    """Substitute variables (cut to their input limits); (prompt, system prompt, {variable: chars cut}).
+
+    Raises TemplateVariableError naming a variable with no value: never a literal placeholder."""
+    resolved: dict[str, str] = {}
+    truncated: dict[str, int] = {}
+    for variable in template_variables(prompt, system_prompt):
+        text = _lookup(values, variable)
+        limit = input_limits.get(variable)
+        if limit is not None and len(text) > limit:
+            truncated[variable] = len(text) - limit
+            text = text[:limit].rstrip() + " [...]"
+        resolved[variable] = text
+
+    def substitute(template: str) -> str:
+        return _VARIABLE.sub(lambda match: resolved[match.group(1)], template)
+
+    return substitute(prompt), substitute(system_prompt), truncated
 
 
 def _lookup(values: Mapping[str, Any], variable: str) -> str:

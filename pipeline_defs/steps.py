@@ -55,11 +55,11 @@ from typing import Any
 import jsonschema
 
 from pipeline_defs.declaration import (
-    _VARIABLE,
     POSTING_VARIABLES,
     DeclarationError,
     ScriptContext,
-    _lookup,
+    render_templates,
+    template_variables,
 )
 
 END = "END"
@@ -246,25 +246,11 @@ class LLMStep:
 
     @property
     def variables(self) -> tuple[str, ...]:
-        found = _VARIABLE.findall(self.system_prompt) + _VARIABLE.findall(self.prompt)
-        return tuple(dict.fromkeys(found))
+        return template_variables(self.prompt, self.system_prompt)
 
     def render(self, values: Mapping[str, Any]) -> tuple[str, str, dict[str, int]]:
         """(prompt, system prompt, {variable: chars cut}); raises TemplateVariableError."""
-        resolved: dict[str, str] = {}
-        truncated: dict[str, int] = {}
-        for variable in self.variables:
-            text = _lookup(values, variable)
-            limit = self.input_limits.get(variable)
-            if limit is not None and len(text) > limit:
-                truncated[variable] = len(text) - limit
-                text = text[:limit].rstrip() + " [...]"
-            resolved[variable] = text
-
-        def substitute(template: str) -> str:
-            return _VARIABLE.sub(lambda match: resolved[match.group(1)], template)
-
-        return substitute(self.prompt), substitute(self.system_prompt), truncated
+        return render_templates(self.prompt, self.system_prompt, self.input_limits, values)
 
 
 @dataclass(frozen=True)
