@@ -24,20 +24,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
-from dagster import AssetExecutionContext, AssetMaterialization, MetadataValue
+from dagster import AssetExecutionContext, AssetMaterialization
 
 from appdb import work
 from appdb.models import utcnow
 from assets.llm_use_case import (
+    CLAIM_LOST,
     LEASE_RENEW_SECONDS,
     PARKED_NOTE,
-    PREVIEW_CHARS,
     SCRIPT_BACKEND,
     BatchOutcome,
     _existing_outputs,
     _keep_unchanged,
     _load_inputs,
     model_label,
+    output_preview,
     parse_output,
 )
 from pipeline_defs.checks import first_blocking_failure
@@ -378,13 +379,10 @@ def _finish_step(
         if stored and use_case.after_store is not None:
             use_case.after_store(session, posting.key, final)
     if not stored:
-        outcome.failed[posting.key] = (
-            "claim lost (lease expired and taken by another run); output not written"
-        )
+        outcome.failed[posting.key] = CLAIM_LOST
         return None
     outcome.done.append(posting.key)
     outcome.outputs[posting.key] = final
-    preview = str(final.get(use_case.preview_field, "")) if use_case.preview_field else json.dumps(final)
     return AssetMaterialization(
         asset_key=use_case.name,
         partition=posting.key,
@@ -397,7 +395,7 @@ def _finish_step(
             "prompt_tokens": posting.prompt_tokens,
             "completion_tokens": posting.completion_tokens,
             "latency_ms": round(posting.latency_ms, 1),
-            "preview": MetadataValue.text(preview[:PREVIEW_CHARS]),
+            "preview": output_preview(use_case, final),
             "interaction_id": interaction_id,
             "input_hash": posting.input_hash,
             "source": source,

@@ -63,6 +63,7 @@ PROGRESS_EVERY_SECONDS = 5.0
 LEASE_RENEW_SECONDS = work.DEFAULT_LEASE_SECONDS / 4
 SOURCE_TAG = "pipeline/source"
 PARKED_NOTE = "(parked after repeated failures)"
+CLAIM_LOST = "claim lost (lease expired and taken by another run); output not written"
 REQUEST_HANDOFF_SECONDS = 0.002
 
 
@@ -589,11 +590,11 @@ def _store_result(
         if stored and use_case.after_store is not None:
             use_case.after_store(session, item.key, parsed)
     if not stored:
-        outcome.failed[item.key] = "claim lost (lease expired and taken by another run); output not written"
+        outcome.failed[item.key] = CLAIM_LOST
         return None
     outcome.done.append(item.key)
     outcome.outputs[item.key] = parsed
-    preview = str(parsed.get(use_case.preview_field, "")) if use_case.preview_field else json.dumps(parsed)
+    preview = output_preview(use_case, parsed)
     return AssetMaterialization(
         asset_key=use_case.name,
         partition=item.key,
@@ -604,12 +605,18 @@ def _store_result(
             "prompt_tokens": generation.prompt_tokens or 0,
             "completion_tokens": generation.completion_tokens or 0,
             "latency_ms": round(generation.latency_ms, 1),
-            "preview": MetadataValue.text(preview[:PREVIEW_CHARS]),
+            "preview": preview,
             "interaction_id": interaction_id,
             "input_hash": item.input_hash,
             "source": source,
         },
     )
+
+
+def output_preview(use_case: UseCase, output: Mapping[str, Any]) -> MetadataValue:
+    """The materialization's preview: the declared field, else the whole output, cut short."""
+    text = str(output.get(use_case.preview_field, "")) if use_case.preview_field else json.dumps(output)
+    return MetadataValue.text(text[:PREVIEW_CHARS])
 
 
 def _keep_unchanged(
