@@ -95,6 +95,15 @@ def plan_runs(session: Session, instance: DagsterInstance, group: "WorkGroup") -
         keys = work.find_pending_work(session, member.spec)
         pending_by_use_case[member.use_case.name] = len(keys)
         pending_set.update(keys)
+    if not pending_set:  # nothing to place: skip listing the partitions (0.3 s at 100,000 postings)
+        return RunPlan(
+            pending=[],
+            new_partitions=[],
+            in_flight=0,
+            batches=[],
+            pending_by_use_case=pending_by_use_case,
+            paused=paused,
+        )
     known = instance.get_dynamic_partitions(POSTING_PARTITIONS.name)
     known_set = set(known)
     new = sorted(key for key in pending_set if key not in known_set)
