@@ -104,12 +104,7 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
             if engine is not None:
                 self._engines.move_to_end(shard)
                 return engine
-            engine = create_engine(
-                self.conn_string_for_shard(shard),
-                pool_size=1,
-                max_overflow=4,
-                connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS, "check_same_thread": False},
-            )
+            engine = _pooled_sqlite_engine(self.conn_string_for_shard(shard))
             event.listen(engine, "connect", _sqlite_synchronous_normal)
             self._engines[shard] = engine
             run_shards = [name for name in self._engines if name != INDEX_SHARD_NAME]
@@ -227,12 +222,7 @@ class PooledSqliteRunStorage(SqliteRunStorage):
 
     def __init__(self, conn_string: str, inst_data: ConfigurableClassData | None = None) -> None:
         super().__init__(conn_string, inst_data)
-        self._pooled = create_engine(
-            conn_string,
-            pool_size=1,
-            max_overflow=4,
-            connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS, "check_same_thread": False},
-        )
+        self._pooled = _pooled_sqlite_engine(conn_string)
 
     @classmethod
     def from_config_value(  # ty: ignore[invalid-method-override]
@@ -273,6 +263,16 @@ def _asset_and_kind(event: EventLogEntry) -> tuple[Any, Any]:
     return dagster_event.asset_key, dagster_event.event_type
 
 
+def _pooled_sqlite_engine(url: str) -> Engine:
+    """One connection kept open (a few more for other threads), shareable across threads."""
+    return create_engine(
+        url,
+        pool_size=1,
+        max_overflow=4,
+        connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS, "check_same_thread": False},
+    )
+
+
 def _sqlite_synchronous_normal(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA synchronous=NORMAL")
@@ -296,6 +296,20 @@ except ImportError:  # pragma: no cover
 
 if PostgresEventLogStorage is not None:
 
+    def _replace_with_pooled_pg_engine(storage: Any) -> Engine:
+        """A pooled, pinged engine for a dagster-postgres storage, disposing of its NullPool one
+        (as `dagster-webserver` pools its own connections)."""
+        storage._engine.dispose()
+        return create_pg_engine(
+            storage.postgres_url,
+            storage._token_provider,
+            isolation_level="AUTOCOMMIT",
+            pool_size=1,
+            max_overflow=8,
+            pool_recycle=3600,
+            pool_pre_ping=True,
+        )
+
     class PooledPostgresEventLogStorage(PostgresEventLogStorage):
         """dagster-postgres's event log storage with a pooled, pinged connection instead of NullPool."""
 
@@ -309,18 +323,8 @@ if PostgresEventLogStorage is not None:
         ) -> None:
             _use_event_batches(event_batch_size)
             super().__init__(postgres_url, should_autocreate_tables, inst_data, token_provider)
-            unpooled = self._engine
-            self._engine = create_pg_engine(
-                self.postgres_url,
-                self._token_provider,
-                isolation_level="AUTOCOMMIT",
-                pool_size=1,
-                max_overflow=8,
-                pool_recycle=3600,
-                pool_pre_ping=True,
-            )
+            self._engine = _replace_with_pooled_pg_engine(self)
             event.listen(self._engine, "connect", _postgres_asynchronous_commit)
-            unpooled.dispose()
 
         @classmethod
         def config_type(cls) -> UserConfigSchema:
@@ -395,17 +399,7 @@ if PostgresEventLogStorage is not None:
             token_provider: Any = None,
         ) -> None:
             super().__init__(postgres_url, should_autocreate_tables, inst_data, token_provider)
-            unpooled = self._engine
-            self._engine = create_pg_engine(
-                self.postgres_url,
-                self._token_provider,
-                isolation_level="AUTOCOMMIT",
-                pool_size=1,
-                max_overflow=8,
-                pool_recycle=3600,
-                pool_pre_ping=True,
-            )
-            unpooled.dispose()
+            self._engine = _replace_with_pooled_pg_engine(self)
 
         @classmethod
         def from_config_value(  # ty: ignore[invalid-method-override]
