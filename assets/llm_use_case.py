@@ -202,7 +202,7 @@ def process_batch(
     )
     outcome = BatchOutcome()
     if held:
-        provenance = provenance_for(context.instance, code_version(use_case), use_case)  # Dagster staleness
+        provenance = provenance_for(context.instance, code_version(use_case), use_case, held)  # staleness
         events = _process_held(context, use_case, app_db, llm, held, run_id, source, force)
         outcome = yield from with_provenance(events, provenance.tag)
     outcome.skipped_current, outcome.skipped_held_elsewhere = skipped_current, skipped_held_elsewhere

@@ -19,7 +19,7 @@ same output identity.
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from dagster import AssetKey, AssetMaterialization, DagsterInstance
+from dagster import AssetKey, AssetMaterialization, DagsterEventType, DagsterInstance
 from dagster._core.definitions.data_version import (
     CODE_VERSION_TAG,
     DATA_VERSION_IS_USER_PROVIDED_TAG,
@@ -32,10 +32,15 @@ from dagster._core.definitions.data_version import (
 )
 
 POSTINGS = AssetKey("postings")
+NULL_VERSION = (NULL_DATA_VERSION.value, NULL_EVENT_POINTER)
 
 
 class Provenance:
-    """Builds the provenance tags of one run's materializations of one use case."""
+    """Builds the provenance tags of one run's materializations of one use case.
+
+    The inputs' versions are read in a few queries per run (per upstream asset: the latest
+    materialization of each of the run's partitions), not one query per posting per input.
+    """
 
     def __init__(
         self,
@@ -43,21 +48,42 @@ class Provenance:
         code_version: str,
         upstream: Sequence[str],
         reference_inputs: Sequence[str],
+        partitions: Sequence[str],
     ) -> None:
         self.instance, self.code_version = instance, code_version
         self.upstream = [AssetKey(name) for name in upstream]
+        self.partitions = list(partitions)
         # Unpartitioned inputs are read once per run: their version at the start of the run.
-        self.fixed = {key: self._latest(key, None) for key in (POSTINGS, *map(AssetKey, reference_inputs))}
+        self.fixed = {key: self._latest(key) for key in (POSTINGS, *map(AssetKey, reference_inputs))}
+        # Partitioned inputs: read when the first output is tagged, after the upstream steps ran.
+        self._per_partition: dict[AssetKey, dict[str, tuple[str, str]]] | None = None
 
-    def _latest(self, key: AssetKey, partition: str | None) -> tuple[str, str]:
-        record = self.instance.get_latest_data_version_record(key, False, partition)
+    def _latest(self, key: AssetKey) -> tuple[str, str]:
+        record = self.instance.get_latest_data_version_record(key, False)
         if record is None:
-            return NULL_DATA_VERSION.value, NULL_EVENT_POINTER
+            return NULL_VERSION
         version = extract_data_version_from_entry(record.event_log_entry)
         return (version.value if version else str(record.storage_id)), str(record.storage_id)
 
+    def _latest_by_partition(self, key: AssetKey) -> dict[str, tuple[str, str]]:
+        """(data version, event pointer) of the latest materialization of each of the run's partitions."""
+        kind = DagsterEventType.ASSET_MATERIALIZATION
+        storage_ids = self.instance.get_latest_storage_id_by_partition(key, kind, set(self.partitions))
+        versions = self.instance.event_log_storage.get_latest_tags_by_partition(
+            key, kind, [DATA_VERSION_TAG], self.partitions
+        )
+        return {
+            partition: (versions.get(partition, {}).get(DATA_VERSION_TAG, str(storage_id)), str(storage_id))
+            for partition, storage_id in storage_ids.items()
+        }
+
     def tags(self, partition: str, input_hash: str) -> dict[str, str]:
-        inputs = {**self.fixed, **{key: self._latest(key, partition) for key in self.upstream}}
+        if self._per_partition is None:
+            self._per_partition = {key: self._latest_by_partition(key) for key in self.upstream}
+        inputs = {
+            **self.fixed,
+            **{key: self._per_partition[key].get(partition, NULL_VERSION) for key in self.upstream},
+        }
         tags = {
             CODE_VERSION_TAG: self.code_version,
             DATA_VERSION_TAG: input_hash,
@@ -89,8 +115,10 @@ def with_provenance(events: Iterator[Any], tag: Callable[[Any], Any]) -> Iterato
         yield tag(event)
 
 
-def provenance_for(instance: DagsterInstance, code_version: str, use_case: Any) -> Provenance:
-    return Provenance(instance, code_version, use_case.upstream, use_case.reference_inputs)
+def provenance_for(
+    instance: DagsterInstance, code_version: str, use_case: Any, partitions: Sequence[str]
+) -> Provenance:
+    return Provenance(instance, code_version, use_case.upstream, use_case.reference_inputs, partitions)
 
 
 __all__ = ["Provenance", "provenance_for", "with_provenance"]

@@ -172,3 +172,33 @@ def test_a_run_over_a_range_tags_both_use_cases_with_the_same_run(pipeline) -> N
         (name, key) for name in ("posting_summary", "posting_skills") for key in ("p-1", "p-2")
     }
     assert FakeModel.loads == ["gemma3:270m"]
+
+
+def test_each_resolution_records_the_skills_output_it_read_so_the_ui_shows_it_fresh(pipeline) -> None:
+    """Provenance is read per run in a few queries: each posting must still get its own input's
+    version, or Dagster would show fresh partitions as stale (or stale ones as fresh)."""
+    from dagster import AssetKey, DagsterEventType
+    from dagster._core.definitions.data_version import (
+        DATA_VERSION_TAG,
+        StaleStatus,
+        get_input_data_version_tag,
+        get_input_event_pointer_tag,
+    )
+    from dagster._utils.test.data_versions import get_stale_status_resolver
+
+    defs, groups, instance, url = pipeline
+    assert load_reference_data(defs, instance)
+    run_pending(defs, groups, instance, AppDatabase(url=url), source="test")
+
+    skills, entities = AssetKey("posting_skills"), AssetKey("skill_entities")
+    kind = DagsterEventType.ASSET_MATERIALIZATION
+    skills_events = instance.get_latest_storage_id_by_partition(skills, kind)
+    assert len(skills_events) == 3 and len(set(skills_events.values())) == 3
+    resolver = get_stale_status_resolver(instance, list(defs.resolve_asset_graph().assets_defs))
+    for key, skills_event in skills_events.items():
+        record = instance.get_latest_data_version_record(skills, False, key)
+        entity_record = instance.get_latest_data_version_record(entities, False, key)
+        tags = entity_record.event_log_entry.tags
+        assert tags[get_input_event_pointer_tag(skills)] == str(skills_event)
+        assert tags[get_input_data_version_tag(skills)] == record.event_log_entry.tags[DATA_VERSION_TAG]
+        assert resolver.get_status(entities, key) == StaleStatus.FRESH
