@@ -42,7 +42,13 @@ from assets.llm_use_case import (
     parse_output,
 )
 from pipeline_defs.checks import first_blocking_failure
-from pipeline_defs.declaration import POSTING_VARIABLES, ScriptContext, TemplateVariableError, UseCase
+from pipeline_defs.declaration import (
+    POSTING_VARIABLES,
+    ScriptContext,
+    TemplateVariableError,
+    UseCase,
+    validate_json,
+)
 from pipeline_defs.steps import END, Decision, LLMStep, Step, StepContext, StepRecord
 from resources.app_database import AppDatabase
 from resources.llm import BackendUnavailable, Generation, ItemError, LLMResource
@@ -241,7 +247,7 @@ def _parse(step: Step, call: _StepCall, inputs: Mapping[str, Any]) -> Any:
     if step.is_script:
         if step.output_schema is not None:
             try:
-                jsonschema.validate(call.value, step.output_schema)
+                validate_json(call.value, step.output_schema)
             except jsonschema.ValidationError as exc:
                 raise ItemError(f"step {step.name}: the output breaks its schema: {exc.message}") from exc
         return call.value

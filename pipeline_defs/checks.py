@@ -21,6 +21,7 @@ from typing import Any
 
 import jsonschema
 
+from pipeline_defs.declaration import validate_json
 from resources.llm import ItemError
 
 CheckFunction = Callable[[dict[str, Any], Mapping[str, Any]], str | None]
@@ -150,7 +151,7 @@ def schema_valid(schema: Mapping[str, Any]) -> CheckFunction:
 
     def check(output: dict[str, Any], posting: Mapping[str, Any]) -> str | None:
         try:
-            jsonschema.validate(output, schema)
+            validate_json(output, schema)
         except jsonschema.ValidationError as exc:
             where = "/".join(str(part) for part in exc.absolute_path) or "the output"
             return f"{where}: {exc.message}"

@@ -26,6 +26,9 @@ methods of dagster 1.13 and dagster-postgres 0.29, which pyproject pins):
   flush, so a crash of the PostgreSQL *server* can lose the last fraction of a second of
   events, never corrupt them. An asset event and its index rows are written in one
   transaction on one connection (dagster-postgres: two, plus a NOTIFY nobody listens to).
+- Both event log storages remember the tables they have seen (`RemembersTables`): Dagster
+  checks for its tags table before every asset event, on a second connection, which with a
+  pool of one meant a new database connection per posting.
 - `PooledSqliteRunStorage`, `PooledPostgresRunStorage`: Dagster's run storages with a
   pooled engine; their commits keep Dagster's durability, as does the application database.
 
@@ -72,7 +75,22 @@ EVENT_BATCH_SIZE_ENV = "DAGSTER_EVENT_BATCH_SIZE"  # read by DagsterInstance on 
 OPEN_RUN_SHARDS = 4
 
 
-class PooledSqliteEventLogStorage(SqliteEventLogStorage):
+class RemembersTables:
+    """`has_table` answered from memory once a table is seen. Dagster asks it before writing the
+    tags of every asset event, on a second connection (SQLite: a new engine each time); tables only
+    ever appear (`dagster instance migrate`), so only a missing table is asked again."""
+
+    def has_table(self, table_name: str) -> bool:
+        seen: set[str] = self.__dict__.setdefault("_tables_seen", set())
+        if table_name in seen:
+            return True
+        present = super().has_table(table_name)  # ty: ignore[unresolved-attribute]
+        if present:
+            seen.add(table_name)
+        return present
+
+
+class PooledSqliteEventLogStorage(RemembersTables, SqliteEventLogStorage):
     """Dagster's SQLite event log storage with pooled connections and synchronous=NORMAL."""
 
     def __init__(
@@ -310,7 +328,7 @@ if PostgresEventLogStorage is not None:
             pool_pre_ping=True,
         )
 
-    class PooledPostgresEventLogStorage(PostgresEventLogStorage):
+    class PooledPostgresEventLogStorage(RemembersTables, PostgresEventLogStorage):
         """dagster-postgres's event log storage with a pooled, pinged connection instead of NullPool."""
 
         def __init__(

@@ -182,11 +182,11 @@ class UseCase:
 
     def validate_output(self, value: Any) -> None:
         """Raise jsonschema.ValidationError when an output breaks the declared output schema."""
-        _validate(value, self.output_schema)
+        validate_json(value, self.output_schema)
 
     def validate_generation(self, value: Any) -> None:
         """Raise jsonschema.ValidationError when the model's raw output breaks the grammar schema."""
-        _validate(value, self.grammar_schema)
+        validate_json(value, self.grammar_schema)
 
     def input_hash(self, model: str, prompt: str, system_prompt: str) -> str:
         """Identity of one generation's input: same hash, same work (the idempotence key)."""
@@ -215,7 +215,7 @@ class UseCase:
 _VALIDATORS: dict[str, Any] = {}
 
 
-def _validate(value: Any, schema: Mapping[str, Any]) -> None:
+def validate_json(value: Any, schema: Mapping[str, Any]) -> None:
     """What `jsonschema.validate` does (raises the best-matching error), with a checked validator
     kept per schema: re-checking the schema on every call cost more than the rest of storing an output."""
     key = json.dumps(schema, sort_keys=True)

@@ -100,3 +100,26 @@ def test_postgres_home_pools_event_log_connections_and_reads_back_a_batch_run(
         assert type(instance.run_storage).__name__ == "PooledPostgresRunStorage"
         assert type(instance.schedule_storage).__name__ == "PostgresScheduleStorage"
     _batch_run_is_read_back_by_another_instance(home, sqlite_url, tmp_path, httpserver)
+
+
+def test_event_log_asks_the_database_for_a_table_until_it_has_seen_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dagster checks for the tags table before every asset event's tags; once seen it is remembered,
+    and a table that is missing is looked for again (`dagster instance migrate` may add it)."""
+    from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
+
+    home = _home(tmp_path, monkeypatch, dagster_postgres_url=None)
+    asked: list[str] = []
+    original = SqliteEventLogStorage.has_table
+
+    def counting(storage, table_name: str) -> bool:  # noqa: ANN001
+        asked.append(table_name)
+        return original(storage, table_name)
+
+    monkeypatch.setattr(SqliteEventLogStorage, "has_table", counting)
+    with DagsterInstance.from_config(str(home)) as instance:
+        storage = instance.event_log_storage
+        assert storage.has_table("asset_event_tags") and storage.has_table("asset_event_tags")
+        assert not storage.has_table("no_such_table") and not storage.has_table("no_such_table")
+    assert asked == ["asset_event_tags", "no_such_table", "no_such_table"]
