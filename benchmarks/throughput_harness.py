@@ -356,6 +356,7 @@ def measure_pipeline(config: RunConfig, env: Environment, workdir: Path) -> dict
     from pipeline_defs.dagster_home import ensure_dagster_home
     from pipeline_defs.definitions import build_definitions, build_use_cases
     from pipeline_defs.factory import build_work_groups
+    from pipeline_defs.judge import JUDGE_SUFFIX
     from pipeline_defs.runner import QUIET_LOGS
     from resources.app_database import AppDatabase
 
@@ -430,6 +431,12 @@ def measure_pipeline(config: RunConfig, env: Environment, workdir: Path) -> dict
                 func.count(Interaction.id).filter(Interaction.status != "ok"),
             ).where(Interaction.backend != "script")
         ).one()
+        # The gym's judge grades a sample of each run's outputs: LLM work the raw loop does not do.
+        judge_ms, judge_calls = session.execute(
+            select(func.coalesce(func.sum(Interaction.latency_ms), 0.0), func.count(Interaction.id)).where(
+                Interaction.use_case.endswith(JUDGE_SUFFIX)
+            )
+        ).one()
         statuses = dict(
             session.execute(select(WorkItem.status, func.count()).group_by(WorkItem.status)).all()
         )
@@ -442,6 +449,8 @@ def measure_pipeline(config: RunConfig, env: Environment, workdir: Path) -> dict
         "cpu_seconds": cpu_seconds,
         "main_thread_cpu_seconds": main_thread_cpu_seconds,
         "llm_seconds": llm_ms / 1000,
+        "judge_llm_seconds": judge_ms / 1000,
+        "judge_calls": judge_calls,
         "calls": calls,
         "item_errors": item_errors,
         "runs": len(runs),

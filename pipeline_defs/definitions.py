@@ -56,7 +56,23 @@ def build_use_cases(
     """Each use case's asset, checks and job; by default the use cases the settings declare."""
     use_cases = use_cases if use_cases is not None else declared_use_cases(settings)
     registry = {use_case.name: use_case for use_case in use_cases}
-    return [build_use_case(use_case, registry, settings.batch_size_override) for use_case in use_cases]
+    return [build_use_case(use_case, registry, batch_size_for(use_case, settings)) for use_case in use_cases]
+
+
+# A run costs about 0.6 s of Dagster bookkeeping in process and about 4 s more when the daemon
+# launches it (a new process loads the code location). At Ollama's GPU speed (~0.1 s a call)
+# that is most of a 25-posting run; at the embedded model's 3-10 s a posting it is nothing.
+OLLAMA_MIN_BATCH_SIZE = 100
+
+
+def batch_size_for(use_case: UseCase, settings: Settings) -> int | None:
+    """Postings per run when not the declared size: PIPELINE_BATCH_SIZE when set, else at least
+    `OLLAMA_MIN_BATCH_SIZE` for a use case that calls Ollama (see README, Performance)."""
+    if settings.batch_size_override:
+        return settings.batch_size_override
+    if settings.llm_backend == "ollama" and not use_case.is_script:
+        return max(use_case.batch_size, OLLAMA_MIN_BATCH_SIZE)
+    return None
 
 
 def build_definitions(

@@ -8,7 +8,7 @@ Everything a user may want to point elsewhere is one environment variable:
 | PIPELINE_DATABASE_URL        | ``sqlite:///<data dir>/app.db``          |
 | PIPELINE_LLM_BACKEND         | ``ollama`` if OLLAMA_HOST is set, else ``embedded`` |
 | OLLAMA_HOST                  | unset (use the embedded model)           |
-| PIPELINE_BATCH_SIZE          | unset (each use case's declared batch size) |
+| PIPELINE_BATCH_SIZE          | unset: each use case's declared batch size; at least 100 on Ollama |
 | PIPELINE_DAGSTER_POSTGRES_URL| unset (Dagster's own storage is SQLite in DAGSTER_HOME) |
 | DAGSTER_HOME                 | ``<data dir>/dagster_home``              |
 | PIPELINE_TAXONOMY_PATH       | unset (the built-in demo taxonomy); e.g. ESCO's ``skills_en.csv`` |

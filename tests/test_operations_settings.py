@@ -42,6 +42,29 @@ def test_batch_size_override_also_batches_ui_backfills(monkeypatch: pytest.Monke
         assert item.asset.backfill_policy.max_partitions_per_run == 3, item.use_case.name
 
 
+def test_runs_on_ollama_hold_at_least_100_postings_unless_the_batch_size_is_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At GPU speed a run's fixed cost would be most of a 25-posting run (README, Performance)."""
+    monkeypatch.delenv("PIPELINE_BATCH_SIZE", raising=False)
+    monkeypatch.setenv("PIPELINE_LLM_BACKEND", "embedded")
+    declared = {item.use_case.name: item.batch_size for item in build_use_cases(Settings.from_env())}
+    assert declared == {"posting_summary": 25, "posting_skills": 25, "skill_entities": 100}
+
+    monkeypatch.setenv("PIPELINE_LLM_BACKEND", "ollama")
+    on_ollama = build_use_cases(Settings.from_env())
+    assert {item.use_case.name: item.batch_size for item in on_ollama} == {
+        "posting_summary": 100,
+        "posting_skills": 100,
+        "skill_entities": 100,
+    }
+    assert {item.asset.backfill_policy.max_partitions_per_run for item in on_ollama} == {100}
+    assert [group.batch_size for group in build_work_groups(on_ollama)] == [100, 100]
+
+    monkeypatch.setenv("PIPELINE_BATCH_SIZE", "40")
+    assert {item.batch_size for item in build_use_cases(Settings.from_env())} == {40}
+
+
 def test_generated_dagster_yaml_limits_llm_steps_and_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
