@@ -60,6 +60,7 @@ def populate(url: str, config: ScaleConfig, use_cases: list[Any]) -> tuple[list[
     from appdb.database import get_engine, migrate
     from appdb.ingest import content_hash
     from appdb.models import Posting, ReferenceData, UseCaseOutput, WorkItem, utcnow
+    from assets.llm_use_case import model_label
 
     migrate(url)
     indexes_added = ensure_model_indexes(url)
@@ -108,7 +109,7 @@ def populate(url: str, config: ScaleConfig, use_cases: list[Any]) -> tuple[list[
                             "use_case": use_case.name,
                             "posting_key": key,
                             "value": {},
-                            "model": "bench",
+                            "model": model_label(use_case),  # part of an output's identity
                             "backend": "bench",
                             "use_case_version": use_case.version,
                             "input_hash": "x",
@@ -249,6 +250,16 @@ def measure(config: ScaleConfig) -> dict[str, Any]:
 
                 first, seconds, statements, cursor = _tick(group, instance, app_db, None, log)
                 figures["first"] = _summary(first, [seconds], statements)
+                after = (first.cursor if isinstance(first, SensorResult) else None) or cursor
+                found = json.loads(after)["pending"] if after else None
+                figures["pending_found"] = found
+                # The seeded outputs must count as current, or everything is pending. (The script
+                # group's postings wait for their upstream skills, so it finds none.)
+                if group.model is not None and found != len(pending):
+                    raise RuntimeError(
+                        f"{name}: the sensor found {found} postings pending, the benchmark seeded "
+                        f"{len(pending)}: the seeded outputs no longer match what discovery calls current"
+                    )
                 if isinstance(first, SensorResult):
                     cursor = first.cursor or cursor
                     for request in first.dynamic_partitions_requests or []:
@@ -310,6 +321,7 @@ def _complete_all(url: str, keys: list[str], use_cases: list[Any]) -> None:
     """Give the pending postings current outputs, so the next ticks find nothing to do."""
     from appdb.database import get_engine
     from appdb.models import Posting, UseCaseOutput, utcnow
+    from assets.llm_use_case import model_label
 
     engine = get_engine(url)
     now = utcnow()
@@ -324,7 +336,7 @@ def _complete_all(url: str, keys: list[str], use_cases: list[Any]) -> None:
                         "use_case": use_case.name,
                         "posting_key": key,
                         "value": {},
-                        "model": "bench",
+                        "model": model_label(use_case),  # part of an output's identity
                         "backend": "bench",
                         "use_case_version": use_case.version,
                         "input_hash": "x",

@@ -59,7 +59,7 @@ def build_use_cases(
     return [build_use_case(use_case, registry, batch_size_for(use_case, settings)) for use_case in use_cases]
 
 
-# A run costs about 0.6 s of Dagster bookkeeping in process and about 4 s more when the daemon
+# A run costs about 0.6 s of Dagster bookkeeping in process and 3.5 s more when the daemon
 # launches it (a new process loads the code location). At Ollama's GPU speed (~0.1 s a call)
 # that is most of a 25-posting run; at the embedded model's 3-10 s a posting it is nothing.
 OLLAMA_MIN_BATCH_SIZE = 100
