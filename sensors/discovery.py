@@ -15,7 +15,8 @@ skips the queries.
 """
 
 import json
-from collections.abc import Sequence
+from bisect import bisect_left, bisect_right
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -31,11 +32,13 @@ from dagster import (
     SkipReason,
     sensor,
 )
+from dagster._core.storage.event_log.schema import DynamicPartitionsTable
 from dagster._core.storage.tags import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
     PRIORITY_TAG,
 )
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from appdb import work
@@ -47,6 +50,7 @@ if TYPE_CHECKING:
     from pipeline_defs.factory import WorkGroup
 
 WORK_GROUP_TAG = "pipeline/work_group"
+_LOOKUP_CHUNK = 500  # partition keys per lookup query on SQLite
 ACTIVE_STATUSES = [
     DagsterRunStatus.QUEUED,
     DagsterRunStatus.NOT_STARTED,
@@ -95,7 +99,7 @@ def plan_runs(session: Session, instance: DagsterInstance, group: "WorkGroup") -
         keys = work.find_pending_work(session, member.spec)
         pending_by_use_case[member.use_case.name] = len(keys)
         pending_set.update(keys)
-    if not pending_set:  # nothing to place: skip listing the partitions (0.3 s at 100,000 postings)
+    if not pending_set:  # nothing to place: no partition lookups
         return RunPlan(
             pending=[],
             new_partitions=[],
@@ -104,12 +108,13 @@ def plan_runs(session: Session, instance: DagsterInstance, group: "WorkGroup") -
             pending_by_use_case=pending_by_use_case,
             paused=paused,
         )
-    known = instance.get_dynamic_partitions(POSTING_PARTITIONS.name)
-    known_set = set(known)
-    new = sorted(key for key in pending_set if key not in known_set)
-    order = {key: index for index, key in enumerate([*known, *new])}
+    positions = partition_positions(instance, pending_set)
+    new = sorted(key for key in pending_set if key not in positions)
+    # New partitions are added after every known one, in this order.
+    after_known = max(positions.values(), default=0) + 1
+    order = {**positions, **{key: after_known + index for index, key in enumerate(new)}}
     pending = sorted(pending_set, key=order.__getitem__)
-    covered = _keys_in_active_runs(instance, group.job.name, known, order)
+    covered = _keys_in_active_runs(instance, group.job.name, positions)
     todo = [key for key in pending if key not in covered]
     size = group.batch_size
     batches = [todo[start : start + size] for start in range(0, len(todo), size)]
@@ -123,17 +128,56 @@ def plan_runs(session: Session, instance: DagsterInstance, group: "WorkGroup") -
     )
 
 
-def _keys_in_active_runs(
-    instance: DagsterInstance, job_name: str, known: Sequence[str], order: dict[str, int]
-) -> set[str]:
-    covered: set[str] = set()
+def partition_positions(instance: DagsterInstance, keys: Collection[str]) -> dict[str, int]:
+    """Dagster's position of each of `keys` that is a posting partition (absent: not one yet).
+
+    A run over a partition range covers every partition between its first and last key in
+    this order (the order partitions were added). Looking up only the keys at hand keeps a
+    tick fast: listing all partitions took a third of a second at 100,000 postings.
+    """
+    storage = instance.event_log_storage
+    if not hasattr(storage, "index_connection"):  # not a SQL storage: list them all
+        known = instance.get_dynamic_partitions(POSTING_PARTITIONS.name)
+        wanted = set(keys)
+        return {key: index for index, key in enumerate(known) if key in wanted}
+    table = DynamicPartitionsTable
+    keys = list(keys)
+    positions: dict[str, int] = {}
+    with storage.index_connection() as conn:
+        # SQLite caps the parameters of a statement; on PostgreSQL each statement may scan the table
+        chunk = _LOOKUP_CHUNK if conn.dialect.name == "sqlite" else max(len(keys), 1)
+        for start in range(0, len(keys), chunk):
+            rows = conn.execute(
+                select(table.c.partition, table.c.id).where(
+                    table.c.partitions_def_name == POSTING_PARTITIONS.name,
+                    table.c.partition.in_(keys[start : start + chunk]),
+                )
+            )
+            positions.update((key, position) for key, position in rows)
+    return positions
+
+
+def _keys_in_active_runs(instance: DagsterInstance, job_name: str, positions: dict[str, int]) -> set[str]:
+    """The known pending postings inside the partition range of a queued or running run of the job."""
+    ranges = []
     for run in instance.get_runs(RunsFilter(job_name=job_name, statuses=ACTIVE_STATUSES)):
-        start = order.get(
-            run.tags.get(ASSET_PARTITION_RANGE_START_TAG, run.tags.get("dagster/partition", ""))
+        single = run.tags.get("dagster/partition", "")
+        ranges.append(
+            (
+                run.tags.get(ASSET_PARTITION_RANGE_START_TAG, single),
+                run.tags.get(ASSET_PARTITION_RANGE_END_TAG, single),
+            )
         )
-        end = order.get(run.tags.get(ASSET_PARTITION_RANGE_END_TAG, run.tags.get("dagster/partition", "")))
-        if start is not None and end is not None:
-            covered.update(known[start : end + 1])
+    if not ranges:
+        return set()
+    bounds = partition_positions(instance, {key for pair in ranges for key in pair if key})
+    by_position = sorted((position, key) for key, position in positions.items())
+    ordered = [position for position, _ in by_position]
+    covered: set[str] = set()
+    for first, last in ranges:
+        if first in bounds and last in bounds:
+            low, high = bisect_left(ordered, bounds[first]), bisect_right(ordered, bounds[last])
+            covered.update(key for _, key in by_position[low:high])
     return covered
 
 
@@ -215,4 +259,4 @@ def build_discovery_sensor(group: "WorkGroup", interval_seconds: int | None = No
     return _discovery
 
 
-__all__ = ["RunPlan", "build_discovery_sensor", "fail_dead_runs", "plan_runs"]
+__all__ = ["RunPlan", "build_discovery_sensor", "fail_dead_runs", "partition_positions", "plan_runs"]

@@ -142,3 +142,33 @@ def test_a_run_whose_claims_expired_is_marked_failed_and_its_postings_requested_
         (r.tags[ASSET_PARTITION_RANGE_START_TAG], r.tags[ASSET_PARTITION_RANGE_END_TAG])
         for r in result.run_requests
     ] == [("k-00", "k-02"), ("k-06", "k-06")]
+
+
+def test_runs_follow_dagsters_partition_order_when_partitions_were_added_out_of_key_order(
+    sqlite_url: str, tmp_path: Path, dagster_instance
+) -> None:
+    """A run covers every partition between its first and last key in the order Dagster added them
+    (say some were added from the UI first); new partitions come after the known ones."""
+    seed_postings(sqlite_url, tmp_path, POSTINGS)
+    summary = _summary()
+    dagster_instance.add_dynamic_partitions("postings", ["k-06", "k-00", "k-03"])
+    create_run_for_test(
+        dagster_instance,
+        job_name=summary.job.name,
+        status=DagsterRunStatus.STARTED,
+        tags={ASSET_PARTITION_RANGE_START_TAG: "k-06", ASSET_PARTITION_RANGE_END_TAG: "k-00"},
+    )
+    result, _ = _tick(summary, sqlite_url, dagster_instance)
+
+    [add] = result.dynamic_partitions_requests
+    assert list(add.partition_keys) == ["k-01", "k-02", "k-04", "k-05"]
+    dagster_instance.add_dynamic_partitions("postings", list(add.partition_keys))
+    order = list(dagster_instance.get_dynamic_partitions("postings"))
+    covered = []
+    for request in result.run_requests:
+        first = order.index(request.tags[ASSET_PARTITION_RANGE_START_TAG])
+        last = order.index(request.tags[ASSET_PARTITION_RANGE_END_TAG])
+        assert last - first < 3  # at most batch_size partitions per run
+        covered += order[first : last + 1]
+    assert covered == ["k-03", "k-01", "k-02", "k-04", "k-05"]  # k-06 and k-00 are in the running run
+    assert json.loads(result.cursor)["pending"] == 7
