@@ -60,7 +60,6 @@ def populate(url: str, config: ScaleConfig, use_cases: list[Any]) -> tuple[list[
     from appdb.database import get_engine, migrate
     from appdb.ingest import content_hash
     from appdb.models import Posting, ReferenceData, UseCaseOutput, WorkItem, utcnow
-    from assets.llm_use_case import model_label
 
     migrate(url)
     indexes_added = ensure_model_indexes(url)
@@ -104,23 +103,7 @@ def populate(url: str, config: ScaleConfig, use_cases: list[Any]) -> tuple[list[
                     continue
                 done_keys.append(key)
                 for use_case in use_cases:
-                    outputs.append(
-                        {
-                            "use_case": use_case.name,
-                            "posting_key": key,
-                            "value": {},
-                            "model": model_label(use_case),  # part of an output's identity
-                            "backend": "bench",
-                            "use_case_version": use_case.version,
-                            "input_hash": "x",
-                            "posting_hash": digest,
-                            "run_id": "bench",
-                            "interaction_id": None,
-                            "created_at": earlier,
-                            # upstream first, so no output is older than what it read
-                            "updated_at": earlier + timedelta(seconds=use_cases.index(use_case)),
-                        }
-                    )
+                    outputs.append(_current_output(use_case, use_cases, key, digest, earlier))
                     items.append(
                         {
                             "use_case": use_case.name,
@@ -317,11 +300,31 @@ def _tick(group: Any, instance: Any, app_db: Any, cursor: str | None, log: State
     return result, seconds, list(statements), context.cursor
 
 
+def _current_output(use_case: Any, use_cases: list[Any], key: str, posting_hash: str, at: Any) -> dict:
+    """An output row that discovery counts as current (same version, model and posting content)."""
+    from assets.llm_use_case import model_label
+
+    return {
+        "use_case": use_case.name,
+        "posting_key": key,
+        "value": {},
+        "model": model_label(use_case),  # part of an output's identity
+        "backend": "bench",
+        "use_case_version": use_case.version,
+        "input_hash": "x",
+        "posting_hash": posting_hash,
+        "run_id": "bench",
+        "interaction_id": None,
+        "created_at": at,
+        # upstream first, so no output is older than what it read
+        "updated_at": at + timedelta(seconds=use_cases.index(use_case)),
+    }
+
+
 def _complete_all(url: str, keys: list[str], use_cases: list[Any]) -> None:
     """Give the pending postings current outputs, so the next ticks find nothing to do."""
     from appdb.database import get_engine
     from appdb.models import Posting, UseCaseOutput, utcnow
-    from assets.llm_use_case import model_label
 
     engine = get_engine(url)
     now = utcnow()
@@ -332,19 +335,7 @@ def _complete_all(url: str, keys: list[str], use_cases: list[Any]) -> None:
             connection.execute(
                 insert(UseCaseOutput),
                 [
-                    {
-                        "use_case": use_case.name,
-                        "posting_key": key,
-                        "value": {},
-                        "model": model_label(use_case),  # part of an output's identity
-                        "backend": "bench",
-                        "use_case_version": use_case.version,
-                        "input_hash": "x",
-                        "posting_hash": hashes[key],
-                        "run_id": "bench",
-                        "created_at": now,
-                        "updated_at": now + timedelta(seconds=use_cases.index(use_case)),
-                    }
+                    _current_output(use_case, use_cases, key, hashes[key], now)
                     for key in chunk
                     for use_case in use_cases
                 ],
