@@ -314,6 +314,14 @@ except ImportError:  # pragma: no cover
 
 if PostgresEventLogStorage is not None:
 
+    def _postgres_storage_args(config_value: Mapping[str, Any]) -> dict[str, Any]:
+        """The constructor arguments dagster-postgres reads from a storage's config."""
+        return {
+            "postgres_url": pg_url_from_config(config_value),
+            "should_autocreate_tables": config_value.get("should_autocreate_tables", True),
+            "token_provider": get_token_provider_from_config(config_value),
+        }
+
     def _replace_with_pooled_pg_engine(storage: Any) -> Engine:
         """A pooled, pinged engine for a dagster-postgres storage, disposing of its NullPool one
         (as `dagster-webserver` pools its own connections)."""
@@ -354,9 +362,7 @@ if PostgresEventLogStorage is not None:
         ) -> PooledPostgresEventLogStorage:
             return cls(
                 inst_data=inst_data,
-                postgres_url=pg_url_from_config(config_value),
-                should_autocreate_tables=config_value.get("should_autocreate_tables", True),
-                token_provider=get_token_provider_from_config(config_value),
+                **_postgres_storage_args(config_value),
                 event_batch_size=config_value.get("event_batch_size", DEFAULT_EVENT_BATCH_SIZE),
             )
 
@@ -423,12 +429,7 @@ if PostgresEventLogStorage is not None:
         def from_config_value(  # ty: ignore[invalid-method-override]
             cls, inst_data: ConfigurableClassData | None, config_value: Mapping[str, Any]
         ) -> PooledPostgresRunStorage:
-            return cls(
-                inst_data=inst_data,
-                postgres_url=pg_url_from_config(config_value),
-                should_autocreate_tables=config_value.get("should_autocreate_tables", True),
-                token_provider=get_token_provider_from_config(config_value),
-            )
+            return cls(inst_data=inst_data, **_postgres_storage_args(config_value))
 
         def dispose(self) -> None:
             super().dispose()
