@@ -152,13 +152,30 @@ def find_pending_work(
 ) -> list[str]:
     """Keys of the postings this use case should process now, oldest posting first."""
     if within is None:
-        return list(session.scalars(pending_work_query(spec, include_current=include_current)))
+        return _keys_joining_as_written(session, pending_work_query(spec, include_current=include_current))
     found: set[str] = set()
     for start in range(0, len(within), _CHUNK):
         chunk = list(within[start : start + _CHUNK])
         query = pending_work_query(spec, include_current=include_current).where(Posting.key.in_(chunk))
-        found.update(session.scalars(query))
+        found.update(_keys_joining_as_written(session, query))
     return [key for key in within if key in found]
+
+
+def _keys_joining_as_written(session: Session, query: Select) -> list[str]:
+    """Run a discovery query with PostgreSQL joining in the order written: postings first.
+
+    PostgreSQL's planner takes a posting's key and its content hash as independent, so it
+    estimates an upstream join at 1 row where there are 90,000, puts that join first and probes
+    two indexes per row: 0.5-0.7 s at 100,000 postings, 1.5 s on freshly written tables. Joined
+    in the written order every estimate starts from the postings and it hashes: 0.23 s.
+    (`SET LOCAL`: only for this statement's transaction, and set back right after.)
+    """
+    if not _is_postgres(session):
+        return list(session.scalars(query))
+    session.execute(text("SET LOCAL join_collapse_limit = 1"))
+    keys = list(session.scalars(query))
+    session.execute(text("SET LOCAL join_collapse_limit TO DEFAULT"))
+    return keys
 
 
 def change_marker(session: Session) -> str:

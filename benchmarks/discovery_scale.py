@@ -13,8 +13,8 @@ evaluated (`build_sensor_context`), three times:
   (what every 30 s tick costs while a backlog is being worked off);
 - `idle`: nothing pending and nothing changed since the last tick (the cheap path).
 
-Every SQL statement a tick sends to the application database is captured with its time,
-and its query plan is recorded (SQLite `EXPLAIN QUERY PLAN`, PostgreSQL `EXPLAIN
+Every SQL statement the first tick sends to the application database (the first tick always
+runs every query) is captured with its time, and its query plan is recorded (SQLite `EXPLAIN QUERY PLAN`, PostgreSQL `EXPLAIN
 (ANALYZE, BUFFERS)` for SELECTs, `EXPLAIN` for writes), so scans show up.
 """
 
@@ -155,34 +155,51 @@ class StatementLog:
             self.active = False
 
 
-def explain(engine: Any, statement: str, parameters: Any) -> tuple[list[str], float | None]:
-    """The query plan of one captured statement, as text lines, and for a SELECT the seconds it
-    takes to run and fetch every row (the captured time misses the fetch, where SQLite does
-    most of its work)."""
-    is_select = statement.lstrip().upper().startswith("SELECT")
+def explain_all(engine: Any, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The query plan of each captured statement, replayed in order on one connection (so a
+    `SET LOCAL` before a query shapes its plan as it did in the tick), and for a SELECT the
+    seconds it takes to run and fetch every row (the captured time misses the fetch, where SQLite
+    does most of its work). Rolled back afterwards."""
     raw = engine.raw_connection()
+    plans = []
     try:
         cursor = raw.cursor()
-        seconds = None
-        if is_select:
-            started = time.perf_counter()
-            cursor.execute(statement, parameters)
-            cursor.fetchall()
-            seconds = time.perf_counter() - started
-        if engine.dialect.name == "sqlite":
-            cursor.execute(f"EXPLAIN QUERY PLAN {statement}", parameters)
-            depth = {0: 0}
-            lines = []
-            for node, parent, _, detail in cursor.fetchall():
-                depth[node] = depth.get(parent, 0) + 1
-                lines.append("  " * (depth[node] - 1) + detail)
-            return lines, seconds
-        prefix = "EXPLAIN (ANALYZE, BUFFERS) " if is_select else "EXPLAIN "
-        cursor.execute(prefix + statement, parameters)
-        return [row[0] for row in cursor.fetchall()], seconds
+        for entry in entries:
+            statement, parameters = entry["statement"], entry["parameters"]
+            verb = statement.lstrip().split(None, 1)[0].upper()
+            if verb == "SET":  # a planner setting for the statements that follow: apply it
+                cursor.execute(statement, parameters)
+                plans.append({"sql": statement, "seconds": round(entry["seconds"], 4), "plan": []})
+                continue
+            seconds = entry["seconds"]
+            if verb == "SELECT":
+                started = time.perf_counter()
+                cursor.execute(statement, parameters)
+                cursor.fetchall()
+                seconds = time.perf_counter() - started
+            plans.append(
+                {"sql": statement, "seconds": round(seconds, 4), "plan": _plan(cursor, engine, entry)}
+            )
     finally:
         raw.rollback()
         raw.close()
+    return plans
+
+
+def _plan(cursor: Any, engine: Any, entry: dict[str, Any]) -> list[str]:
+    statement, parameters = entry["statement"], entry["parameters"]
+    if engine.dialect.name == "sqlite":
+        cursor.execute(f"EXPLAIN QUERY PLAN {statement}", parameters)
+        depth = {0: 0}
+        lines = []
+        for node, parent, _, detail in cursor.fetchall():
+            depth[node] = depth.get(parent, 0) + 1
+            lines.append("  " * (depth[node] - 1) + detail)
+        return lines
+    is_select = statement.lstrip().upper().startswith("SELECT")
+    prefix = "EXPLAIN (ANALYZE, BUFFERS) " if is_select else "EXPLAIN "
+    cursor.execute(prefix + statement, parameters)
+    return [row[0] for row in cursor.fetchall()]
 
 
 def measure(config: ScaleConfig) -> dict[str, Any]:
@@ -243,6 +260,9 @@ def measure(config: ScaleConfig) -> dict[str, Any]:
                         f"{name}: the sensor found {found} postings pending, the benchmark seeded "
                         f"{len(pending)}: the seeded outputs no longer match what discovery calls current"
                     )
+                # the first tick always runs every query (steady ticks may take the no-change path)
+                figures["first"]["plans"] = plans = explain_all(engine, statements)
+                figures["first"]["sql_seconds"] = sum(plan["seconds"] for plan in plans)  # with fetching
                 if isinstance(first, SensorResult):
                     cursor = first.cursor or cursor
                     for request in first.dynamic_partitions_requests or []:
@@ -254,13 +274,6 @@ def measure(config: ScaleConfig) -> dict[str, Any]:
                     steady, seconds, statements, _ = _tick(group, instance, app_db, cursor, log)
                     steady_times.append(seconds)
                 figures["steady"] = _summary(steady, steady_times, statements)
-                plans = []
-                for entry in statements:
-                    plan, run_seconds = explain(engine, entry["statement"], entry["parameters"])
-                    seconds = run_seconds if run_seconds is not None else entry["seconds"]
-                    plans.append({"sql": entry["statement"], "seconds": round(seconds, 4), "plan": plan})
-                figures["steady"]["plans"] = plans
-                figures["steady"]["sql_seconds"] = sum(plan["seconds"] for plan in plans)
             # idle: everything current (pending postings given outputs), then two ticks per sensor
             _complete_all(app_url, pending, use_cases)
             for group in groups:

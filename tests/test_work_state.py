@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
-from sqlalchemy import select, update
+import pytest
+from sqlalchemy import select, text, update
 
 from appdb import work
 from appdb.database import session_scope
@@ -122,3 +123,25 @@ def test_the_change_marker_moves_when_a_retry_comes_due(sqlite_url: str, tmp_pat
     with session_scope(sqlite_url) as session:
         assert work.change_marker(session) != before
         assert "p-1" in work.find_pending_work(session, SPEC)
+
+
+@pytest.mark.postgres
+def test_discovery_on_postgresql_leaves_the_planner_settings_of_the_transaction_as_they_were(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    """Discovery joins in the written order (`SET LOCAL join_collapse_limit`), then sets it back,
+    so the claims and writes later in the same transaction are planned as usual."""
+    seed_postings(postgres_url, tmp_path)
+    with session_scope(postgres_url) as session:
+        work.claim_items(session, SPEC.use_case, ["p-1"], "run-a")
+        output = _output()
+        output["posting_hash"] = session.scalar(select(Posting.content_hash).where(Posting.key == "p-1"))
+        work.complete_item(session, SPEC.use_case, "p-1", "run-a", output)
+    skills = work.WorkSpec(
+        use_case="posting_skills", version="1", upstream_versions={SPEC.use_case: SPEC.version}
+    )
+    with session_scope(postgres_url) as session:
+        before = session.scalar(text("SHOW join_collapse_limit"))
+        assert work.find_pending_work(session, skills) == ["p-1"]  # only p-1 has its summary
+        assert work.find_pending_work(session, skills, within=KEYS) == ["p-1"]
+        assert session.scalar(text("SHOW join_collapse_limit")) == before
