@@ -14,8 +14,9 @@ evaluated (`build_sensor_context`), three times:
 - `idle`: nothing pending and nothing changed since the last tick (the cheap path).
 
 Every SQL statement the first tick sends to the application database (the first tick always
-runs every query) is captured with its time, and its query plan is recorded (SQLite `EXPLAIN QUERY PLAN`, PostgreSQL `EXPLAIN
-(ANALYZE, BUFFERS)` for SELECTs, `EXPLAIN` for writes), so scans show up.
+runs every query) is captured with its time, and its query plan is recorded (SQLite `EXPLAIN
+QUERY PLAN`, PostgreSQL `EXPLAIN (ANALYZE, BUFFERS)` for SELECTs, `EXPLAIN` for writes), so
+scans show up.
 """
 
 from __future__ import annotations
@@ -52,6 +53,25 @@ class ScaleConfig:
     pending_share: float = 0.10
     repeats: int = 3
     postgres_admin_url: str = DEFAULT_POSTGRES_ADMIN_URL
+    # Real posting texts (SkillSpan's, about 4.5 kB each, cycled) so table scans read what they
+    # would in production; None: one short line per posting.
+    text_data_dir: str | None = "default"
+
+
+def posting_texts(config: ScaleConfig) -> list[str]:
+    """The SkillSpan postings' texts from the shared data folder (none when not asked for)."""
+    if config.text_data_dir is None:
+        return []
+    from benchmarks.report import shared_data_dir
+    from benchmarks.skills_extraction import load_postings
+
+    folder = shared_data_dir(None if config.text_data_dir == "default" else config.text_data_dir)
+    postings = [
+        posting
+        for split in ("train", "dev")
+        for posting in load_postings(folder / "skillspan" / f"{split}.json")
+    ]
+    return [" ".join(posting.sentences) for posting in postings]
 
 
 def populate(url: str, config: ScaleConfig, use_cases: list[Any]) -> tuple[list[str], list[str], list[str]]:
@@ -67,6 +87,7 @@ def populate(url: str, config: ScaleConfig, use_cases: list[Any]) -> tuple[list[
     now = utcnow()
     earlier = now - timedelta(hours=1)
     pending_every = round(1 / config.pending_share) if config.pending_share else 0
+    texts = posting_texts(config)
     done_keys, pending_keys = [], []
     with engine.begin() as connection:
         connection.execute(
@@ -88,7 +109,8 @@ def populate(url: str, config: ScaleConfig, use_cases: list[Any]) -> tuple[list[
                 fields = {
                     "key": key,
                     "title": f"Job {index}",
-                    "description": f"Posting number {index}: build things with Python and SQL.",
+                    "description": f"Posting number {index}: "
+                    + (texts[index % len(texts)] if texts else "build things with Python and SQL."),
                     "company": None,
                     "location": None,
                     "url": None,

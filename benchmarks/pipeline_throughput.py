@@ -273,6 +273,8 @@ def measure_scale(args: argparse.Namespace) -> list[dict[str, Any]]:
             "engine": engine,
             "postings": args.scale_postings,
             "postgres_admin_url": args.postgres_admin_url,
+            # SkillSpan's posting texts, cycled (or short lines with --demo-postings)
+            "text_data_dir": None if args.demo_postings else str(shared_data_dir(args.shared)),
         }
         result = _worker("benchmarks.discovery_scale", config, dict(args.env))
         for name, figures in result["sensors"].items():
@@ -375,10 +377,7 @@ def markdown(results: dict[str, Any]) -> str:
                     lines += [
                         f"`{sql[:160]}{'...' if len(sql) > 160 else ''}` ({plan['seconds'] * 1000:.1f} ms)",
                         "",
-                        "```",
-                        *plan["plan"],
-                        "```",
-                        "",
+                        *(["```", *plan["plan"], "```", ""] if plan["plan"] else []),  # none for a SET
                     ]
     lines += ["", "## Targets", "", *targets_lines(results)]
     load = results["loadavg"]
