@@ -29,9 +29,7 @@ from dagster import AssetExecutionContext, AssetMaterialization
 from appdb import work
 from appdb.models import utcnow
 from assets.llm_use_case import (
-    CLAIM_LOST,
     LEASE_RENEW_SECONDS,
-    PARKED_NOTE,
     SCRIPT_BACKEND,
     BatchOutcome,
     _existing_outputs,
@@ -40,6 +38,8 @@ from assets.llm_use_case import (
     model_label,
     output_preview,
     parse_output,
+    record_failure,
+    store_output,
 )
 from pipeline_defs.checks import first_blocking_failure
 from pipeline_defs.declaration import (
@@ -359,36 +359,26 @@ def _finish_step(
         )
         if failure is not None:
             posting.at = END
-            status = work.fail_item(session, use_case.name, posting.key, run_id, failure)
-            outcome.failed[posting.key] = failure if status != "failed" else f"{failure} {PARKED_NOTE}"
+            record_failure(session, use_case, posting.key, run_id, failure, outcome)
             return None
         if decision.fallback_reason is not None:
             posting.ending = decision.fallback_reason
         posting.at = decision.to
         if decision.to != END:
             return None
-        stored = work.complete_item(
+        stored = store_output(
             session,
-            use_case.name,
+            use_case,
             posting.key,
             run_id,
-            {
-                "value": final,
-                "model": model_label(use_case),
-                "backend": llm.backend_name if llm is not None and chain.models else SCRIPT_BACKEND,
-                "use_case_version": use_case.version,
-                "input_hash": posting.input_hash,
-                "posting_hash": outcome.postings[posting.key]["content_hash"],
-                "interaction_id": interaction_id,
-            },
+            final,
+            backend=llm.backend_name if llm is not None and chain.models else SCRIPT_BACKEND,
+            input_hash=posting.input_hash,
+            posting_hash=outcome.postings[posting.key]["content_hash"],
+            interaction_id=interaction_id,
         )
-        if stored and use_case.after_store is not None:
-            use_case.after_store(session, posting.key, final)
-    if not stored:
-        outcome.failed[posting.key] = CLAIM_LOST
+    if not outcome.record_stored(posting.key, final, stored):
         return None
-    outcome.done.append(posting.key)
-    outcome.outputs[posting.key] = final
     return AssetMaterialization(
         asset_key=use_case.name,
         partition=posting.key,

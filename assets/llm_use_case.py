@@ -86,6 +86,15 @@ class BatchOutcome:
     llm_ms: float = 0.0
     check_failures: dict[str, dict[str, str]] = field(default_factory=dict)  # check -> posting -> reason
 
+    def record_stored(self, key: str, value: dict[str, Any], stored: bool) -> bool:
+        """Count a posting done, or failed when its claim was lost before the output was written."""
+        if not stored:
+            self.failed[key] = CLAIM_LOST
+            return False
+        self.done.append(key)
+        self.outputs[key] = value
+        return True
+
 
 @dataclass(frozen=True)
 class _Prepared:
@@ -569,31 +578,21 @@ def _store_result(
             finished_at=utcnow(),
         )
         if error is not None:
-            status = work.fail_item(session, use_case.name, item.key, run_id, error)
-            outcome.failed[item.key] = error if status != "failed" else f"{error} {PARKED_NOTE}"
+            record_failure(session, use_case, item.key, run_id, error, outcome)
             return None
-        stored = work.complete_item(
+        stored = store_output(
             session,
-            use_case.name,
+            use_case,
             item.key,
             run_id,
-            {
-                "value": parsed,
-                "model": model_label(use_case),
-                "backend": backend,
-                "use_case_version": use_case.version,
-                "input_hash": item.input_hash,
-                "posting_hash": posting["content_hash"],
-                "interaction_id": interaction_id,
-            },
+            parsed,
+            backend=backend,
+            input_hash=item.input_hash,
+            posting_hash=posting["content_hash"],
+            interaction_id=interaction_id,
         )
-        if stored and use_case.after_store is not None:
-            use_case.after_store(session, item.key, parsed)
-    if not stored:
-        outcome.failed[item.key] = CLAIM_LOST
+    if not outcome.record_stored(item.key, parsed, stored):
         return None
-    outcome.done.append(item.key)
-    outcome.outputs[item.key] = parsed
     preview = output_preview(use_case, parsed)
     return AssetMaterialization(
         asset_key=use_case.name,
@@ -611,6 +610,48 @@ def _store_result(
             "source": source,
         },
     )
+
+
+def store_output(
+    session: Any,
+    use_case: UseCase,
+    key: str,
+    run_id: str,
+    value: dict[str, Any],
+    *,
+    backend: str,
+    input_hash: str,
+    posting_hash: str,
+    interaction_id: int | None,
+) -> bool:
+    """Write the current output while this run still holds the claim, then the use case's
+    `after_store` hook in the same transaction. False: the claim was lost, nothing written."""
+    stored = work.complete_item(
+        session,
+        use_case.name,
+        key,
+        run_id,
+        {
+            "value": value,
+            "model": model_label(use_case),
+            "backend": backend,
+            "use_case_version": use_case.version,
+            "input_hash": input_hash,
+            "posting_hash": posting_hash,
+            "interaction_id": interaction_id,
+        },
+    )
+    if stored and use_case.after_store is not None:
+        use_case.after_store(session, key, value)
+    return stored
+
+
+def record_failure(
+    session: Any, use_case: UseCase, key: str, run_id: str, error: str, outcome: BatchOutcome
+) -> None:
+    """Spend one attempt (the last one parks the posting) and report the error in the run."""
+    status = work.fail_item(session, use_case.name, key, run_id, error)
+    outcome.failed[key] = error if status != "failed" else f"{error} {PARKED_NOTE}"
 
 
 def output_preview(use_case: UseCase, output: Mapping[str, Any]) -> MetadataValue:
@@ -648,15 +689,14 @@ def _keep_unchanged(
     if held:
         outcome.unchanged.append(key)
     else:
-        outcome.failed[key] = "claim lost (lease expired and taken by another run)"
+        outcome.failed[key] = CLAIM_LOST
 
 
 def _fail(
     app_db: AppDatabase, use_case: UseCase, key: str, run_id: str, error: str, outcome: BatchOutcome
 ) -> None:
     with app_db.session() as session:
-        status = work.fail_item(session, use_case.name, key, run_id, error)
-    outcome.failed[key] = error if status != "failed" else f"{error} {PARKED_NOTE}"
+        record_failure(session, use_case, key, run_id, error, outcome)
 
 
 def _check_results(use_case: UseCase, outcome: BatchOutcome) -> Iterator[AssetCheckResult]:
