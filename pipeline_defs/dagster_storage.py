@@ -26,9 +26,11 @@ methods of dagster 1.13 and dagster-postgres 0.29, which pyproject pins):
   flush, so a crash of the PostgreSQL *server* can lose the last fraction of a second of
   events, never corrupt them. An asset event and its index rows are written in one
   transaction on one connection (dagster-postgres: two, plus a NOTIFY nobody listens to).
-- Both event log storages remember the tables they have seen (`RemembersTables`): Dagster
-  checks for its tags table before every asset event, on a second connection, which with a
-  pool of one meant a new database connection per posting.
+- Both event log storages remember the tables and columns they have seen (`RemembersTables`):
+  Dagster checks for its tags table before every asset event, on a second connection, which
+  with a pool of one meant a new database connection per posting. Both run storages remember
+  the optional columns of the runs table (`RemembersRunColumns`): Dagster reflected them
+  about six times per run.
 - `PooledSqliteRunStorage`, `PooledPostgresRunStorage`: Dagster's run storages with a
   pooled engine; their commits keep Dagster's durability, as does the application database.
 
@@ -49,7 +51,7 @@ import os
 import tempfile
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -75,19 +77,42 @@ EVENT_BATCH_SIZE_ENV = "DAGSTER_EVENT_BATCH_SIZE"  # read by DagsterInstance on 
 OPEN_RUN_SHARDS = 4
 
 
+def _remembered(storage: object, feature: str, ask: Callable[[], bool]) -> bool:
+    """Whether the storage's schema has `feature`, asked once it is present: tables and columns
+    only ever appear (`dagster instance migrate`), so only a missing one is asked again."""
+    seen: set[str] = storage.__dict__.setdefault("_schema_seen", set())
+    if feature in seen:
+        return True
+    present = ask()
+    if present:
+        seen.add(feature)
+    return present
+
+
 class RemembersTables:
-    """`has_table` answered from memory once a table is seen. Dagster asks it before writing the
-    tags of every asset event, on a second connection (SQLite: a new engine each time); tables only
-    ever appear (`dagster instance migrate`), so only a missing table is asked again."""
+    """An event log storage's tables and asset-key columns, answered from memory once seen.
+    Dagster asks for its tags table before writing the tags of every asset event, on a second
+    connection (SQLite: a new engine each time), and reflects the asset-key table's columns
+    several times per run."""
 
     def has_table(self, table_name: str) -> bool:
-        seen: set[str] = self.__dict__.setdefault("_tables_seen", set())
-        if table_name in seen:
-            return True
-        present = super().has_table(table_name)  # ty: ignore[unresolved-attribute]
-        if present:
-            seen.add(table_name)
-        return present
+        ask = super().has_table  # ty: ignore[unresolved-attribute]
+        return _remembered(self, f"table {table_name}", lambda: ask(table_name))
+
+    def _has_asset_key_col_on_connection(self, conn: Connection, column_name: str) -> bool:
+        ask = super()._has_asset_key_col_on_connection  # ty: ignore[unresolved-attribute]
+        return _remembered(self, f"asset_keys.{column_name}", lambda: ask(conn, column_name))
+
+
+class RemembersRunColumns:
+    """A run storage's optional columns, answered from memory once seen: Dagster reflects the
+    runs table's columns about six times per run (a schema query each on PostgreSQL)."""
+
+    def has_run_stats_index_cols(self) -> bool:
+        return _remembered(self, "runs.start_time", super().has_run_stats_index_cols)  # ty: ignore[unresolved-attribute]
+
+    def has_backfill_id_column(self) -> bool:
+        return _remembered(self, "runs.backfill_id", super().has_backfill_id_column)  # ty: ignore[unresolved-attribute]
 
 
 class PooledSqliteEventLogStorage(RemembersTables, SqliteEventLogStorage):
@@ -102,7 +127,6 @@ class PooledSqliteEventLogStorage(RemembersTables, SqliteEventLogStorage):
         _use_event_batches(event_batch_size)
         self._engines: OrderedDict[str, Engine] = OrderedDict()
         self._engines_lock = threading.Lock()
-        self._asset_key_columns: set[str] = set()
         self._shard_template: bytes | None = None
         super().__init__(base_dir, inst_data)
 
@@ -175,15 +199,6 @@ class PooledSqliteEventLogStorage(RemembersTables, SqliteEventLogStorage):
             with open(path, "rb") as handle:
                 return handle.read()
 
-    def _has_asset_key_col_on_connection(self, conn: Connection, column_name: str) -> bool:
-        # Columns only ever appear (`dagster instance migrate`), so a column once seen is remembered.
-        if column_name in self._asset_key_columns:
-            return True
-        present = super()._has_asset_key_col_on_connection(conn, column_name)
-        if present:
-            self._asset_key_columns.add(column_name)
-        return present
-
     def _store_asset_event(self, conn: Connection, event: EventLogEntry, event_id: int) -> None:
         if not (event.dagster_event and event.dagster_event.asset_key):
             return
@@ -234,7 +249,7 @@ _BATCHABLE = {
 }
 
 
-class PooledSqliteRunStorage(SqliteRunStorage):
+class PooledSqliteRunStorage(RemembersRunColumns, SqliteRunStorage):
     """Dagster's SQLite run storage with one pooled engine instead of an engine per operation
     (a run reads and writes its record a dozen times). Commits keep Dagster's durability."""
 
@@ -411,7 +426,7 @@ if PostgresEventLogStorage is not None:
             super().dispose()
             self._engine.dispose()
 
-    class PooledPostgresRunStorage(PostgresRunStorage):
+    class PooledPostgresRunStorage(RemembersRunColumns, PostgresRunStorage):
         """dagster-postgres's run storage with a pooled, pinged connection instead of NullPool
         (a run reads and writes its record a dozen times). Commits keep full durability."""
 

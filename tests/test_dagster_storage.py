@@ -123,3 +123,42 @@ def test_event_log_asks_the_database_for_a_table_until_it_has_seen_it(
         assert storage.has_table("asset_event_tags") and storage.has_table("asset_event_tags")
         assert not storage.has_table("no_such_table") and not storage.has_table("no_such_table")
     assert asked == ["asset_event_tags", "no_such_table", "no_such_table"]
+
+
+@pytest.mark.parametrize(
+    "dagster_storage", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+)
+def test_a_run_after_the_first_reflects_no_table_of_dagster_storage(
+    dagster_storage: str,
+    request: pytest.FixtureRequest,
+    sqlite_url: str,
+    tmp_path: Path,
+    httpserver: HTTPServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Dagster asks which optional columns its tables have (the runs table's run stats and backfill
+    id, the asset keys table's index columns) several times per run, each a schema query on
+    PostgreSQL. Columns only ever appear, so once seen the storages answer from memory."""
+    from sqlalchemy.engine.reflection import Inspector
+
+    postgres = request.getfixturevalue("postgres_url") if dagster_storage == "postgresql" else None
+    home = _home(tmp_path, monkeypatch, dagster_postgres_url=postgres)
+    FakeOllama(httpserver)
+    seed_postings(sqlite_url, tmp_path)
+    settings = replace(Settings.from_env(), database_url=sqlite_url)
+    defs = build_definitions(settings, llm=OllamaResource(host=httpserver.url_for("/").rstrip("/")))
+    reflected: list[str] = []
+    original = Inspector.get_columns
+
+    def counting(inspector, table_name: str, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        reflected.append(table_name)
+        return original(inspector, table_name, *args, **kwargs)
+
+    monkeypatch.setattr(Inspector, "get_columns", counting)
+    with DagsterInstance.from_config(str(home)) as instance:
+        assert run_use_case(defs, instance, KEYS[:2]).success
+        assert reflected  # the first run asks
+        reflected.clear()
+        assert run_use_case(defs, instance, KEYS[2:]).success
+        assert reflected == []
+        assert instance.get_materialized_partitions(SUMMARY) == set(KEYS)
