@@ -42,6 +42,16 @@ def _tick(summary: WorkGroup, url: str, instance, cursor: str | None = None):  #
     return summary.sensor(context), context
 
 
+def _running_run(instance, group: WorkGroup, first: str, last: str):  # noqa: ANN001, ANN202
+    """A started run of the group's job over the partition range first..last."""
+    return create_run_for_test(
+        instance,
+        job_name=group.job.name,
+        status=DagsterRunStatus.STARTED,
+        tags={ASSET_PARTITION_RANGE_START_TAG: first, ASSET_PARTITION_RANGE_END_TAG: last},
+    )
+
+
 def test_requests_batches_of_at_most_batch_size_in_partition_order(
     app_db_url: str, tmp_path: Path, dagster_instance
 ) -> None:
@@ -66,12 +76,7 @@ def test_postings_in_queued_or_running_runs_are_not_requested_again(
     seed_postings(sqlite_url, tmp_path, POSTINGS)
     summary = _summary()
     dagster_instance.add_dynamic_partitions("postings", [p["key"] for p in POSTINGS])
-    create_run_for_test(
-        dagster_instance,
-        job_name=summary.job.name,
-        status=DagsterRunStatus.STARTED,
-        tags={ASSET_PARTITION_RANGE_START_TAG: "k-00", ASSET_PARTITION_RANGE_END_TAG: "k-03"},
-    )
+    _running_run(dagster_instance, summary, "k-00", "k-03")
     result, _ = _tick(summary, sqlite_url, dagster_instance)
     assert [
         (r.tags[ASSET_PARTITION_RANGE_START_TAG], r.tags[ASSET_PARTITION_RANGE_END_TAG])
@@ -121,16 +126,8 @@ def test_a_run_whose_claims_expired_is_marked_failed_and_its_postings_requested_
     seed_postings(sqlite_url, tmp_path, POSTINGS)
     summary = _summary()
     dagster_instance.add_dynamic_partitions("postings", [p["key"] for p in POSTINGS])
-    tags = {ASSET_PARTITION_RANGE_START_TAG: "k-00", ASSET_PARTITION_RANGE_END_TAG: "k-02"}
-    dead = create_run_for_test(
-        dagster_instance, job_name=summary.job.name, status=DagsterRunStatus.STARTED, tags=tags
-    )
-    alive = create_run_for_test(
-        dagster_instance,
-        job_name=summary.job.name,
-        status=DagsterRunStatus.STARTED,
-        tags={ASSET_PARTITION_RANGE_START_TAG: "k-03", ASSET_PARTITION_RANGE_END_TAG: "k-05"},
-    )
+    dead = _running_run(dagster_instance, summary, "k-00", "k-02")
+    alive = _running_run(dagster_instance, summary, "k-03", "k-05")
     with session_scope(sqlite_url) as session:
         # the dead run's worker was killed: its lease ran out; the live one renews its own
         work.claim_items(session, "posting_summary", ["k-00", "k-01", "k-02"], dead.run_id, lease_seconds=-1)
@@ -152,12 +149,7 @@ def test_runs_follow_dagsters_partition_order_when_partitions_were_added_out_of_
     seed_postings(sqlite_url, tmp_path, POSTINGS)
     summary = _summary()
     dagster_instance.add_dynamic_partitions("postings", ["k-06", "k-00", "k-03"])
-    create_run_for_test(
-        dagster_instance,
-        job_name=summary.job.name,
-        status=DagsterRunStatus.STARTED,
-        tags={ASSET_PARTITION_RANGE_START_TAG: "k-06", ASSET_PARTITION_RANGE_END_TAG: "k-00"},
-    )
+    _running_run(dagster_instance, summary, "k-06", "k-00")
     result, _ = _tick(summary, sqlite_url, dagster_instance)
 
     [add] = result.dynamic_partitions_requests
