@@ -166,8 +166,8 @@ def _keys_joining_as_written(session: Session, query: Select) -> list[str]:
 
     PostgreSQL's planner takes a posting's key and its content hash as independent, so it
     estimates an upstream join at 1 row where there are 90,000, puts that join first and probes
-    two indexes per row: 0.5-0.7 s at 100,000 postings, 1.5 s on freshly written tables. Joined
-    in the written order every estimate starts from the postings and it hashes: 0.23 s.
+    two indexes per row: 0.5-1.0 s at 100,000 postings (the slow end on freshly written tables).
+    Joined in the written order every estimate starts from the postings and it hashes: 0.23 s.
     (`SET LOCAL`: only for this statement's transaction, and set back right after.)
     """
     if not _is_postgres(session):
