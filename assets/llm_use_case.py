@@ -593,7 +593,6 @@ def _store_result(
         )
     if not outcome.record_stored(item.key, parsed, stored):
         return None
-    preview = output_preview(use_case, parsed)
     return AssetMaterialization(
         asset_key=use_case.name,
         partition=item.key,
@@ -604,7 +603,7 @@ def _store_result(
             "prompt_tokens": generation.prompt_tokens or 0,
             "completion_tokens": generation.completion_tokens or 0,
             "latency_ms": round(generation.latency_ms, 1),
-            "preview": preview,
+            "preview": output_preview(use_case, parsed),
             "interaction_id": interaction_id,
             "input_hash": item.input_hash,
             "source": source,
@@ -626,24 +625,31 @@ def store_output(
 ) -> bool:
     """Write the current output while this run still holds the claim, then the use case's
     `after_store` hook in the same transaction. False: the claim was lost, nothing written."""
-    stored = work.complete_item(
-        session,
-        use_case.name,
-        key,
-        run_id,
-        {
-            "value": value,
-            "model": model_label(use_case),
-            "backend": backend,
-            "use_case_version": use_case.version,
-            "input_hash": input_hash,
-            "posting_hash": posting_hash,
-            "interaction_id": interaction_id,
-        },
-    )
+    row = _output_row(use_case, value, backend, input_hash, posting_hash, interaction_id)
+    stored = work.complete_item(session, use_case.name, key, run_id, row)
     if stored and use_case.after_store is not None:
         use_case.after_store(session, key, value)
     return stored
+
+
+def _output_row(
+    use_case: UseCase,
+    value: dict[str, Any],
+    backend: str,
+    input_hash: str,
+    posting_hash: str,
+    interaction_id: int | None,
+) -> dict[str, Any]:
+    """An output as `work.complete_item` stores it: this version and model, from this posting content."""
+    return {
+        "value": value,
+        "model": model_label(use_case),
+        "backend": backend,
+        "use_case_version": use_case.version,
+        "input_hash": input_hash,
+        "posting_hash": posting_hash,
+        "interaction_id": interaction_id,
+    }
 
 
 def record_failure(
@@ -671,21 +677,16 @@ def _keep_unchanged(
 ) -> None:
     """The prompt is byte-identical to the one that made the stored output: mark it current, call nothing."""
     with app_db.session() as session:
-        held = work.complete_item(
-            session,
-            use_case.name,
-            key,
-            run_id,
-            {
-                "value": previous.value,
-                "model": model_label(use_case),  # same input hash: same model (a script may be renamed)
-                "backend": previous.backend,
-                "use_case_version": use_case.version,
-                "input_hash": previous.input_hash,
-                "posting_hash": posting["content_hash"],
-                "interaction_id": previous.interaction_id,
-            },
+        # same input hash: same model (a script may be renamed); its after_store already ran
+        row = _output_row(
+            use_case,
+            previous.value,
+            previous.backend,
+            previous.input_hash,
+            posting["content_hash"],
+            previous.interaction_id,
         )
+        held = work.complete_item(session, use_case.name, key, run_id, row)
     if held:
         outcome.unchanged.append(key)
     else:

@@ -199,18 +199,18 @@ def explain_all(engine: Any, entries: list[dict[str, Any]]) -> list[dict[str, An
                 cursor.execute(statement, parameters)
                 cursor.fetchall()
                 seconds = time.perf_counter() - started
-            plans.append(
-                {"sql": statement, "seconds": round(seconds, 4), "plan": _plan(cursor, engine, entry)}
-            )
+            plan = _plan(cursor, engine.dialect.name, statement, parameters, analyze=verb == "SELECT")
+            plans.append({"sql": statement, "seconds": round(seconds, 4), "plan": plan})
     finally:
         raw.rollback()
         raw.close()
     return plans
 
 
-def _plan(cursor: Any, engine: Any, entry: dict[str, Any]) -> list[str]:
-    statement, parameters = entry["statement"], entry["parameters"]
-    if engine.dialect.name == "sqlite":
+def _plan(cursor: Any, dialect: str, statement: str, parameters: Any, *, analyze: bool) -> list[str]:
+    """SQLite's `EXPLAIN QUERY PLAN` as an indented tree; PostgreSQL's `EXPLAIN`, run (ANALYZE) when
+    `analyze`."""
+    if dialect == "sqlite":
         cursor.execute(f"EXPLAIN QUERY PLAN {statement}", parameters)
         depth = {0: 0}
         lines = []
@@ -218,8 +218,7 @@ def _plan(cursor: Any, engine: Any, entry: dict[str, Any]) -> list[str]:
             depth[node] = depth.get(parent, 0) + 1
             lines.append("  " * (depth[node] - 1) + detail)
         return lines
-    is_select = statement.lstrip().upper().startswith("SELECT")
-    prefix = "EXPLAIN (ANALYZE, BUFFERS) " if is_select else "EXPLAIN "
+    prefix = "EXPLAIN (ANALYZE, BUFFERS) " if analyze else "EXPLAIN "
     cursor.execute(prefix + statement, parameters)
     return [row[0] for row in cursor.fetchall()]
 

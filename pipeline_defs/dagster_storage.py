@@ -26,7 +26,7 @@ methods of dagster 1.13 and dagster-postgres 0.29, which pyproject pins):
   flush, so a crash of the PostgreSQL *server* can lose the last fraction of a second of
   events, never corrupt them. An asset event and its index rows are written in one
   transaction on one connection (dagster-postgres: two, plus a NOTIFY nobody listens to).
-- Both event log storages remember the tables and columns they have seen (`RemembersTables`):
+- Both event log storages remember the tables and columns they have seen (`RemembersEventLogSchema`):
   Dagster checks for its tags table before every asset event, on a second connection, which
   with a pool of one meant a new database connection per posting. Both run storages remember
   the optional columns of the runs table (`RemembersRunColumns`): Dagster reflected them
@@ -89,7 +89,7 @@ def _remembered(storage: object, feature: str, ask: Callable[[], bool]) -> bool:
     return present
 
 
-class RemembersTables:
+class RemembersEventLogSchema:
     """An event log storage's tables and asset-key columns, answered from memory once seen.
     Dagster asks for its tags table before writing the tags of every asset event, on a second
     connection (SQLite: a new engine each time), and reflects the asset-key table's columns
@@ -115,7 +115,7 @@ class RemembersRunColumns:
         return _remembered(self, "runs.backfill_id", super().has_backfill_id_column)  # ty: ignore[unresolved-attribute]
 
 
-class PooledSqliteEventLogStorage(RemembersTables, SqliteEventLogStorage):
+class PooledSqliteEventLogStorage(RemembersEventLogSchema, SqliteEventLogStorage):
     """Dagster's SQLite event log storage with pooled connections and synchronous=NORMAL."""
 
     def __init__(
@@ -351,7 +351,7 @@ if PostgresEventLogStorage is not None:
             pool_pre_ping=True,
         )
 
-    class PooledPostgresEventLogStorage(RemembersTables, PostgresEventLogStorage):
+    class PooledPostgresEventLogStorage(RemembersEventLogSchema, PostgresEventLogStorage):
         """dagster-postgres's event log storage with a pooled, pinged connection instead of NullPool."""
 
         def __init__(
