@@ -18,7 +18,7 @@ import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlalchemy import delete, insert, text
+from sqlalchemy import delete, insert, select, text
 from sqlalchemy.orm import Session
 
 from appdb.models import KEY_LENGTH, ReferenceData, TaxonomyConcept, TaxonomyLabel, utcnow
@@ -246,3 +246,25 @@ def load_taxonomy(session: Session, path: Path | str) -> TaxonomyLoad:
     session.flush()
     result.changed = True
     return result
+
+
+def read_taxonomy_labels(
+    session: Session,
+) -> tuple[dict[str, str], list[tuple[str, str, str, bool]]]:
+    """Every concept's preferred label by URI, and every label as (uri, label, normalized, is_preferred)."""
+    preferred = dict(
+        session.execute(
+            select(TaxonomyConcept.concept_uri, TaxonomyConcept.preferred_label).order_by(
+                TaxonomyConcept.concept_uri
+            )
+        ).all()
+    )
+    rows = session.execute(
+        select(
+            TaxonomyLabel.concept_uri,
+            TaxonomyLabel.label,
+            TaxonomyLabel.normalized_label,
+            TaxonomyLabel.is_preferred,
+        ).order_by(TaxonomyLabel.id)
+    ).all()
+    return preferred, [tuple(row) for row in rows]

@@ -30,28 +30,23 @@ from appdb import work
 from appdb.models import utcnow
 from assets.llm_use_case import (
     LEASE_RENEW_SECONDS,
-    SCRIPT_BACKEND,
     BatchOutcome,
     _existing_outputs,
     _keep_unchanged,
     _load_inputs,
-    model_label,
     output_preview,
     parse_output,
     record_failure,
     store_output,
 )
-from pipeline_defs.checks import first_blocking_failure
-from pipeline_defs.declaration import (
-    POSTING_VARIABLES,
-    ScriptContext,
-    TemplateVariableError,
-    UseCase,
-    validate_json,
-)
-from pipeline_defs.steps import END, Decision, LLMStep, Step, StepContext, StepRecord
+from domain.language.declaration import SCRIPT_BACKEND, UseCase, model_label
+from domain.language.declaration_parts import ScriptContext, validate_json
+from domain.language.llm_types import BackendUnavailable, Generation, ItemError
+from domain.language.steps import END, Decision, LLMStep, Step, StepContext, StepRecord
+from domain.language.templates import POSTING_VARIABLES, TemplateVariableError
+from domain.quality.output_checks import first_blocking_failure
 from resources.app_database import AppDatabase
-from resources.llm import BackendUnavailable, Generation, ItemError, LLMResource
+from resources.llm import LLMResource
 
 
 @dataclass

@@ -39,8 +39,9 @@ from sqlalchemy import select
 
 from appdb import review, work
 from appdb.models import Interaction, UseCaseOutput, utcnow
-from pipeline_defs.declaration import UseCase
-from pipeline_defs.gold import (
+from domain.language.declaration import UseCase
+from domain.language.llm_types import BackendUnavailable
+from domain.quality.gold import (
     SKILLSPAN_KEY_PREFIX,
     GoldScores,
     load_skillspan_gold,
@@ -48,10 +49,10 @@ from pipeline_defs.gold import (
     score_skillspan,
     whole_output,
 )
-from pipeline_defs.judge import JUDGE_OPTIONS, JUDGE_SUFFIX, Rubric, overall
+from domain.quality.judge_rubric import JUDGE_OPTIONS, JUDGE_SUFFIX, Rubric, overall
 from resources.app_database import AppDatabase
 from resources.gym import GymResource
-from resources.llm import BackendUnavailable, LLMResource
+from resources.llm import LLMResource
 
 JUDGE_CHECK = "judge_grades"
 

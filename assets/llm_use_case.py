@@ -47,12 +47,18 @@ from appdb.models import Posting, ReferenceData, UseCaseOutput, utcnow
 from assets import gym
 from assets.partitions import POSTING_PARTITIONS
 from assets.provenance import provenance_for, with_provenance
-from pipeline_defs.checks import BlockedOutput, blocked_postings, describe_check, first_blocking_failure
-from pipeline_defs.declaration import POSTING_VARIABLES, ScriptContext, TemplateVariableError, UseCase
+from domain.language.declaration import SCRIPT_BACKEND, UseCase, model_label
+from domain.language.declaration_parts import ScriptContext
+from domain.language.llm_types import BackendUnavailable, Generation, ItemError
+from domain.language.templates import POSTING_VARIABLES, TemplateVariableError
+from domain.quality.output_checks import (
+    BlockedOutput,
+    blocked_postings,
+    describe_check,
+    first_blocking_failure,
+)
 from resources.app_database import AppDatabase
-from resources.llm import BackendUnavailable, Generation, ItemError, LLMResource
-
-SCRIPT_BACKEND = "script"
+from resources.llm import LLMResource
 
 # BackfillPolicy is beta in Dagster 1.13; we rely on it on purpose (UI backfills run in batches).
 warnings.filterwarnings("ignore", message=".*backfill_policy.*", category=BetaWarning)
@@ -175,13 +181,6 @@ def build_use_case_asset(use_case: UseCase, spec: work.WorkSpec) -> AssetsDefini
 def code_version(use_case: UseCase) -> str:
     """Dagster's code version: the use case's version and its model, both part of an output's identity."""
     return f"{use_case.version}@{model_label(use_case)}"
-
-
-def model_label(use_case: UseCase) -> str:
-    """The model an output is made by: the LLM's name, or `script:<function>`."""
-    if use_case.steps is not None:  # a multi-step use case: its steps' models
-        return " + ".join(use_case.steps.models) or f"{SCRIPT_BACKEND}:{use_case.name}"
-    return use_case.model or f"{SCRIPT_BACKEND}:{use_case.function.__name__}"
 
 
 def process_batch(

@@ -4,7 +4,7 @@ from dagster import AssetExecutionContext, DataVersion, MaterializeResult, Metad
 
 from appdb.taxonomy import load_taxonomy
 from resources.app_database import AppDatabase
-from resources.taxonomy import TaxonomyResource
+from resources.taxonomy_resource import TaxonomyResource
 
 SHOWN_REJECTIONS = 50
 

@@ -336,7 +336,7 @@ def _tick(group: Any, instance: Any, app_db: Any, cursor: str | None, log: State
 
 def _current_output(use_case: Any, use_cases: list[Any], key: str, posting_hash: str, at: Any) -> dict:
     """An output row that discovery counts as current (same version, model and posting content)."""
-    from assets.llm_use_case import model_label
+    from domain.language.declaration import model_label
 
     return {
         "use_case": use_case.name,

@@ -31,10 +31,9 @@ from typing import Any
 from appdb.database import dispose, session_scope
 from appdb.taxonomy import load_taxonomy, normalize_label
 from benchmarks.report import shared_data_dir, write_report
-from pipeline_defs.metrics import mean_reciprocal_rank, r_precision_at_k
-from pipeline_defs.settings import PROJECT_ROOT
-from resources.embeddings import EmbeddingBackend, MiniLMEmbeddings, OllamaEmbeddings
-from resources.taxonomy import (
+from domain.quality.metrics import mean_reciprocal_rank, r_precision_at_k
+from domain.skills.embeddings import EmbeddingBackend, MiniLMEmbeddings, OllamaEmbeddings
+from domain.skills.skill_resolver import (
     DEFAULT_OLLAMA_HOST,
     DEFAULT_SCORER,
     EMBEDDING_BACKENDS,
@@ -42,6 +41,7 @@ from resources.taxonomy import (
     STAGES,
     SkillResolver,
 )
+from pipeline_defs.settings import PROJECT_ROOT
 
 NAME = "resolution_quality"
 ESCO_FILE = Path("esco") / "skills_en_v1.1.1.csv"

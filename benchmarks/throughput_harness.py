@@ -353,10 +353,10 @@ def measure_pipeline(config: RunConfig, env: Environment, workdir: Path) -> dict
     from appdb import work
     from appdb.database import session_scope
     from appdb.models import Interaction, WorkItem
+    from domain.quality.judge_rubric import JUDGE_SUFFIX
     from pipeline_defs.dagster_home import ensure_dagster_home
     from pipeline_defs.definitions import build_definitions, build_use_cases
     from pipeline_defs.factory import build_work_groups
-    from pipeline_defs.judge import JUDGE_SUFFIX
     from pipeline_defs.runner import QUIET_LOGS
     from resources.app_database import AppDatabase
 

@@ -9,13 +9,9 @@
 
 from __future__ import annotations
 
-from pipeline_defs.declaration import UseCase
-from pipeline_defs.multi_step_use_cases import ASSESSMENT_USE_CASES, REFINED_POSTING_SUMMARY
+from domain.language.declaration import UseCase
+from domain.use_cases.shipped import EXTRA_USE_CASES, SUMMARY_STYLES, USE_CASES
 from pipeline_defs.settings import Settings
-from pipeline_defs.use_cases import POSTING_SUMMARY, USE_CASES
-
-SUMMARY_STYLES: dict[str, UseCase] = {"plain": POSTING_SUMMARY, "refined": REFINED_POSTING_SUMMARY}
-EXTRA_USE_CASES: dict[str, tuple[UseCase, ...]] = {"posting_assessment": ASSESSMENT_USE_CASES}
 
 
 def declared_use_cases(settings: Settings) -> tuple[UseCase, ...]:

@@ -296,7 +296,7 @@ def _clip(text: str, width: int) -> str:
 
 def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
     from appdb.database import session_scope
-    from assets.llm_use_case import model_label
+    from domain.language.declaration import model_label
     from pipeline_defs.definitions import build_use_cases
 
     built = build_use_cases(settings)

@@ -9,8 +9,8 @@ from dagster import Definitions
 from assets.gym import build_gold_check, build_gym_job
 from assets.postings import postings
 from assets.taxonomy import skills_taxonomy
+from domain.language.declaration import UseCase
 from pipeline_defs.catalog import declared_use_cases
-from pipeline_defs.declaration import UseCase
 from pipeline_defs.factory import UseCaseDefinitions, WorkGroup, build_use_case, build_work_groups
 from pipeline_defs.settings import Settings
 from resources.app_database import AppDatabase
@@ -18,7 +18,7 @@ from resources.embedded_backend import EmbeddedLLMResource
 from resources.gym import GymResource
 from resources.llm import LLMResource
 from resources.ollama_backend import OllamaResource
-from resources.taxonomy import TaxonomyResource
+from resources.taxonomy_resource import TaxonomyResource
 from sensors.gym import build_gym_sensor
 from sensors.taxonomy import skills_taxonomy_job, skills_taxonomy_sensor
 

@@ -20,8 +20,9 @@ from dagster import AssetsDefinition, SensorDefinition, define_asset_job, in_pro
 
 from appdb.work import WorkSpec
 from assets.gym import batch_selection
-from assets.llm_use_case import build_use_case_asset, model_label
-from pipeline_defs.declaration import DeclarationError, UseCase
+from assets.llm_use_case import build_use_case_asset
+from domain.language.declaration import UseCase, model_label
+from domain.language.declaration_parts import DeclarationError
 
 if TYPE_CHECKING:
     from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition

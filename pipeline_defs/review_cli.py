@@ -90,7 +90,7 @@ def _registry(settings: Settings) -> dict[str, Any]:
 
 def cmd_review(settings: Settings, args: argparse.Namespace) -> int:
     from appdb.database import session_scope
-    from pipeline_defs.review_actions import CorrectionError, Edits, accept, correct, reject
+    from domain.quality.review_actions import CorrectionError, Edits, accept, correct, reject
 
     registry = _registry(settings)
     if args.use_case and args.use_case not in registry:
@@ -132,7 +132,7 @@ def cmd_review(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _concepts(pairs: Sequence[str]) -> dict[str, str]:
-    from pipeline_defs.review_actions import CorrectionError
+    from domain.quality.review_actions import CorrectionError
 
     concepts = {}
     for pair in pairs:

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from appdb.models import Interaction, Posting, UseCaseOutput
 from appdb.work import WorkSpec
-from pipeline_defs.judge import JUDGE_SUFFIX
+from domain.quality.judge_rubric import JUDGE_SUFFIX
 
 
 @dataclass(frozen=True)

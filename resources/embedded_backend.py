@@ -15,7 +15,8 @@ import threading
 import time
 from typing import Any
 
-from resources.llm import BackendUnavailable, Generation, ItemError, LLMResource
+from domain.language.llm_types import BackendUnavailable, Generation, ItemError
+from resources.llm import LLMResource
 
 
 def _bundled_gemma3_270m() -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dagster import ConfigurableResource
 from pydantic import Field
 
-from pipeline_defs.judge import Rubric, load_rubric
+from domain.quality.judge_rubric import Rubric, load_rubric
 
 
 class GymResource(ConfigurableResource):

@@ -1,42 +1,16 @@
-"""The one LLM interface every use case talks to, and the errors it distinguishes.
-
-Two kinds of failure matter to the engine:
-- `ItemError`: this posting's call went wrong (context overflow, unusable output);
-  it counts against the posting's attempts.
-- `BackendUnavailable`: the backend itself is down, the model is missing, or the call
-  timed out against a dead server; it spends no attempts and ends the run early.
-"""
+"""The one LLM interface every use case talks to (its outcomes and errors: `domain.language.llm_types`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from dagster import ConfigurableResource, InitResourceContext
 from pydantic import PrivateAttr
 
+from domain.language.llm_types import Generation
+
 # Generation options every backend understands (each maps them to its own names).
 DEFAULT_OPTIONS: dict[str, Any] = {"temperature": 0.0, "max_tokens": 256, "repeat_penalty": 1.15, "seed": 0}
-
-
-class LLMError(Exception):
-    """Base of the errors raised by LLM backends."""
-
-
-class ItemError(LLMError):
-    """The call failed because of this input or its output; counts as a failed attempt."""
-
-
-class BackendUnavailable(LLMError):
-    """The backend or model cannot serve now; no attempt is spent on it."""
-
-
-@dataclass(frozen=True)
-class Generation:
-    text: str
-    prompt_tokens: int | None
-    completion_tokens: int | None
-    latency_ms: float
 
 
 class LLMResource(ConfigurableResource):

@@ -17,7 +17,8 @@ from typing import Any
 import httpx
 import ollama
 
-from resources.llm import BackendUnavailable, Generation, ItemError, LLMResource
+from domain.language.llm_types import BackendUnavailable, Generation, ItemError
+from resources.llm import LLMResource
 
 # Our option names -> Ollama's `options` names.
 _OPTION_NAMES = {

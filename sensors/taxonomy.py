@@ -19,7 +19,7 @@ from dagster import (
 
 from appdb.models import ReferenceData
 from resources.app_database import AppDatabase
-from resources.taxonomy import TaxonomyResource
+from resources.taxonomy_resource import TaxonomyResource
 
 TAXONOMY_ASSET = "skills_taxonomy"
 

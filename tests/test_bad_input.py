@@ -22,10 +22,11 @@ from sqlalchemy import select
 from appdb.database import session_scope
 from appdb.ingest import ingest_files
 from appdb.models import Interaction, Posting, UseCaseOutput, WorkItem
+from domain.language.llm_types import Generation, ItemError
+from domain.use_cases.posting_summary import POSTING_SUMMARY
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
-from pipeline_defs.use_cases import POSTING_SUMMARY
-from resources.llm import Generation, ItemError, LLMResource
+from resources.llm import LLMResource
 from tests.conftest import run_use_case
 
 USE_CASE = POSTING_SUMMARY.name

@@ -18,12 +18,14 @@ from sqlalchemy import select
 from appdb import work
 from appdb.database import session_scope
 from appdb.models import Interaction, UseCaseOutput, WorkItem
-from pipeline_defs.declaration import DeclarationError, UseCase
+from domain.language.declaration import UseCase
+from domain.language.declaration_parts import DeclarationError
+from domain.language.llm_types import BackendUnavailable, Generation
+from domain.language.steps import END, Chain, LLMStep, Marker, Route, ScriptStep
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
-from pipeline_defs.steps import END, Chain, LLMStep, Marker, Route, ScriptStep
 from pipeline_defs.trace import render_text, trace_blocks
-from resources.llm import BackendUnavailable, Generation, LLMResource
+from resources.llm import LLMResource
 from tests.conftest import POSTINGS, run_use_case, seed_postings
 
 DRAFT_SCHEMA = {

@@ -5,11 +5,13 @@ from __future__ import annotations
 import pytest
 from dagster import AssetCheckKey, AssetKey
 
-from assets.llm_use_case import model_label
-from pipeline_defs.declaration import DeclarationError, TemplateVariableError, UseCase
+from domain.language.declaration import UseCase, model_label
+from domain.language.declaration_parts import DeclarationError
+from domain.language.templates import TemplateVariableError
+from domain.use_cases.posting_summary import POSTING_SUMMARY
+from domain.use_cases.shipped import USE_CASES
 from pipeline_defs.definitions import build_definitions, defs
 from pipeline_defs.settings import Settings
-from pipeline_defs.use_cases import POSTING_SUMMARY, USE_CASES
 
 SCHEMA = {"type": "object", "properties": {"score": {"type": "integer"}}, "required": ["score"]}
 

@@ -16,16 +16,19 @@ from sqlalchemy import select
 from appdb import review, work
 from appdb.database import session_scope
 from appdb.models import Interaction, OutputGrade, ReviewItem, UseCaseOutput
-from pipeline_defs import checks
+from domain.language.llm_types import Generation
+from domain.quality import output_checks
+from domain.quality.judge_rubric import DEFAULT_RUBRIC, RubricError, load_rubric
+from domain.quality.review_actions import Edits, accept, correct, reject
+from domain.use_cases.posting_skills import POSTING_SKILLS, SKILLS_SCHEMA
+from domain.use_cases.posting_summary import POSTING_SUMMARY
+from domain.use_cases.shipped import USE_CASES
 from pipeline_defs.definitions import build_definitions, build_use_cases
-from pipeline_defs.judge import DEFAULT_RUBRIC, RubricError, load_rubric
 from pipeline_defs.reprocess import find_stale, plan_batches, reprocess_stale
-from pipeline_defs.review_actions import Edits, accept, correct, reject
 from pipeline_defs.settings import Settings
 from pipeline_defs.trace import render_text, trace_blocks
-from pipeline_defs.use_cases import POSTING_SKILLS, POSTING_SUMMARY, SKILLS_SCHEMA, USE_CASES
 from resources.app_database import AppDatabase
-from resources.llm import Generation, LLMResource
+from resources.llm import LLMResource
 from tests.conftest import run_use_case, seed_postings
 
 # --- structural checks on constructed cases ----------------------------------------------------
@@ -55,36 +58,51 @@ GROUNDED = {
 @pytest.mark.parametrize(
     ("check", "passing", "failing", "reason"),
     [
-        (checks.summary_not_empty, {"summary": GOOD_SUMMARY}, {"summary": "  "}, "empty"),
-        (checks.summary_length, {"summary": GOOD_SUMMARY}, {"summary": "A data job."}, "only 11 characters"),
-        (checks.summary_length, {"summary": GOOD_SUMMARY}, {"summary": "word " * 130}, "more than 600"),
+        (output_checks.summary_not_empty, {"summary": GOOD_SUMMARY}, {"summary": "  "}, "empty"),
         (
-            checks.summary_not_a_copy,
+            output_checks.summary_length,
+            {"summary": GOOD_SUMMARY},
+            {"summary": "A data job."},
+            "only 11 characters",
+        ),
+        (
+            output_checks.summary_length,
+            {"summary": GOOD_SUMMARY},
+            {"summary": "word " * 130},
+            "more than 600",
+        ),
+        (
+            output_checks.summary_not_a_copy,
             {"summary": GOOD_SUMMARY},
             {"summary": COPIED},
             "copied from the posting",
         ),
-        (checks.summary_not_degenerate, {"summary": GOOD_SUMMARY}, {"summary": LOOPING}, "repeats itself"),
         (
-            checks.schema_valid(SKILLS_SCHEMA),
+            output_checks.summary_not_degenerate,
+            {"summary": GOOD_SUMMARY},
+            {"summary": LOOPING},
+            "repeats itself",
+        ),
+        (
+            output_checks.schema_valid(SKILLS_SCHEMA),
             GROUNDED,
             {"skills": [{"mention": "SQL"}], "ungrounded": []},
             "kind",
         ),
         (
-            checks.skills_in_posting,
+            output_checks.skills_in_posting,
             GROUNDED,
             {"skills": [{"mention": "Rust", "kind": "knowledge", "evidence": ""}], "ungrounded": []},
             "do not appear",
         ),
         (
-            checks.skills_mostly_grounded,
+            output_checks.skills_mostly_grounded,
             GROUNDED,
             {"skills": GROUNDED["skills"][:1], "ungrounded": ["Go", "Rust"]},
             "2 of 3 mentions",
         ),
         (
-            checks.resolution_coverage,
+            output_checks.resolution_coverage,
             {"entities": [], "matched": 3, "unmatched": 1},
             {"entities": [], "matched": 1, "unmatched": 2},
             "2 of 3 mentions are unmatched",
@@ -99,10 +117,10 @@ def test_each_structural_check_passes_good_output_and_names_what_is_wrong_with_b
 
 
 def test_copy_and_repeat_shares_measure_word_sequences() -> None:
-    assert checks.copy_share(COPIED, POSTING["description"]) == 1.0
-    assert checks.copy_share(GOOD_SUMMARY, POSTING["description"]) < 0.2
-    assert checks.repeated_share(LOOPING) > 0.5
-    assert checks.repeated_share(GOOD_SUMMARY) == 0.0
+    assert output_checks.copy_share(COPIED, POSTING["description"]) == 1.0
+    assert output_checks.copy_share(GOOD_SUMMARY, POSTING["description"]) < 0.2
+    assert output_checks.repeated_share(LOOPING) > 0.5
+    assert output_checks.repeated_share(GOOD_SUMMARY) == 0.0
 
 
 def test_blocking_checks_guard_what_flows_downstream() -> None:
@@ -113,12 +131,15 @@ def test_blocking_checks_guard_what_flows_downstream() -> None:
         "skills_schema_valid",
         "skills_in_posting",
     }
-    blocked = checks.first_blocking_failure(POSTING_SUMMARY.checks, {"summary": LOOPING}, POSTING)
+    blocked = output_checks.first_blocking_failure(POSTING_SUMMARY.checks, {"summary": LOOPING}, POSTING)
     assert blocked is not None and blocked.check == "summary_not_degenerate"
     assert blocked.value == {"summary": LOOPING}
     # a near-copy is a lazy but usable summary: it goes to review, it is not blocked
-    assert checks.first_blocking_failure(POSTING_SUMMARY.checks, {"summary": COPIED}, POSTING) is None
-    assert checks.first_blocking_failure(POSTING_SUMMARY.checks, {"summary": GOOD_SUMMARY}, POSTING) is None
+    assert output_checks.first_blocking_failure(POSTING_SUMMARY.checks, {"summary": COPIED}, POSTING) is None
+    assert (
+        output_checks.first_blocking_failure(POSTING_SUMMARY.checks, {"summary": GOOD_SUMMARY}, POSTING)
+        is None
+    )
 
 
 # --- the pipeline with a fake model that also judges -------------------------------------------

@@ -2,7 +2,7 @@
 
 import pytest
 
-from pipeline_defs.metrics import (
+from domain.quality.metrics import (
     SpanScores,
     bio_to_spans,
     mean_reciprocal_rank,

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from pipeline_defs.use_cases import POSTING_SUMMARY
+from domain.use_cases.posting_summary import POSTING_SUMMARY
 from resources.ollama_backend import OllamaResource
 
 pytestmark = [

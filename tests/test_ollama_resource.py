@@ -13,10 +13,10 @@ from werkzeug import Request, Response
 
 from appdb.database import session_scope
 from appdb.models import Interaction, UseCaseOutput, WorkItem
+from domain.language.llm_types import BackendUnavailable
+from domain.use_cases.posting_summary import POSTING_SUMMARY
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
-from pipeline_defs.use_cases import POSTING_SUMMARY
-from resources.llm import BackendUnavailable
 from resources.ollama_backend import OllamaResource
 from tests.conftest import run_use_case, seed_postings
 

@@ -15,8 +15,8 @@ from werkzeug import Request, Response
 
 from appdb.database import session_scope
 from appdb.models import Interaction, WorkItem
+from domain.language.llm_types import BackendUnavailable, ItemError
 from pipeline_defs.settings import Settings
-from resources.llm import BackendUnavailable, ItemError
 from resources.ollama_backend import OllamaResource
 from tests.conftest import run_use_case, seed_postings
 

@@ -17,12 +17,13 @@ from appdb import work
 from appdb.database import session_scope
 from appdb.models import UseCaseOutput, UseCasePause, WorkItem, utcnow
 from assets.partitions import POSTING_PARTITIONS
+from domain.language.llm_types import BackendUnavailable, Generation
+from domain.use_cases.posting_summary import POSTING_SUMMARY
 from pipeline_defs.definitions import build_definitions, build_use_cases
 from pipeline_defs.factory import build_work_groups
 from pipeline_defs.settings import Settings
-from pipeline_defs.use_cases import POSTING_SUMMARY
 from resources.app_database import AppDatabase
-from resources.llm import BackendUnavailable, Generation, LLMResource
+from resources.llm import LLMResource
 from tests.conftest import POSTINGS, run_use_case, seed_postings
 
 KEYS = [posting["key"] for posting in POSTINGS]

@@ -37,8 +37,8 @@ from appdb.ingest import (
 )
 from appdb.models import KEY_LENGTH, Posting
 from assets.llm_use_case import parse_output
-from pipeline_defs.use_cases import POSTING_SUMMARY
-from resources.llm import ItemError
+from domain.language.llm_types import ItemError
+from domain.use_cases.posting_summary import POSTING_SUMMARY
 
 BOUNDED = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -13,15 +13,16 @@ from werkzeug import Request, Response
 
 from appdb.database import session_scope
 from appdb.taxonomy import load_taxonomy, normalize_label
-from resources.embeddings import (
+from domain.language.llm_types import BackendUnavailable
+from domain.skills.embeddings import (
     MINILM_INSTALL_HINT,
     MINILM_PACKAGE,
     EmbeddingBackend,
     MiniLMEmbeddings,
     OllamaEmbeddings,
 )
-from resources.llm import BackendUnavailable
-from resources.taxonomy import Resolution, SkillResolver, TaxonomyResource, split_mention
+from domain.skills.skill_resolver import Resolution, SkillResolver, split_mention
+from resources.taxonomy_resource import TaxonomyResource
 from tests.test_taxonomy import URI, write_taxonomy
 
 CONCEPTS = [

@@ -18,10 +18,10 @@ from sqlalchemy import select
 from appdb import work
 from appdb.database import session_scope
 from appdb.models import Posting
+from domain.use_cases.posting_summary import POSTING_SUMMARY
 from pipeline_defs.definitions import build_use_cases
 from pipeline_defs.factory import WorkGroup, build_work_groups
 from pipeline_defs.settings import Settings
-from pipeline_defs.use_cases import POSTING_SUMMARY
 from resources.app_database import AppDatabase
 from tests.conftest import seed_postings
 

@@ -15,24 +15,21 @@ from sqlalchemy import select
 from appdb import work
 from appdb.database import session_scope
 from appdb.models import Interaction, UseCaseOutput
+from domain.language.declaration import UseCase
+from domain.language.declaration_parts import DeclarationError
+from domain.language.fan_out import fan_in
+from domain.language.llm_types import Generation
+from domain.language.steps import StepContext, StepRecord
+from domain.use_cases.posting_assessment import POSTING_CONTRACT, POSTING_SENIORITY, rate_seniority
+from domain.use_cases.refined_summary import grade_summary, keep_best_summary
+from domain.use_cases.shipped import USE_CASES
 from pipeline_defs.catalog import declared_use_cases
-from pipeline_defs.declaration import DeclarationError, UseCase
 from pipeline_defs.definitions import build_definitions, build_use_cases
 from pipeline_defs.factory import build_work_groups
-from pipeline_defs.fan_out import fan_in
-from pipeline_defs.multi_step_use_cases import (
-    POSTING_CONTRACT,
-    POSTING_SENIORITY,
-    grade_summary,
-    keep_best_summary,
-    rate_seniority,
-)
 from pipeline_defs.runner import run_pending
 from pipeline_defs.settings import Settings
-from pipeline_defs.steps import StepContext, StepRecord
-from pipeline_defs.use_cases import USE_CASES
 from resources.app_database import AppDatabase
-from resources.llm import Generation, LLMResource
+from resources.llm import LLMResource
 from tests.conftest import POSTINGS, run_use_case, seed_postings
 
 PROFILE = "A permanent, hybrid role."

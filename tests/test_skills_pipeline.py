@@ -17,13 +17,14 @@ from sqlalchemy import select
 from appdb import work
 from appdb.database import session_scope
 from appdb.models import Interaction, PostingSkillConcept, UseCaseOutput
+from domain.language.llm_types import Generation
+from domain.use_cases.posting_skills import POSTING_SKILLS, ground_skill_mentions
 from pipeline_defs.definitions import build_definitions, build_use_cases
 from pipeline_defs.factory import build_work_groups
 from pipeline_defs.runner import load_reference_data, run_pending
 from pipeline_defs.settings import Settings
-from pipeline_defs.use_cases import POSTING_SKILLS, ground_skill_mentions
 from resources.app_database import AppDatabase
-from resources.llm import Generation, LLMResource
+from resources.llm import LLMResource
 from tests.conftest import POSTINGS, seed_postings
 
 PYTHON_URI = "https://posting-enrichment.example/skill/python"

@@ -22,7 +22,7 @@ from appdb.taxonomy import (
 )
 from assets.taxonomy import skills_taxonomy
 from resources.app_database import AppDatabase
-from resources.taxonomy import TaxonomyResource
+from resources.taxonomy_resource import TaxonomyResource
 
 URI = "https://posting-enrichment.example/skill/"
 HEADER = ["conceptUri", "preferredLabel", "altLabels", "skillType", "description"]

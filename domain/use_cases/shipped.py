@@ -1,0 +1,17 @@
+"""Which use cases ship: the defaults, the summary styles and the opt-in groups a deployment may choose.
+
+`pipeline_defs/catalog.py` applies the settings (PIPELINE_SUMMARY_STYLE, PIPELINE_EXTRA_USE_CASES).
+"""
+
+from __future__ import annotations
+
+from domain.language.declaration import UseCase
+from domain.use_cases.posting_assessment import ASSESSMENT_USE_CASES
+from domain.use_cases.posting_skills import POSTING_SKILLS
+from domain.use_cases.posting_summary import POSTING_SUMMARY
+from domain.use_cases.refined_summary import REFINED_POSTING_SUMMARY
+from domain.use_cases.skill_entities import SKILL_ENTITIES
+
+USE_CASES: tuple[UseCase, ...] = (POSTING_SUMMARY, POSTING_SKILLS, SKILL_ENTITIES)
+SUMMARY_STYLES: dict[str, UseCase] = {"plain": POSTING_SUMMARY, "refined": REFINED_POSTING_SUMMARY}
+EXTRA_USE_CASES: dict[str, tuple[UseCase, ...]] = {"posting_assessment": ASSESSMENT_USE_CASES}

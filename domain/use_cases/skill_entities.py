@@ -1,0 +1,114 @@
+"""skill_entities: each skill mention resolved to a taxonomy concept (a script use case: no model)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import delete
+
+from appdb.models import KEY_LENGTH, PostingSkillConcept, utcnow
+from domain.language.declaration import UseCase
+from domain.language.declaration_parts import OutputCheck, ScriptContext
+from domain.quality import output_checks
+from domain.skills.skill_resolver import STAGES as RESOLUTION_STAGES
+
+REVIEWED_STAGE = "review"  # a concept a reviewer chose (`pipeline review correct ID --concept ...`)
+ENTITIES_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "entities": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "mention": {"type": "string"},
+                    "source_mention": {"type": "string"},
+                    "kind": {"type": "string"},
+                    "concept_uri": {"type": ["string", "null"]},
+                    "concept_label": {"type": ["string", "null"]},
+                    "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+                    "stage": {"enum": [*RESOLUTION_STAGES, REVIEWED_STAGE]},
+                },
+                "required": ["mention", "source_mention", "kind", "concept_uri", "confidence", "stage"],
+            },
+        },
+        "matched": {"type": "integer", "minimum": 0},
+        "unmatched": {"type": "integer", "minimum": 0},
+    },
+    "required": ["entities", "matched", "unmatched"],
+}
+
+
+def resolve_skill_mentions(inputs: Mapping[str, Any], context: ScriptContext) -> dict[str, Any]:
+    """Resolve each skill mention (split first when it holds several) to a taxonomy concept."""
+    with context.app_db.session() as session:
+        resolver = context.resources.taxonomy.resolver(session)
+    entities = []
+    for skill in inputs["posting_skills"]["skills"]:
+        for resolution in resolver.resolve(skill["mention"]):
+            entities.append(
+                {
+                    "mention": resolution.mention,
+                    "source_mention": skill["mention"],
+                    "kind": skill["kind"],
+                    "concept_uri": resolution.concept_uri,
+                    "concept_label": resolution.concept_label,
+                    "confidence": round(float(resolution.confidence), 4),
+                    "stage": resolution.stage,
+                }
+            )
+    unmatched = sum(1 for entity in entities if entity["concept_uri"] is None)
+    return {"entities": entities, "matched": len(entities) - unmatched, "unmatched": unmatched}
+
+
+def store_skill_concepts(session: Any, posting_key: str, output: dict[str, Any]) -> None:
+    """Rewrite the posting's rows in `posting_skill_concepts`, so postings can be found by concept."""
+    session.execute(delete(PostingSkillConcept).where(PostingSkillConcept.posting_key == posting_key))
+    rows: dict[str, PostingSkillConcept] = {}
+    for entity in output["entities"]:
+        mention = entity["mention"][:KEY_LENGTH]
+        if mention.lower() in rows:
+            continue
+        rows[mention.lower()] = PostingSkillConcept(
+            posting_key=posting_key,
+            mention=mention,
+            kind=entity["kind"],
+            concept_uri=entity["concept_uri"],
+            concept_label=entity.get("concept_label"),
+            confidence=entity["confidence"],
+            stage=entity["stage"],
+            updated_at=utcnow(),
+        )
+    session.add_all(rows.values())
+
+
+def entities_gold_items(output: dict[str, Any]) -> set[str]:
+    """Compared with corrected resolutions as a set of (mention, concept) pairs."""
+    return {
+        f"{output_checks.squash(entity['mention'])} -> {entity['concept_uri']}"
+        for entity in output["entities"]
+    }
+
+
+SKILL_ENTITIES = UseCase(
+    name="skill_entities",
+    version="2026-11-22.1",
+    description="Each skill mention resolved to a taxonomy concept (exact, alt label, fuzzy, semantic).",
+    function=resolve_skill_mentions,
+    resources=("taxonomy",),
+    upstream=("posting_skills",),
+    reference_inputs=("skills_taxonomy",),
+    output_schema=ENTITIES_SCHEMA,
+    priority=5,
+    batch_size=100,
+    after_store=store_skill_concepts,
+    checks=(
+        OutputCheck(
+            "resolution_coverage",
+            f"At most {output_checks.MAX_UNMATCHED_SHARE:.0%} of each posting's mentions are unmatched.",
+            output_checks.resolution_coverage,
+        ),
+    ),
+    gold_items=entities_gold_items,
+)

