@@ -17,6 +17,8 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
@@ -106,3 +108,25 @@ def dispose(url: str) -> None:
         _migrated.discard(url)
     if engine is not None:
         engine.dispose()
+
+
+@contextmanager
+def read_only_session(url: str) -> Iterator[Session]:
+    """A session on an existing, current database that is rolled back at the end: it never writes.
+
+    Unlike `session_scope`, it neither creates the database nor migrates it.
+    """
+    parsed = make_url(normalize_url(url))
+    if parsed.get_backend_name() == "sqlite" and parsed.database and not Path(parsed.database).is_file():
+        raise ValueError(f"no application database at {url} (ingest postings first)")
+    with get_engine(url).connect() as connection:
+        current = MigrationContext.configure(connection).get_current_revision()
+        head = ScriptDirectory.from_config(alembic_config(url)).get_current_head()
+        if current != head:
+            raise ValueError(
+                f"the application database at {url} is at schema {current or 'none'}, not {head}: "
+                "run `pipeline migrate` first"
+            )
+        with Session(bind=connection) as session:
+            yield session
+        connection.rollback()

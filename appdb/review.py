@@ -18,7 +18,16 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from appdb.models import Correction, OutputGrade, Posting, ReviewItem, UseCaseOutput, WorkItem, utcnow
+from appdb.models import (
+    Correction,
+    OutputGrade,
+    Posting,
+    ReviewItem,
+    TaxonomyConcept,
+    UseCaseOutput,
+    WorkItem,
+    utcnow,
+)
 
 REVIEW_STATUSES = ("open", "accepted", "rejected", "corrected")
 REVIEW_BACKEND = "review"
@@ -385,3 +394,17 @@ def gym_marker(session: Session) -> str:
         )
     ).one()
     return "|".join(str(value) for value in row)
+
+
+def posting_fields(session: Session, key: str) -> dict[str, Any] | None:
+    """What a correction is checked against: the posting's title, description and company."""
+    row = session.scalar(select(Posting).where(Posting.key == key))
+    if row is None:
+        return None
+    return {"title": row.title, "description": row.description, "company": row.company}
+
+
+def concept_label(session: Session, uri: str) -> str | None:
+    """The preferred label of a concept of the loaded taxonomy; None when the URI is not one."""
+    concept = session.get(TaxonomyConcept, uri)
+    return concept.preferred_label if concept is not None else None

@@ -268,3 +268,9 @@ def read_taxonomy_labels(
         ).order_by(TaxonomyLabel.id)
     ).all()
     return preferred, [tuple(row) for row in rows]
+
+
+def loaded_taxonomy_hash(session: Session) -> str | None:
+    """The content hash of the loaded taxonomy, or None when none is loaded yet."""
+    reference = session.get(ReferenceData, REFERENCE_NAME)
+    return reference.content_hash if reference is not None else None

@@ -42,6 +42,7 @@ from benchmarks.throughput_harness import (
     ensure_model_indexes,
     fresh_postgres_database,
 )
+from sensors.discovery_sensor import build_discovery_sensor
 
 _INSERT_CHUNK = 5000
 
@@ -227,11 +228,11 @@ def measure(config: ScaleConfig) -> dict[str, Any]:
     from dagster import DagsterInstance, SensorResult, build_sensor_context
 
     from appdb.database import dispose, get_engine
+    from assets.factory import build_work_groups
     from assets.partitions import POSTING_PARTITIONS
     from pipeline_defs.dagster_home import ensure_dagster_home
-    from pipeline_defs.definitions import build_use_cases
-    from pipeline_defs.factory import build_work_groups
     from pipeline_defs.settings import Settings
+    from pipeline_defs.wiring import build_use_cases
     from resources.app_database import AppDatabase
 
     load_before = os.getloadavg()
@@ -265,11 +266,12 @@ def measure(config: ScaleConfig) -> dict[str, Any]:
         app_db = AppDatabase(url=app_url)
         results: dict[str, Any] = {}
         try:
+            sensors = {group.name: build_discovery_sensor(group) for group in groups}
             for group in groups:
-                name = group.sensor.name
+                name = sensors[group.name].name
                 results[name] = figures = {}
 
-                first, seconds, statements, cursor = _tick(group, instance, app_db, None, log)
+                first, seconds, statements, cursor = _tick(sensors[group.name], instance, app_db, None, log)
                 figures["first"] = _summary(first, [seconds], statements)
                 after = (first.cursor if isinstance(first, SensorResult) else None) or cursor
                 found = json.loads(after)["pending"] if after else None
@@ -292,18 +294,20 @@ def measure(config: ScaleConfig) -> dict[str, Any]:
                         )
                 steady_times = []
                 for _ in range(config.repeats):
-                    steady, seconds, statements, _ = _tick(group, instance, app_db, cursor, log)
+                    steady, seconds, statements, _ = _tick(sensors[group.name], instance, app_db, cursor, log)
                     steady_times.append(seconds)
                 figures["steady"] = _summary(steady, steady_times, statements)
             # idle: everything current (pending postings given outputs), then two ticks per sensor
             _complete_all(app_url, pending, use_cases)
             for group in groups:
-                figures = results[group.sensor.name]
+                figures = results[sensors[group.name].name]
                 context = build_sensor_context(instance=instance, cursor=None, resources={"app_db": app_db})
-                group.sensor(context)
+                sensors[group.name](context)
                 idle_times = []
                 for _ in range(config.repeats):
-                    idle, seconds, statements, _ = _tick(group, instance, app_db, context.cursor, log)
+                    idle, seconds, statements, _ = _tick(
+                        sensors[group.name], instance, app_db, context.cursor, log
+                    )
                     idle_times.append(seconds)
                 figures["idle"] = _summary(idle, idle_times, statements)
         finally:
@@ -322,14 +326,14 @@ def measure(config: ScaleConfig) -> dict[str, Any]:
     }
 
 
-def _tick(group: Any, instance: Any, app_db: Any, cursor: str | None, log: StatementLog) -> tuple:
-    """Evaluate the group's sensor once: (result, seconds, statements sent, cursor after)."""
+def _tick(sensor: Any, instance: Any, app_db: Any, cursor: str | None, log: StatementLog) -> tuple:
+    """Evaluate a group's discovery sensor once: (result, seconds, statements sent, cursor after)."""
     from dagster import build_sensor_context
 
     context = build_sensor_context(instance=instance, cursor=cursor, resources={"app_db": app_db})
     with log.capture() as statements:
         started = time.perf_counter()
-        result = group.sensor(context)
+        result = sensor(context)
         seconds = time.perf_counter() - started
     return result, seconds, list(statements), context.cursor
 

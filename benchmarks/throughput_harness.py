@@ -37,6 +37,8 @@ import psycopg2
 from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 
+from sensors.discovery_sensor import build_discovery_sensor
+
 POSTGRES_ADMIN_ENV = "PIPELINE_TEST_POSTGRES_URL"
 RETRY_DEFERRED_SECONDS = 24 * 3600
 DEFAULT_POSTGRES_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -86,7 +88,7 @@ def skillspan_postings(shared: Path) -> list[dict[str, str]]:
 
 
 def demo_postings() -> list[dict[str, str]]:
-    from pipeline_defs.cli import DEMO_POSTINGS
+    from pipeline_defs.cli.run_commands import DEMO_POSTINGS
 
     return [
         json.loads(line) for line in DEMO_POSTINGS.read_text(encoding="utf-8").splitlines() if line.strip()
@@ -244,17 +246,17 @@ def instrument() -> Timers:
     """Time Dagster's event writes, the app-database work per posting, run creation and sensor ticks."""
     from dagster import DagsterInstance
 
-    import assets.llm_use_case as use_case_module
-    from appdb import work
+    import assets.single_call as single_call_module
+    from appdb import claims, discovery
     from resources.llm import LLMResource
 
     timers = Timers()
     timers.wrap(DagsterInstance, "handle_new_event", "dagster_event_writes")
     timers.wrap(DagsterInstance, "create_run", "dagster run creation (includes its planned events)")
-    timers.wrap(use_case_module, "_store_result", "store_result (parse, validate, app db)")
+    timers.wrap(single_call_module, "_store_result", "store_result (parse, validate, app db)")
     timers.wrap(LLMResource, "generate", "LLM calls")
-    for name in ("find_pending_work", "claim_items"):
-        timers.wrap(work, name, f"app db: {name}")
+    timers.wrap(discovery, "find_pending_work", "app db: find_pending_work")
+    timers.wrap(claims, "claim_items", "app db: claim_items")
     return timers
 
 
@@ -296,10 +298,11 @@ def _cpu_seconds() -> float:
 
 def measure_raw(config: RunConfig, env: Environment, workdir: Path) -> dict[str, Any]:
     """The same prompts as the pipeline, straight to the backend: the physical limit."""
+    from appdb import inputs
     from appdb.database import session_scope
-    from assets.llm_use_case import _load_inputs, _prepare, _reference_hashes
-    from pipeline_defs.definitions import build_use_cases
-    from pipeline_defs.factory import build_work_groups
+    from assets.factory import build_work_groups
+    from domain.language.templates import POSTING_VARIABLES
+    from pipeline_defs.wiring import build_use_cases
 
     keys = ingest(env.app_db_url, benchmark_postings(config.postings, config.shared), workdir)
     ensure_model_indexes(env.app_db_url)
@@ -311,10 +314,10 @@ def measure_raw(config: RunConfig, env: Environment, workdir: Path) -> dict[str,
             batch = keys[start : start + group.batch_size]
             for member in group.members:
                 use_case = member.use_case
-                _, values = _load_inputs(session, use_case, batch)
-                references = _reference_hashes(session, use_case)
+                _, values = inputs.load_posting_inputs(session, batch, POSTING_VARIABLES, use_case.upstream)
+                references = inputs.reference_hashes(session, use_case.reference_inputs)
                 for key in batch:
-                    prompt, system_prompt, _, _ = _prepare(use_case, values[key], references)
+                    prompt, system_prompt, _, _ = use_case.prepare(values[key], references)
                     calls.append((use_case, prompt, system_prompt))
     started = time.perf_counter()
     llm.ensure_loaded(group.model)
@@ -350,23 +353,28 @@ def measure_pipeline(config: RunConfig, env: Environment, workdir: Path) -> dict
     """Sensor ticks and the runs they request, until no work remains."""
     from dagster import DagsterInstance, SensorResult, SkipReason, build_sensor_context
 
-    from appdb import work
     from appdb.database import session_scope
     from appdb.models import Interaction, WorkItem
+    from appdb.retry_policy import RetryPolicy
+    from assets.factory import build_work_groups
     from domain.quality.judge_rubric import JUDGE_SUFFIX
+    from pipeline_defs.catalog import declared_use_cases
+    from pipeline_defs.cli.in_process_runs import QUIET_LOGS
     from pipeline_defs.dagster_home import ensure_dagster_home
-    from pipeline_defs.definitions import build_definitions, build_use_cases
-    from pipeline_defs.factory import build_work_groups
-    from pipeline_defs.runner import QUIET_LOGS
+    from pipeline_defs.definitions import build_definitions
+    from pipeline_defs.wiring import build_use_cases
     from resources.app_database import AppDatabase
 
     keys = ingest(env.app_db_url, benchmark_postings(config.postings, config.shared), workdir)
     indexes_added = ensure_model_indexes(env.app_db_url)
     # A failed item is retried after a backoff; the raw loop calls each prompt once, so retries are
     # pushed past the end of the benchmark and both sides make the same calls (failures are counted).
-    work.BACKOFF_BASE_SECONDS = work.BACKOFF_MAX_SECONDS = RETRY_DEFERRED_SECONDS
+    deferred = RetryPolicy(
+        backoff_base_seconds=RETRY_DEFERRED_SECONDS, backoff_max_seconds=RETRY_DEFERRED_SECONDS
+    )
     ensure_dagster_home(env.settings)
-    built = build_use_cases(env.settings)
+    use_cases = [replace(use_case, retry=deferred) for use_case in declared_use_cases(env.settings)]
+    built = build_use_cases(env.settings, use_cases)
     groups = build_work_groups(built)
     llm = build_llm(config, env.settings)
     counter = LoadCounter(type(llm))
@@ -379,6 +387,7 @@ def measure_pipeline(config: RunConfig, env: Environment, workdir: Path) -> dict
     runs: list[dict[str, Any]] = []
     ticks: list[float] = []
     cursor = None
+    sensor = build_discovery_sensor(group)
     profiler = cProfile.Profile() if config.profile_path else None
     try:
         if profiler:
@@ -388,7 +397,7 @@ def measure_pipeline(config: RunConfig, env: Environment, workdir: Path) -> dict
         while True:
             tick_started = time.perf_counter()
             context = build_sensor_context(instance=instance, cursor=cursor, resources={"app_db": app_db})
-            result = group.sensor(context)
+            result = sensor(context)
             ticks.append(time.perf_counter() - tick_started)
             if isinstance(result, SkipReason) or result is None:
                 break

@@ -9,8 +9,7 @@ from dagster import ConfigurableResource
 from pydantic import PrivateAttr
 from sqlalchemy.orm import Session
 
-from appdb.models import ReferenceData
-from appdb.taxonomy import DEMO_TAXONOMY_PATH, REFERENCE_NAME
+from appdb.taxonomy import DEMO_TAXONOMY_PATH, loaded_taxonomy_hash
 from domain.skills.embeddings import EmbeddingBackend, MiniLMEmbeddings, OllamaEmbeddings
 from domain.skills.skill_resolver import DEFAULT_OLLAMA_HOST, EMBEDDING_BACKENDS, SkillResolver
 
@@ -58,8 +57,7 @@ class TaxonomyResource(ConfigurableResource):
 
     def resolver(self, session: Session) -> SkillResolver:
         """A resolver over the loaded taxonomy, built once and reused while the taxonomy is unchanged."""
-        reference = session.get(ReferenceData, REFERENCE_NAME)
-        content_hash = reference.content_hash if reference is not None else None
+        content_hash = loaded_taxonomy_hash(session)
         if self._resolver is None or content_hash != self._resolver_hash:
             self._resolver = SkillResolver.from_session(
                 session,

@@ -1,7 +1,7 @@
 """A stand-in for one pipeline run, as a separate process: find, claim, "generate", record, complete.
 
 The concurrency and crash-recovery tests start several of these at once (or kill one)
-to show that the real claim protocol in `appdb/work.py` holds across processes: it
+to show that the real claim protocol in `appdb/claims.py` holds across processes: it
 goes through the same calls, with one transaction per step, as `assets/llm_use_case.py`.
 The generation is fake (optionally slow), so the test measures the work state, not a model.
 Claims pass the use case's WorkSpec, so discovery is asked again as each claim is taken.
@@ -25,7 +25,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from appdb import work
+from appdb import claims, discovery, interactions, retry_policy
 from appdb.database import migrate, session_scope
 from appdb.models import Posting, utcnow
 
@@ -43,7 +43,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--worker-id", required=True, help="used as the run id of claims and interactions")
     parser.add_argument("--chunk", type=int, default=20, help="postings claimed at a time")
     parser.add_argument("--sleep-per-item", type=float, default=0.0, help="seconds of fake generation")
-    parser.add_argument("--lease-seconds", type=int, default=work.DEFAULT_LEASE_SECONDS)
+    parser.add_argument("--lease-seconds", type=int, default=retry_policy.DEFAULT_RETRY_POLICY.lease_seconds)
     parser.add_argument(
         "--start-file",
         type=Path,
@@ -68,20 +68,25 @@ def wait_at_start_line(start_file: Path, worker_id: str, limit_seconds: float = 
 
 def run(args: argparse.Namespace) -> dict[str, object]:
     """Process pending work until none is left that this worker can claim."""
-    spec = work.WorkSpec(use_case=args.use_case, version=USE_CASE_VERSION, upstream_versions={})
+    spec = discovery.WorkSpec(use_case=args.use_case, version=USE_CASE_VERSION, upstream_versions={})
     claimed = completed = lost = contended = 0
     migrate(args.url)  # before the start line, so the race is about claims, not schema checks
     if args.start_file is not None:
         wait_at_start_line(args.start_file, args.worker_id)
     while True:
         with session_scope(args.url) as session:
-            pending = work.find_pending_work(session, spec)
+            pending = discovery.find_pending_work(session, spec)
         if not pending:
             break
         wanted = pending[: args.chunk]
         with session_scope(args.url) as session:  # committed on leaving the block: others see the claim
-            held = work.claim_items(
-                session, args.use_case, wanted, args.worker_id, lease_seconds=args.lease_seconds, spec=spec
+            held = claims.claim_items(
+                session,
+                args.use_case,
+                wanted,
+                args.worker_id,
+                policy=retry_policy.RetryPolicy(lease_seconds=args.lease_seconds),
+                spec=spec,
             )
         claimed += len(held)
         if len(held) < len(wanted):
@@ -97,7 +102,13 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         for key in held:
             if time.monotonic() - last_renewal > args.lease_seconds / 3:
                 with session_scope(args.url) as session:
-                    work.renew_claims(session, args.use_case, remaining, args.worker_id, args.lease_seconds)
+                    claims.renew_claims(
+                        session,
+                        args.use_case,
+                        remaining,
+                        args.worker_id,
+                        retry_policy.RetryPolicy(lease_seconds=args.lease_seconds),
+                    )
                 last_renewal = time.monotonic()
             if args.sleep_per_item:
                 time.sleep(args.sleep_per_item)
@@ -119,7 +130,7 @@ def store(args: argparse.Namespace, key: str, posting_hash: str) -> bool:
     """Record the interaction and the output in one transaction, as the asset does; False if claim lost."""
     summary = {"summary": f"Summary of {key} by {args.worker_id}."}
     with session_scope(args.url) as session:
-        interaction_id = work.record_interaction(
+        interaction_id = interactions.record_interaction(
             session,
             use_case=args.use_case,
             use_case_version=USE_CASE_VERSION,
@@ -140,7 +151,7 @@ def store(args: argparse.Namespace, key: str, posting_hash: str) -> bool:
             run_id=args.worker_id,
             finished_at=utcnow(),
         )
-        return work.complete_item(
+        return claims.complete_item(
             session,
             args.use_case,
             key,

@@ -242,7 +242,7 @@ def live_pipeline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LivePipe
     with FakeOllamaServer(delay_seconds=GENERATION_DELAY_SECONDS) as fake, log_path.open("w") as log:
         port = free_port()
         process = subprocess.Popen(
-            [sys.executable, "-m", "pipeline_defs.cli", "ui", "--port", str(port)],
+            [sys.executable, "-m", "pipeline_defs.cli.main", "ui", "--port", str(port)],
             cwd=PROJECT_ROOT,
             env=_server_env(work_dir, app_db_url, fake.url),
             stdout=log,

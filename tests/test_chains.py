@@ -15,16 +15,16 @@ import pytest
 from dagster import DagsterInstance
 from sqlalchemy import select
 
-from appdb import work
+from appdb import pauses
 from appdb.database import session_scope
 from appdb.models import Interaction, UseCaseOutput, WorkItem
 from domain.language.declaration import UseCase
 from domain.language.declaration_parts import DeclarationError
 from domain.language.llm_types import BackendUnavailable, Generation
 from domain.language.steps import END, Chain, LLMStep, Marker, Route, ScriptStep
+from pipeline_defs.cli.trace_report import render_text, trace_blocks
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
-from pipeline_defs.trace import render_text, trace_blocks
 from resources.llm import LLMResource
 from tests.conftest import POSTINGS, run_use_case, seed_postings
 
@@ -534,7 +534,7 @@ def test_an_outage_mid_chain_stops_the_run_spends_no_attempts_and_pauses_the_use
     assert [step for _, step, _ in fake_llm.calls] == ["draft", "draft", "draft", "grade"]  # stopped at once
     with session_scope(sqlite_url) as session:
         items = list(session.scalars(select(WorkItem).where(WorkItem.use_case == "refined")))
-        pauses = work.active_pauses(session)
+        active = pauses.active_pauses(session)
     assert [(item.status, item.attempts) for item in items] == [("pending", 0)] * 3
-    assert "refined" in pauses and "unavailable" in pauses["refined"].reason
+    assert "refined" in active and "unavailable" in active["refined"].reason
     assert _outputs(sqlite_url, "refined") == {}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from sqlalchemy import func, select
 
-from appdb import work
+from appdb import claims, discovery
 from appdb.database import session_scope
 from appdb.models import Interaction, Posting, UseCaseOutput, WorkItem
 from tests.claim_worker import USE_CASE_VERSION, finish, start_together
@@ -78,24 +78,24 @@ def test_a_posting_finished_after_another_run_s_discovery_is_not_claimed_again(
 ) -> None:
     """The race the workers above hit: run B discovered p-1, run A finished it, then B claims."""
     seed_postings(app_db_url, tmp_path)
-    spec = work.WorkSpec(use_case=USE_CASE, version=USE_CASE_VERSION, upstream_versions={})
+    spec = discovery.WorkSpec(use_case=USE_CASE, version=USE_CASE_VERSION, upstream_versions={})
     with session_scope(app_db_url) as session:
-        seen_by_b = work.find_pending_work(session, spec)
+        seen_by_b = discovery.find_pending_work(session, spec)
     with session_scope(app_db_url) as session:
-        assert work.claim_items(session, USE_CASE, ["p-1"], "run-a", spec=spec) == ["p-1"]
+        assert claims.claim_items(session, USE_CASE, ["p-1"], "run-a", spec=spec) == ["p-1"]
     with session_scope(app_db_url) as session:
         digest = session.scalar(select(Posting.content_hash).where(Posting.key == "p-1"))
         output = {"value": {"summary": "s"}, "model": "m", "backend": "b", "input_hash": "h"}
         output |= {"use_case_version": USE_CASE_VERSION, "posting_hash": digest}
-        assert work.complete_item(session, USE_CASE, "p-1", "run-a", output)
+        assert claims.complete_item(session, USE_CASE, "p-1", "run-a", output)
 
     with session_scope(app_db_url) as session:
-        assert work.claim_items(session, USE_CASE, seen_by_b, "run-b", spec=spec) == ["p-2", "p-3"]
+        assert claims.claim_items(session, USE_CASE, seen_by_b, "run-b", spec=spec) == ["p-2", "p-3"]
     with session_scope(app_db_url) as session:  # a forced run redoes current outputs on purpose
-        assert work.claim_items(session, USE_CASE, ["p-1"], "run-f", include_parked=True, spec=spec) == [
+        assert claims.claim_items(session, USE_CASE, ["p-1"], "run-f", include_parked=True, spec=spec) == [
             "p-1"
         ]
-    newer = work.WorkSpec(use_case=USE_CASE, version="2026-12-01.1", upstream_versions={})
+    newer = discovery.WorkSpec(use_case=USE_CASE, version="2026-12-01.1", upstream_versions={})
     with session_scope(app_db_url) as session:  # and a new version makes the done item claimable again
-        assert work.release_items(session, USE_CASE, ["p-1"], "run-f") == 1
-        assert work.claim_items(session, USE_CASE, ["p-1"], "run-c", spec=newer) == ["p-1"]
+        assert claims.release_items(session, USE_CASE, ["p-1"], "run-f") == 1
+        assert claims.claim_items(session, USE_CASE, ["p-1"], "run-c", spec=newer) == ["p-1"]

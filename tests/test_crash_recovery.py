@@ -16,14 +16,14 @@ from pathlib import Path
 
 from sqlalchemy import func, select
 
-from appdb import work
+from appdb import claims, discovery
 from appdb.database import session_scope
 from appdb.models import Interaction, UseCaseOutput, WorkItem, utcnow
 from tests.claim_worker import USE_CASE_VERSION, finish, start_worker
 from tests.conftest import seed_postings
 
 USE_CASE = "posting_summary"
-SPEC = work.WorkSpec(use_case=USE_CASE, version=USE_CASE_VERSION, upstream_versions={})
+SPEC = discovery.WorkSpec(use_case=USE_CASE, version=USE_CASE_VERSION, upstream_versions={})
 ITEMS = 60
 LEASE_SECONDS = 3
 DEAD = "worker-killed"
@@ -88,9 +88,9 @@ def test_a_killed_worker_s_claims_return_after_the_lease_and_are_finished_once(
     live = {key for key, expires in held.items() if expires > utcnow() + timedelta(seconds=1)}
     assert live, "the leases ran out before the test could look (the machine stalled for seconds)"
     with session_scope(app_db_url) as session:
-        work.release_expired_claims(session)
+        claims.release_expired_claims(session)
     with session_scope(app_db_url) as session:
-        assert not live & set(work.find_pending_work(session, SPEC))
+        assert not live & set(discovery.find_pending_work(session, SPEC))
     assert live <= _held_by(app_db_url, DEAD).keys()
 
     # Once the lease expired, the sweep frees exactly the dead run's claims, spending no attempt.
@@ -98,24 +98,24 @@ def test_a_killed_worker_s_claims_return_after_the_lease_and_are_finished_once(
     while _held_by(app_db_url, DEAD):
         assert time.monotonic() < deadline + LEASE_SECONDS, "the expired claims were never freed"
         with session_scope(app_db_url) as session:
-            freed += work.release_expired_claims(session)
+            freed += claims.release_expired_claims(session)
         time.sleep(0.05)
     assert freed == len(held)
     with session_scope(app_db_url) as session:
         items = {item.posting_key: item for item in session.scalars(select(WorkItem))}
         assert {(items[key].status, items[key].attempts) for key in held} == {("pending", 0)}
-        assert set(held) <= set(work.find_pending_work(session, SPEC))
+        assert set(held) <= set(discovery.find_pending_work(session, SPEC))
 
     # A late write from the dead run, after another run reclaimed the posting, is refused.
     reclaimed = sorted(held)[0]
     with session_scope(app_db_url) as session:
-        assert work.claim_items(session, USE_CASE, [reclaimed], "run-reclaimer") == [reclaimed]
+        assert claims.claim_items(session, USE_CASE, [reclaimed], "run-reclaimer") == [reclaimed]
     with session_scope(app_db_url) as session:
-        assert not work.complete_item(session, USE_CASE, reclaimed, DEAD, _late_output("x"))
-        assert work.fail_item(session, USE_CASE, reclaimed, DEAD, "late failure") is None
+        assert not claims.complete_item(session, USE_CASE, reclaimed, DEAD, _late_output("x"))
+        assert claims.fail_item(session, USE_CASE, reclaimed, DEAD, "late failure") is None
     with session_scope(app_db_url) as session:
         assert session.get(UseCaseOutput, (USE_CASE, reclaimed)) is None
-        assert work.release_items(session, USE_CASE, [reclaimed], "run-reclaimer") == 1
+        assert claims.release_items(session, USE_CASE, [reclaimed], "run-reclaimer") == 1
 
     rescuer = finish(start_worker(app_db_url, USE_CASE, RESCUER, "--chunk", "20"))
     recovery_seconds = time.perf_counter() - killed_at
@@ -148,8 +148,8 @@ def test_a_killed_worker_s_claims_return_after_the_lease_and_are_finished_once(
     # Even after the rescuer's output is stored, the dead run can neither overwrite nor fail it.
     before = outputs[reclaimed]
     with session_scope(app_db_url) as session:
-        assert not work.complete_item(session, USE_CASE, reclaimed, DEAD, _late_output(before.posting_hash))
-        assert work.fail_item(session, USE_CASE, reclaimed, DEAD, "late failure") is None
+        assert not claims.complete_item(session, USE_CASE, reclaimed, DEAD, _late_output(before.posting_hash))
+        assert claims.fail_item(session, USE_CASE, reclaimed, DEAD, "late failure") is None
     with session_scope(app_db_url) as session:
         after = session.get(UseCaseOutput, (USE_CASE, reclaimed))
         assert (after.run_id, after.value, after.input_hash) == (RESCUER, before.value, before.input_hash)

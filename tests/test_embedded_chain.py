@@ -11,9 +11,9 @@ from sqlalchemy import select
 
 from appdb.database import session_scope
 from appdb.models import Interaction, UseCaseOutput
+from pipeline_defs.cli.trace_report import render_text, trace_blocks
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
-from pipeline_defs.trace import render_text, trace_blocks
 from tests.conftest import POSTINGS, run_use_case, seed_postings
 from tests.test_embedded_end_to_end import counting_model_loads
 

@@ -12,7 +12,7 @@ from sqlalchemy import select
 from appdb.database import session_scope
 from appdb.models import Interaction, UseCaseOutput
 from domain.use_cases.posting_summary import POSTING_SUMMARY
-from pipeline_defs.cli import main
+from pipeline_defs.cli.main import main
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
 from tests.conftest import POSTINGS, run_use_case, seed_postings

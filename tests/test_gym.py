@@ -13,20 +13,22 @@ from dagster import AssetCheckSeverity, AssetKey, DagsterInstance
 from dagster._core.definitions.data_version import StaleStatus
 from sqlalchemy import select
 
-from appdb import review, work
+from appdb import discovery, review
 from appdb.database import session_scope
 from appdb.models import Interaction, OutputGrade, ReviewItem, UseCaseOutput
 from domain.language.llm_types import Generation
+from domain.language.output_parsing import first_blocking_failure
 from domain.quality import output_checks
 from domain.quality.judge_rubric import DEFAULT_RUBRIC, RubricError, load_rubric
 from domain.quality.review_actions import Edits, accept, correct, reject
 from domain.use_cases.posting_skills import POSTING_SKILLS, SKILLS_SCHEMA
 from domain.use_cases.posting_summary import POSTING_SUMMARY
 from domain.use_cases.shipped import USE_CASES
-from pipeline_defs.definitions import build_definitions, build_use_cases
-from pipeline_defs.reprocess import find_stale, plan_batches, reprocess_stale
+from pipeline_defs.cli.stale_reprocessing import find_stale, plan_batches, reprocess_stale
+from pipeline_defs.cli.trace_report import render_text, trace_blocks
+from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
-from pipeline_defs.trace import render_text, trace_blocks
+from pipeline_defs.wiring import build_use_cases
 from resources.app_database import AppDatabase
 from resources.llm import LLMResource
 from tests.conftest import run_use_case, seed_postings
@@ -131,15 +133,12 @@ def test_blocking_checks_guard_what_flows_downstream() -> None:
         "skills_schema_valid",
         "skills_in_posting",
     }
-    blocked = output_checks.first_blocking_failure(POSTING_SUMMARY.checks, {"summary": LOOPING}, POSTING)
+    blocked = first_blocking_failure(POSTING_SUMMARY.checks, {"summary": LOOPING}, POSTING)
     assert blocked is not None and blocked.check == "summary_not_degenerate"
     assert blocked.value == {"summary": LOOPING}
     # a near-copy is a lazy but usable summary: it goes to review, it is not blocked
-    assert output_checks.first_blocking_failure(POSTING_SUMMARY.checks, {"summary": COPIED}, POSTING) is None
-    assert (
-        output_checks.first_blocking_failure(POSTING_SUMMARY.checks, {"summary": GOOD_SUMMARY}, POSTING)
-        is None
-    )
+    assert first_blocking_failure(POSTING_SUMMARY.checks, {"summary": COPIED}, POSTING) is None
+    assert first_blocking_failure(POSTING_SUMMARY.checks, {"summary": GOOD_SUMMARY}, POSTING) is None
 
 
 # --- the pipeline with a fake model that also judges -------------------------------------------
@@ -521,7 +520,7 @@ def test_a_version_bump_makes_outputs_stale_and_reprocessing_redoes_only_those(
         versions = dict(
             session.execute(select(UseCaseOutput.posting_key, UseCaseOutput.use_case_version)).all()
         )
-        assert work.find_pending_work(session, item.spec) == ["g-3"]  # the never-made one is left alone
+        assert discovery.find_pending_work(session, item.spec) == ["g-3"]  # the never-made one is left alone
     assert versions == {"g-1": "2026-12-01.1", "g-2": "2026-12-01.1"}
     assert dagster_staleness(bumped_defs, dagster_instance, "g-2") == (StaleStatus.FRESH, [])
 

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from appdb import work
+from appdb import claims, discovery
 from appdb.database import session_scope
 from appdb.ingest import ingest_files
 from appdb.models import Posting
-from pipeline_defs.cli import main
-from pipeline_defs.definitions import build_use_cases
+from pipeline_defs.cli.main import main
 from pipeline_defs.settings import Settings
+from pipeline_defs.wiring import build_use_cases
 from tests.conftest import POSTINGS, write_jsonl
 
 
@@ -71,9 +71,9 @@ def test_reingest_unchanged_changes_nothing_and_changed_description_makes_output
     ]
     with session_scope(app_db_url) as session:
         for key in ("p-1", "p-2", "p-3"):
-            assert work.claim_items(session, "posting_summary", [key], "run-1") == [key]
+            assert claims.claim_items(session, "posting_summary", [key], "run-1") == [key]
             posting = session.scalar(select(Posting).where(Posting.key == key))
-            assert work.complete_item(
+            assert claims.complete_item(
                 session,
                 "posting_summary",
                 key,
@@ -87,7 +87,7 @@ def test_reingest_unchanged_changes_nothing_and_changed_description_makes_output
                     "posting_hash": posting.content_hash,
                 },
             )
-        assert work.find_pending_work(session, summary.spec) == []
+        assert discovery.find_pending_work(session, summary.spec) == []
         before = session.scalar(select(Posting.updated_at).where(Posting.key == "p-1"))
 
     with session_scope(app_db_url) as session:
@@ -101,7 +101,7 @@ def test_reingest_unchanged_changes_nothing_and_changed_description_makes_output
         report = ingest_files(session, [write_jsonl(tmp_path / "b.jsonl", changed)])
     assert report.updated == ["p-1"]
     with session_scope(app_db_url) as session:
-        assert work.find_pending_work(session, summary.spec) == ["p-1"]
+        assert discovery.find_pending_work(session, summary.spec) == ["p-1"]
 
 
 def test_csv_reports_the_line_where_a_record_starts(app_db_url: str, tmp_path: Path) -> None:

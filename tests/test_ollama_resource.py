@@ -170,11 +170,11 @@ def _settings(url: str) -> Settings:
 def test_an_unexpected_error_mid_batch_gives_the_claims_back_at_once(
     httpserver: HTTPServer, sqlite_url: str, tmp_path: Path, dagster_instance, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from appdb import work
+    from appdb import claims
 
     FakeOllama(httpserver)
     seed_postings(sqlite_url, tmp_path)
-    real_complete = work.complete_item
+    real_complete = claims.complete_item
 
     def complete_once_then_fail(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         if complete_once_then_fail.calls:
@@ -183,7 +183,7 @@ def test_an_unexpected_error_mid_batch_gives_the_claims_back_at_once(
         return real_complete(*args, **kwargs)
 
     complete_once_then_fail.calls = 0
-    monkeypatch.setattr(work, "complete_item", complete_once_then_fail)
+    monkeypatch.setattr(claims, "complete_item", complete_once_then_fail)
     llm = OllamaResource(host=httpserver.url_for("/").rstrip("/"))
     defs = build_definitions(_settings(sqlite_url), llm=llm)
     result = run_use_case(defs, dagster_instance, ["p-1", "p-2", "p-3"])

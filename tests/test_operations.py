@@ -9,20 +9,25 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select, update
 
-from appdb import work
+from appdb import claims, discovery, pauses, retry_policy
 from appdb.database import session_scope
 from appdb.models import Base, UseCasePause, WorkItem, utcnow
-from pipeline_defs.cli import main
+from pipeline_defs.cli.main import main
 from tests.conftest import POSTINGS, seed_postings
 
-SUMMARY = work.WorkSpec(use_case="posting_summary", version="2026-11-22.1", upstream_versions={})
+SUMMARY = discovery.WorkSpec(use_case="posting_summary", version="2026-11-22.1", upstream_versions={})
 
 
 def park(url: str, use_case: str, key: str, error: str) -> None:
     """Fail the item once with max_attempts=1, which parks it at once."""
     with session_scope(url) as session:
-        assert work.claim_items(session, use_case, [key], "run-park") == [key]
-        assert work.fail_item(session, use_case, key, "run-park", error, max_attempts=1) == "failed"
+        assert claims.claim_items(session, use_case, [key], "run-park") == [key]
+        assert (
+            claims.fail_item(
+                session, use_case, key, "run-park", error, policy=retry_policy.RetryPolicy(max_attempts=1)
+            )
+            == "failed"
+        )
 
 
 @pytest.fixture
@@ -46,9 +51,9 @@ def test_parked_items_are_listed_with_their_last_error_and_leave_discovery(
     park(app_db_url, "posting_summary", "p-2", "the response is not valid JSON")
     park(app_db_url, "posting_seniority", "p-3", "the response breaks the output schema")
     with session_scope(app_db_url) as session:
-        parked = work.list_failures(session)
-        only_summary = work.list_failures(session, "posting_summary")
-        pending = work.find_pending_work(session, SUMMARY)
+        parked = claims.list_failures(session)
+        only_summary = claims.list_failures(session, "posting_summary")
+        pending = discovery.find_pending_work(session, SUMMARY)
     assert [(item.use_case, item.posting_key) for item in parked] == [
         ("posting_summary", "p-2"),
         ("posting_seniority", "p-3"),
@@ -68,18 +73,18 @@ def test_requeue_by_posting_by_use_case_and_all(app_db_url: str, tmp_path: Path)
         park(app_db_url, "posting_summary", key, f"bad output for {key}")
     park(app_db_url, "posting_seniority", "p-3", "bad level")
     with session_scope(app_db_url) as session:
-        assert work.requeue_failed(session, posting_keys=["p-1", "no-such-posting"]) == 1
-        assert work.find_pending_work(session, SUMMARY) == ["p-1", "p-3"]
+        assert claims.requeue_failed(session, posting_keys=["p-1", "no-such-posting"]) == 1
+        assert discovery.find_pending_work(session, SUMMARY) == ["p-1", "p-3"]
         item = session.get(WorkItem, ("posting_summary", "p-1"))
         assert (item.status, item.attempts, item.next_attempt_at) == ("pending", 0, None)
         assert item.last_error == "bad output for p-1"  # kept for history
     with session_scope(app_db_url) as session:
-        assert work.requeue_failed(session, use_case="posting_seniority") == 1
-        assert [item.posting_key for item in work.list_failures(session)] == ["p-2"]
-        assert work.requeue_failed(session, posting_keys=[]) == 0
-        assert work.requeue_failed(session) == 1
-        assert work.list_failures(session) == []
-        assert work.find_pending_work(session, SUMMARY) == ["p-1", "p-2", "p-3"]
+        assert claims.requeue_failed(session, use_case="posting_seniority") == 1
+        assert [item.posting_key for item in claims.list_failures(session)] == ["p-2"]
+        assert claims.requeue_failed(session, posting_keys=[]) == 0
+        assert claims.requeue_failed(session) == 1
+        assert claims.list_failures(session) == []
+        assert discovery.find_pending_work(session, SUMMARY) == ["p-1", "p-2", "p-3"]
 
 
 def test_cli_failures_and_retry(cli_env: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -108,7 +113,7 @@ def test_cli_failures_and_retry(cli_env: str, tmp_path: Path, capsys: pytest.Cap
     assert main(["retry", "--all"]) == 0
     assert "re-queued 1 parked items" in capsys.readouterr().out
     with session_scope(cli_env) as session:
-        assert work.list_failures(session) == []
+        assert claims.list_failures(session) == []
 
 
 # --- pauses ------------------------------------------------------------------------------------
@@ -128,43 +133,48 @@ def _pause_seconds(url: str, use_case: str) -> float:
 
 def test_a_pause_doubles_when_the_use_case_trips_again_after_resuming(app_db_url: str) -> None:
     with session_scope(app_db_url) as session:
-        resume_at = work.pause_use_cases(session, ["posting_summary", "posting_seniority"], "Ollama down")
-        pauses = work.active_pauses(session)
-    assert sorted(pauses) == ["posting_seniority", "posting_summary"]
-    assert pauses["posting_summary"].reason == "Ollama down"
-    assert pauses["posting_summary"].resume_at == resume_at
+        resume_at = pauses.pause_use_cases(session, ["posting_summary", "posting_seniority"], "Ollama down")
+        active = pauses.active_pauses(session)
+    assert sorted(active) == ["posting_seniority", "posting_summary"]
+    assert active["posting_summary"].reason == "Ollama down"
+    assert active["posting_summary"].resume_at == resume_at
     assert _pause_seconds(app_db_url, "posting_summary") == 300
 
     with session_scope(app_db_url) as session:  # a concurrent run hits the same outage: no doubling
-        assert work.pause_use_cases(session, ["posting_summary"], "still down") == resume_at
-        assert work.active_pauses(session)["posting_summary"].consecutive_trips == 1
+        assert pauses.pause_use_cases(session, ["posting_summary"], "still down") == resume_at
+        assert pauses.active_pauses(session)["posting_summary"].consecutive_trips == 1
 
     durations = []
     for _ in range(4):
         _end_pauses_now(app_db_url)
         with session_scope(app_db_url) as session:
-            assert work.active_pauses(session) == {}
-            work.pause_use_cases(session, ["posting_summary"], "down again", max_seconds=2000)
+            assert pauses.active_pauses(session) == {}
+            pauses.pause_use_cases(
+                session,
+                ["posting_summary"],
+                "down again",
+                policy=retry_policy.RetryPolicy(pause_max_seconds=2000),
+            )
         durations.append(_pause_seconds(app_db_url, "posting_summary"))
     assert durations == [600, 1200, 2000, 2000]  # doubled, then capped
 
     with session_scope(app_db_url) as session:
-        assert work.clear_pause(session, "posting_summary")  # a generation succeeded
-        assert not work.clear_pause(session, "posting_summary")
-        work.pause_use_cases(session, ["posting_summary"], "down once more")
+        assert pauses.clear_pause(session, "posting_summary")  # a generation succeeded
+        assert not pauses.clear_pause(session, "posting_summary")
+        pauses.pause_use_cases(session, ["posting_summary"], "down once more")
     assert _pause_seconds(app_db_url, "posting_summary") == 300
 
 
 def test_manual_resume_ends_active_pauses(app_db_url: str) -> None:
     with session_scope(app_db_url) as session:
-        work.pause_use_cases(session, ["posting_summary", "posting_seniority"], "model missing")
+        pauses.pause_use_cases(session, ["posting_summary", "posting_seniority"], "model missing")
     with session_scope(app_db_url) as session:
-        assert work.active_pauses(session, now=utcnow() + timedelta(hours=2)) == {}
-        assert work.resume_use_cases(session, ["posting_summary"]) == 1
-        assert list(work.active_pauses(session)) == ["posting_seniority"]
-        assert work.resume_use_cases(session) == 1
-        assert work.active_pauses(session) == {}
-        assert work.resume_use_cases(session) == 0
+        assert pauses.active_pauses(session, now=utcnow() + timedelta(hours=2)) == {}
+        assert pauses.resume_use_cases(session, ["posting_summary"]) == 1
+        assert list(pauses.active_pauses(session)) == ["posting_seniority"]
+        assert pauses.resume_use_cases(session) == 1
+        assert pauses.active_pauses(session) == {}
+        assert pauses.resume_use_cases(session) == 0
 
 
 def test_cli_pauses_status_and_resume(
@@ -174,7 +184,7 @@ def test_cli_pauses_status_and_resume(
     assert main(["pauses"]) == 0
     assert "no use case is paused" in capsys.readouterr().out
     with session_scope(cli_env) as session:
-        work.pause_use_cases(session, ["posting_summary"], "cannot reach Ollama at http://gpu-box:11434")
+        pauses.pause_use_cases(session, ["posting_summary"], "cannot reach Ollama at http://gpu-box:11434")
     assert main(["pauses"]) == 0
     out = capsys.readouterr().out
     assert "posting_summary: paused until" in out and "cannot reach Ollama at http://gpu-box:11434" in out
@@ -209,8 +219,14 @@ def test_shadow_discovery_shows_the_work_and_writes_nothing(
     seed_postings(cli_env, tmp_path)
     park(cli_env, "posting_summary", "p-2", "bad output")
     with session_scope(cli_env) as session:
-        work.claim_items(session, "posting_summary", ["p-3"], "run-elsewhere", lease_seconds=-60)  # expired
-        work.pause_use_cases(session, ["posting_summary"], "Ollama down")
+        claims.claim_items(
+            session,
+            "posting_summary",
+            ["p-3"],
+            "run-elsewhere",
+            policy=retry_policy.RetryPolicy(lease_seconds=-60),
+        )  # expired
+        pauses.pause_use_cases(session, ["posting_summary"], "Ollama down")
     before = _snapshot(cli_env)
 
     assert main(["discover", "--shadow", "--use-case", "posting_summary"]) == 0

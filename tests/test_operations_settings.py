@@ -12,18 +12,20 @@ import pytest
 import yaml
 from dagster import DagsterInstance
 
+from assets.factory import build_work_groups
 from pipeline_defs.dagster_home import ensure_dagster_home
-from pipeline_defs.definitions import build_use_cases
-from pipeline_defs.factory import build_work_groups
+from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
+from pipeline_defs.wiring import build_use_cases
 
 
 def test_sensor_interval_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PIPELINE_SENSOR_INTERVAL_SECONDS", raising=False)
     assert Settings.from_env().sensor_interval_seconds == 30
     monkeypatch.setenv("PIPELINE_SENSOR_INTERVAL_SECONDS", "5")
-    groups = build_work_groups(build_use_cases(Settings.from_env()))
-    assert {group.sensor.minimum_interval_seconds for group in groups} == {5}
+    defs = build_definitions(Settings.from_env())
+    discovery_sensors = [sensor for sensor in defs.sensors if sensor.name.endswith("_discovery")]
+    assert discovery_sensors and {sensor.minimum_interval_seconds for sensor in discovery_sensors} == {5}
 
 
 @pytest.mark.parametrize("value", ["0", "-3", "soon", "1.5"])
@@ -88,7 +90,7 @@ def test_a_dead_run_gives_its_llm_pool_slot_back(tmp_path: Path, monkeypatch: py
     from dagster._core.test_utils import create_run_for_test
     from dagster._daemon.monitoring import concurrency as slot_monitoring
 
-    from sensors.discovery import fail_dead_runs
+    from sensors.discovery_sensor import fail_dead_runs
 
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "unused"))
     settings = replace(Settings.from_env(), dagster_home=tmp_path / "home", dagster_postgres_url=None)

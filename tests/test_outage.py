@@ -13,17 +13,19 @@ from dagster import AssetKey, SkipReason, build_sensor_context
 from dagster._core.storage.partition_status_cache import get_and_update_asset_status_cache_value
 from sqlalchemy import select, update
 
-from appdb import work
+from appdb import claims, pauses, retry_policy
 from appdb.database import session_scope
 from appdb.models import UseCaseOutput, UseCasePause, WorkItem, utcnow
+from assets.factory import build_work_groups
 from assets.partitions import POSTING_PARTITIONS
 from domain.language.llm_types import BackendUnavailable, Generation
 from domain.use_cases.posting_summary import POSTING_SUMMARY
-from pipeline_defs.definitions import build_definitions, build_use_cases
-from pipeline_defs.factory import build_work_groups
+from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
+from pipeline_defs.wiring import build_use_cases
 from resources.app_database import AppDatabase
 from resources.llm import LLMResource
+from sensors.discovery_sensor import build_discovery_sensor
 from tests.conftest import POSTINGS, run_use_case, seed_postings
 
 KEYS = [posting["key"] for posting in POSTINGS]
@@ -82,20 +84,20 @@ def test_an_outage_spends_no_attempts_pauses_the_use_case_and_work_resumes(
     with session_scope(app_db_url) as session:
         assert [o.posting_key for o in session.scalars(select(UseCaseOutput))] == ["p-1"]
         items = {i.posting_key: (i.status, i.attempts) for i in session.scalars(select(WorkItem))}
-        pauses = work.active_pauses(session)
+        active = pauses.active_pauses(session)
     assert items["p-2"] == ("pending", 0) and items["p-3"] == ("pending", 0)  # no attempt spent
-    assert "posting_summary" in pauses and "gpu-box" in pauses["posting_summary"].reason
+    assert "posting_summary" in active and "gpu-box" in active["posting_summary"].reason
 
     context = build_sensor_context(
         instance=dagster_instance, resources={"app_db": AppDatabase(url=app_db_url)}
     )
-    tick = group.sensor(context)
+    tick = build_discovery_sensor(group)(context)
     assert isinstance(tick, SkipReason) and "paused" in tick.skip_message  # no runs while paused
 
     FlakyBackend.up, FlakyBackend.serve_before_outage = True, 100  # the server is back ...
     with session_scope(app_db_url) as session:  # ... and the pause runs out
         session.execute(update(UseCasePause).values(resume_at=utcnow() - timedelta(seconds=1)))
-    tick = group.sensor(
+    tick = build_discovery_sensor(group)(
         build_sensor_context(instance=dagster_instance, resources={"app_db": AppDatabase(url=app_db_url)})
     )
     assert [r.tags["dagster/asset_partition_range_start"] for r in tick.run_requests] == ["p-2"]
@@ -103,7 +105,7 @@ def test_an_outage_spends_no_attempts_pauses_the_use_case_and_work_resumes(
     assert run_use_case(defs, dagster_instance, ["p-2", "p-3"]).success
     with session_scope(app_db_url) as session:
         assert sorted(o.posting_key for o in session.scalars(select(UseCaseOutput))) == KEYS
-        assert work.active_pauses(session) == {}
+        assert pauses.active_pauses(session) == {}
         assert session.scalar(select(UseCasePause)) is None  # the trip count is reset too
 
 
@@ -111,19 +113,19 @@ def test_a_posting_that_always_fails_is_parked_and_its_run_fails_naming_it(
     sqlite_url: str, tmp_path: Path, dagster_instance
 ) -> None:
     defs, _ = _setup(sqlite_url, tmp_path, serve_before_outage=100, bad_output_for={"Electrician"})
-    for attempt in range(1, work.DEFAULT_MAX_ATTEMPTS + 1):
+    for attempt in range(1, retry_policy.DEFAULT_RETRY_POLICY.max_attempts + 1):
         result = run_use_case(defs, dagster_instance, KEYS)
         with session_scope(sqlite_url) as session:
             session.execute(update(WorkItem).values(next_attempt_at=None))  # skip the backoff wait
             item = session.get(WorkItem, ("posting_summary", "p-3"))
         assert item.attempts == attempt
-        assert result.success == (attempt < work.DEFAULT_MAX_ATTEMPTS)
+        assert result.success == (attempt < retry_policy.DEFAULT_RETRY_POLICY.max_attempts)
     assert item.status == "failed" and "not valid JSON" in item.last_error
     [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
     assert "1 postings failed 3 times and are parked" in failure.event_specific_data.error.message
     with session_scope(sqlite_url) as session:
         assert sorted(o.posting_key for o in session.scalars(select(UseCaseOutput))) == ["p-1", "p-2"]
-        assert [f.posting_key for f in work.list_failures(session)] == ["p-3"]
+        assert [f.posting_key for f in claims.list_failures(session)] == ["p-3"]
     # What the UI's partition view shows: the parked posting as a failed partition.
     cache = get_and_update_asset_status_cache_value(
         dagster_instance, AssetKey("posting_summary"), POSTING_PARTITIONS

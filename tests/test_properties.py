@@ -36,8 +36,8 @@ from appdb.ingest import (
     validate_row,
 )
 from appdb.models import KEY_LENGTH, Posting
-from assets.llm_use_case import parse_output
 from domain.language.llm_types import ItemError
+from domain.language.output_parsing import parse_output
 from domain.use_cases.posting_summary import POSTING_SUMMARY
 
 BOUNDED = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

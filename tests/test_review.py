@@ -13,9 +13,9 @@ from sqlalchemy import func, inspect, select, update
 from appdb import review
 from appdb.database import alembic_config, dispose, get_engine, session_scope
 from appdb.models import Correction, Interaction, PostingSkillConcept, ReviewItem, UseCaseOutput
-from pipeline_defs.cli import main
+from pipeline_defs.cli.in_process_runs import load_reference_data
+from pipeline_defs.cli.main import main
 from pipeline_defs.definitions import build_definitions
-from pipeline_defs.runner import load_reference_data
 from tests.conftest import run_use_case, seed_postings
 from tests.test_gym import GYM_POSTINGS, GymFake, gym_settings
 

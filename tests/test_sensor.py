@@ -15,14 +15,15 @@ from dagster._core.storage.tags import (
 from dagster._core.test_utils import create_run_for_test
 from sqlalchemy import select
 
-from appdb import work
+from appdb import claims, retry_policy
 from appdb.database import session_scope
 from appdb.models import Posting
+from assets.factory import WorkGroup, build_work_groups
 from domain.use_cases.posting_summary import POSTING_SUMMARY
-from pipeline_defs.definitions import build_use_cases
-from pipeline_defs.factory import WorkGroup, build_work_groups
 from pipeline_defs.settings import Settings
+from pipeline_defs.wiring import build_use_cases
 from resources.app_database import AppDatabase
+from sensors.discovery_sensor import build_discovery_sensor
 from tests.conftest import seed_postings
 
 POSTINGS = [{"key": f"k-{i:02d}", "title": f"Job {i}", "description": f"Do task {i}."} for i in range(7)]
@@ -39,7 +40,7 @@ def _tick(summary: WorkGroup, url: str, instance, cursor: str | None = None):  #
     context = build_sensor_context(
         instance=instance, cursor=cursor, resources={"app_db": AppDatabase(url=url)}
     )
-    return summary.sensor(context), context
+    return build_discovery_sensor(summary)(context), context
 
 
 def _running_run(instance, group: WorkGroup, first: str, last: str):  # noqa: ANN001, ANN202
@@ -91,10 +92,10 @@ def test_no_work_means_no_run_requests_and_an_unchanged_database_skips_the_query
     seed_postings(sqlite_url, tmp_path, POSTINGS[:2])
     summary = _summary()
     with session_scope(sqlite_url) as session:
-        work.claim_items(session, POSTING_SUMMARY.name, ["k-00", "k-01"], "run-x")
+        claims.claim_items(session, POSTING_SUMMARY.name, ["k-00", "k-01"], "run-x")
         for key in ("k-00", "k-01"):
             digest = session.scalar(select(Posting.content_hash).where(Posting.key == key))
-            work.complete_item(
+            claims.complete_item(
                 session,
                 POSTING_SUMMARY.name,
                 key,
@@ -130,8 +131,14 @@ def test_a_run_whose_claims_expired_is_marked_failed_and_its_postings_requested_
     alive = _running_run(dagster_instance, summary, "k-03", "k-05")
     with session_scope(sqlite_url) as session:
         # the dead run's worker was killed: its lease ran out; the live one renews its own
-        work.claim_items(session, "posting_summary", ["k-00", "k-01", "k-02"], dead.run_id, lease_seconds=-1)
-        work.claim_items(session, "posting_summary", ["k-03", "k-04", "k-05"], alive.run_id)
+        claims.claim_items(
+            session,
+            "posting_summary",
+            ["k-00", "k-01", "k-02"],
+            dead.run_id,
+            policy=retry_policy.RetryPolicy(lease_seconds=-1),
+        )
+        claims.claim_items(session, "posting_summary", ["k-03", "k-04", "k-05"], alive.run_id)
     result, _ = _tick(summary, sqlite_url, dagster_instance)
     assert dagster_instance.get_run_by_id(dead.run_id).status == DagsterRunStatus.FAILURE
     assert dagster_instance.get_run_by_id(alive.run_id).status == DagsterRunStatus.STARTED

@@ -12,9 +12,10 @@ import pytest
 from dagster import AssetKey, DagsterInstance
 from sqlalchemy import select
 
-from appdb import work
+from appdb import discovery
 from appdb.database import session_scope
 from appdb.models import Interaction, UseCaseOutput
+from assets.factory import build_work_groups
 from domain.language.declaration import UseCase
 from domain.language.declaration_parts import DeclarationError
 from domain.language.fan_out import fan_in
@@ -24,10 +25,10 @@ from domain.use_cases.posting_assessment import POSTING_CONTRACT, POSTING_SENIOR
 from domain.use_cases.refined_summary import grade_summary, keep_best_summary
 from domain.use_cases.shipped import USE_CASES
 from pipeline_defs.catalog import declared_use_cases
-from pipeline_defs.definitions import build_definitions, build_use_cases
-from pipeline_defs.factory import build_work_groups
-from pipeline_defs.runner import run_pending
+from pipeline_defs.cli.in_process_runs import run_pending
+from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
+from pipeline_defs.wiring import build_use_cases
 from resources.app_database import AppDatabase
 from resources.llm import LLMResource
 from tests.conftest import POSTINGS, run_use_case, seed_postings
@@ -251,7 +252,7 @@ def test_the_synthesizer_runs_for_a_posting_only_when_every_expert_is_current(
 
     def pending() -> list[str]:
         with session_scope(app_db_url) as session:
-            return work.find_pending_work(session, built["posting_assessment"].spec)
+            return discovery.find_pending_work(session, built["posting_assessment"].spec)
 
     assert run_use_case(defs, dagster_instance, all_keys, "posting_seniority").success
     assert run_use_case(defs, dagster_instance, ["p-1", "p-2"], "posting_work_mode").success
@@ -346,7 +347,7 @@ def test_an_expert_whose_own_input_moved_on_is_not_current_so_the_synthesizer_wa
 
     def pending(name: str) -> list[str]:
         with session_scope(sqlite_url) as session:
-            return work.find_pending_work(session, specs[name])
+            return discovery.find_pending_work(session, specs[name])
 
     for name in ("notes", "expert_a", "expert_b"):
         assert run_use_case(defs, dagster_instance, ["p-1"], name).success

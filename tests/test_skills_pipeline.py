@@ -14,15 +14,16 @@ from dagster import DagsterInstance
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from sqlalchemy import select
 
-from appdb import work
+from appdb import discovery
 from appdb.database import session_scope
 from appdb.models import Interaction, PostingSkillConcept, UseCaseOutput
+from assets.factory import build_work_groups
 from domain.language.llm_types import Generation
 from domain.use_cases.posting_skills import POSTING_SKILLS, ground_skill_mentions
-from pipeline_defs.definitions import build_definitions, build_use_cases
-from pipeline_defs.factory import build_work_groups
-from pipeline_defs.runner import load_reference_data, run_pending
+from pipeline_defs.cli.in_process_runs import load_reference_data, run_pending
+from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
+from pipeline_defs.wiring import build_use_cases
 from resources.app_database import AppDatabase
 from resources.llm import LLMResource
 from tests.conftest import POSTINGS, seed_postings
@@ -116,11 +117,11 @@ def test_a_changed_taxonomy_makes_resolutions_stale(pipeline, tmp_path: Path) ->
     run_pending(defs, groups, instance, AppDatabase(url=url), source="test")
     entities = groups[1].members[0]
     with session_scope(url) as session:
-        assert work.find_pending_work(session, entities.spec) == []
+        assert discovery.find_pending_work(session, entities.spec) == []
 
     assert load_reference_data(defs, instance)  # same file: nothing becomes stale
     with session_scope(url) as session:
-        assert work.find_pending_work(session, entities.spec) == []
+        assert discovery.find_pending_work(session, entities.spec) == []
 
     from appdb.taxonomy import DEMO_TAXONOMY_PATH, load_taxonomy
 
@@ -129,7 +130,7 @@ def test_a_changed_taxonomy_makes_resolutions_stale(pipeline, tmp_path: Path) ->
     with session_scope(url) as session:
         assert load_taxonomy(session, changed).changed
     with session_scope(url) as session:
-        assert sorted(work.find_pending_work(session, entities.spec)) == ["p-1", "p-2", "p-3"]
+        assert sorted(discovery.find_pending_work(session, entities.spec)) == ["p-1", "p-2", "p-3"]
 
 
 def test_grounding_drops_and_counts_mentions_not_in_the_posting() -> None:

@@ -20,7 +20,7 @@ from appdb.taxonomy import (
     normalize_label,
     read_taxonomy_csv,
 )
-from assets.taxonomy import skills_taxonomy
+from assets.taxonomy_asset import skills_taxonomy
 from resources.app_database import AppDatabase
 from resources.taxonomy_resource import TaxonomyResource
 

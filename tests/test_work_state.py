@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select, text, update
 
-from appdb import work
+from appdb import claims, discovery, retry_policy
 from appdb.database import session_scope
 from appdb.models import Posting, WorkItem, utcnow
 from tests.conftest import seed_postings
 
-SPEC = work.WorkSpec(use_case="posting_summary", version="2026-11-22.1", upstream_versions={})
+SPEC = discovery.WorkSpec(use_case="posting_summary", version="2026-11-22.1", upstream_versions={})
 KEYS = ["p-1", "p-2", "p-3"]
 
 
@@ -31,14 +31,14 @@ def _output(version: str = "2026-11-22.1") -> dict:
 def test_a_claimed_item_is_held_by_one_run_only(app_db_url: str, tmp_path: Path) -> None:
     seed_postings(app_db_url, tmp_path)
     with session_scope(app_db_url) as session:
-        assert work.claim_items(session, SPEC.use_case, KEYS[:2], "run-a") == ["p-1", "p-2"]
+        assert claims.claim_items(session, SPEC.use_case, KEYS[:2], "run-a") == ["p-1", "p-2"]
     with session_scope(app_db_url) as session:
-        assert work.claim_items(session, SPEC.use_case, KEYS, "run-b") == ["p-3"]
-        assert work.find_pending_work(session, SPEC) == []
+        assert claims.claim_items(session, SPEC.use_case, KEYS, "run-b") == ["p-3"]
+        assert discovery.find_pending_work(session, SPEC) == []
     with session_scope(app_db_url) as session:
         # run-b never held p-1: it may not write its output
-        assert not work.complete_item(session, SPEC.use_case, "p-1", "run-b", _output())
-        assert work.complete_item(session, SPEC.use_case, "p-1", "run-a", _output())
+        assert not claims.complete_item(session, SPEC.use_case, "p-1", "run-b", _output())
+        assert claims.complete_item(session, SPEC.use_case, "p-1", "run-a", _output())
 
 
 def test_failures_back_off_then_park_after_max_attempts(app_db_url: str, tmp_path: Path) -> None:
@@ -46,10 +46,10 @@ def test_failures_back_off_then_park_after_max_attempts(app_db_url: str, tmp_pat
     statuses = []
     for attempt in range(3):
         with session_scope(app_db_url) as session:
-            assert work.claim_items(session, SPEC.use_case, ["p-1"], f"run-{attempt}") == ["p-1"]
-            statuses.append(work.fail_item(session, SPEC.use_case, "p-1", f"run-{attempt}", "not JSON"))
+            assert claims.claim_items(session, SPEC.use_case, ["p-1"], f"run-{attempt}") == ["p-1"]
+            statuses.append(claims.fail_item(session, SPEC.use_case, "p-1", f"run-{attempt}", "not JSON"))
         with session_scope(app_db_url) as session:
-            assert "p-1" not in work.find_pending_work(session, SPEC)  # backing off or parked
+            assert "p-1" not in discovery.find_pending_work(session, SPEC)  # backing off or parked
             item = session.get(WorkItem, (SPEC.use_case, "p-1"))
             if item.status == "pending":
                 assert item.next_attempt_at > utcnow()
@@ -58,15 +58,15 @@ def test_failures_back_off_then_park_after_max_attempts(app_db_url: str, tmp_pat
     with session_scope(app_db_url) as session:
         item = session.get(WorkItem, (SPEC.use_case, "p-1"))
         assert (item.status, item.attempts, item.last_error) == ("failed", 3, "not JSON")
-        assert work.find_pending_work(session, SPEC) == ["p-2", "p-3"]
+        assert discovery.find_pending_work(session, SPEC) == ["p-2", "p-3"]
 
 
 def test_released_claims_spend_no_attempt_and_expired_ones_are_freed(app_db_url: str, tmp_path: Path) -> None:
     seed_postings(app_db_url, tmp_path)
     with session_scope(app_db_url) as session:
-        work.claim_items(session, SPEC.use_case, KEYS, "run-a")
+        claims.claim_items(session, SPEC.use_case, KEYS, "run-a")
     with session_scope(app_db_url) as session:
-        assert work.release_items(session, SPEC.use_case, ["p-1"], "run-a") == 1
+        assert claims.release_items(session, SPEC.use_case, ["p-1"], "run-a") == 1
         assert session.get(WorkItem, (SPEC.use_case, "p-1")).attempts == 0
         session.execute(
             update(WorkItem)
@@ -74,22 +74,22 @@ def test_released_claims_spend_no_attempt_and_expired_ones_are_freed(app_db_url:
             .values(lease_expires_at=utcnow() - timedelta(1))
         )
     with session_scope(app_db_url) as session:
-        assert work.release_expired_claims(session) == 1
-        assert work.find_pending_work(session, SPEC) == ["p-1", "p-2"]
+        assert claims.release_expired_claims(session) == 1
+        assert discovery.find_pending_work(session, SPEC) == ["p-1", "p-2"]
 
 
 def test_outputs_of_an_older_version_are_stale(app_db_url: str, tmp_path: Path) -> None:
     seed_postings(app_db_url, tmp_path)
     with session_scope(app_db_url) as session:
-        work.claim_items(session, SPEC.use_case, KEYS, "run-a")
+        claims.claim_items(session, SPEC.use_case, KEYS, "run-a")
         for key in KEYS:
             output = _output("2026-01-01.1")
             output["posting_hash"] = session.scalar(select(Posting.content_hash).where(Posting.key == key))
-            work.complete_item(session, SPEC.use_case, key, "run-a", output)
+            claims.complete_item(session, SPEC.use_case, key, "run-a", output)
     with session_scope(app_db_url) as session:
-        assert work.find_pending_work(session, SPEC) == KEYS
-        old = work.WorkSpec(use_case="posting_summary", version="2026-01-01.1", upstream_versions={})
-        assert work.find_pending_work(session, old) == []
+        assert discovery.find_pending_work(session, SPEC) == KEYS
+        old = discovery.WorkSpec(use_case="posting_summary", version="2026-01-01.1", upstream_versions={})
+        assert discovery.find_pending_work(session, old) == []
 
 
 def test_forced_discovery_includes_parked_items_and_a_foreign_run_cannot_fail_or_renew_a_claim(
@@ -97,15 +97,25 @@ def test_forced_discovery_includes_parked_items_and_a_foreign_run_cannot_fail_or
 ) -> None:
     seed_postings(app_db_url, tmp_path)
     with session_scope(app_db_url) as session:
-        work.claim_items(session, SPEC.use_case, ["p-1"], "run-a")
-        assert work.fail_item(session, SPEC.use_case, "p-1", "run-b", "boom") is None  # not run-b's claim
-        assert work.renew_claims(session, SPEC.use_case, ["p-1"], "run-b") == 0
-        assert work.renew_claims(session, SPEC.use_case, ["p-1"], "run-a") == 1
-        assert work.fail_item(session, SPEC.use_case, "p-1", "run-a", "boom", max_attempts=1) == "failed"
+        claims.claim_items(session, SPEC.use_case, ["p-1"], "run-a")
+        assert claims.fail_item(session, SPEC.use_case, "p-1", "run-b", "boom") is None  # not run-b's claim
+        assert claims.renew_claims(session, SPEC.use_case, ["p-1"], "run-b") == 0
+        assert claims.renew_claims(session, SPEC.use_case, ["p-1"], "run-a") == 1
+        assert (
+            claims.fail_item(
+                session,
+                SPEC.use_case,
+                "p-1",
+                "run-a",
+                "boom",
+                policy=retry_policy.RetryPolicy(max_attempts=1),
+            )
+            == "failed"
+        )
     with session_scope(app_db_url) as session:
-        assert "p-1" not in work.find_pending_work(session, SPEC)
-        assert "p-1" in work.find_pending_work(session, SPEC, include_current=True)
-        assert work.claim_items(session, SPEC.use_case, ["p-1"], "run-c", include_parked=True) == ["p-1"]
+        assert "p-1" not in discovery.find_pending_work(session, SPEC)
+        assert "p-1" in discovery.find_pending_work(session, SPEC, include_current=True)
+        assert claims.claim_items(session, SPEC.use_case, ["p-1"], "run-c", include_parked=True) == ["p-1"]
 
 
 def test_the_change_marker_moves_when_a_retry_comes_due(sqlite_url: str, tmp_path: Path) -> None:
@@ -113,16 +123,16 @@ def test_the_change_marker_moves_when_a_retry_comes_due(sqlite_url: str, tmp_pat
 
     seed_postings(sqlite_url, tmp_path)
     with session_scope(sqlite_url) as session:
-        work.claim_items(session, SPEC.use_case, ["p-1"], "run-a")
-        work.fail_item(session, SPEC.use_case, "p-1", "run-a", "boom")
+        claims.claim_items(session, SPEC.use_case, ["p-1"], "run-a")
+        claims.fail_item(session, SPEC.use_case, "p-1", "run-a", "boom")
         session.execute(update(WorkItem).values(next_attempt_at=utcnow() + timedelta(seconds=1)))
     with session_scope(sqlite_url) as session:
-        before = work.change_marker(session)
-        assert work.change_marker(session) == before
+        before = discovery.change_marker(session)
+        assert discovery.change_marker(session) == before
     time.sleep(1.2)
     with session_scope(sqlite_url) as session:
-        assert work.change_marker(session) != before
-        assert "p-1" in work.find_pending_work(session, SPEC)
+        assert discovery.change_marker(session) != before
+        assert "p-1" in discovery.find_pending_work(session, SPEC)
 
 
 @pytest.mark.postgres
@@ -133,15 +143,15 @@ def test_discovery_on_postgresql_leaves_the_planner_settings_of_the_transaction_
     so the claims and writes later in the same transaction are planned as usual."""
     seed_postings(postgres_url, tmp_path)
     with session_scope(postgres_url) as session:
-        work.claim_items(session, SPEC.use_case, ["p-1"], "run-a")
+        claims.claim_items(session, SPEC.use_case, ["p-1"], "run-a")
         output = _output()
         output["posting_hash"] = session.scalar(select(Posting.content_hash).where(Posting.key == "p-1"))
-        work.complete_item(session, SPEC.use_case, "p-1", "run-a", output)
-    skills = work.WorkSpec(
+        claims.complete_item(session, SPEC.use_case, "p-1", "run-a", output)
+    skills = discovery.WorkSpec(
         use_case="posting_skills", version="1", upstream_versions={SPEC.use_case: SPEC.version}
     )
     with session_scope(postgres_url) as session:
         before = session.scalar(text("SHOW join_collapse_limit"))
-        assert work.find_pending_work(session, skills) == ["p-1"]  # only p-1 has its summary
-        assert work.find_pending_work(session, skills, within=KEYS) == ["p-1"]
+        assert discovery.find_pending_work(session, skills) == ["p-1"]  # only p-1 has its summary
+        assert discovery.find_pending_work(session, skills, within=KEYS) == ["p-1"]
         assert session.scalar(text("SHOW join_collapse_limit")) == before

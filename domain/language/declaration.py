@@ -23,6 +23,7 @@ from typing import Any
 
 import jsonschema
 
+from appdb.retry_policy import DEFAULT_RETRY_POLICY, RetryPolicy
 from domain.language.declaration_parts import DeclarationError, OutputCheck, ScriptContext, validate_json
 from domain.language.steps import Chain
 from domain.language.templates import POSTING_VARIABLES, render_templates, template_variables
@@ -66,6 +67,11 @@ class UseCase:
         reviewers' corrections (precision and recall over the items); None: whole outputs.
     steps: makes this a multi-step use case (`pipeline_defs/steps.py`) instead of one call;
         its model (and so its work group) is its first LLM step's model.
+    retry: attempts before an item is parked, backoff, claim lease and outage pause
+        (`appdb.retry_policy.RetryPolicy`); the default suits most use cases.
+    display: `display(output) -> text`: an output in one line, as review lists show it (default: JSON).
+    review_edits: the corrections a reviewer may make, by kind ("summary", "skills", "concepts"):
+        `hook(output, Edits, CorrectionContext) -> corrected output` (`domain/quality/corrections.py`).
     """
 
     name: str
@@ -92,6 +98,9 @@ class UseCase:
     judge_view: Callable[[dict[str, Any]], str] | None = None
     gold_items: Callable[[dict[str, Any]], Iterable[str]] | None = None
     steps: Chain | None = None
+    retry: RetryPolicy = DEFAULT_RETRY_POLICY
+    display: Callable[[dict[str, Any]], str] | None = None
+    review_edits: Mapping[str, Callable[..., dict[str, Any]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z][a-z0-9_]*", self.name):
@@ -161,6 +170,18 @@ class UseCase:
         """Raise jsonschema.ValidationError when the model's raw output breaks the grammar schema."""
         validate_json(value, self.grammar_schema)
 
+    def prepare(
+        self, values: Mapping[str, Any], reference_hashes: Mapping[str, str]
+    ) -> tuple[str, str, dict[str, int], str]:
+        """(prompt, system prompt, chars cut, input hash) for one item; a script's "prompt" is its
+        inputs as JSON (what the trace shows)."""
+        if self.is_script:
+            inputs = {name: values.get(name) for name in self.upstream}
+            prompt = json.dumps(inputs, ensure_ascii=False, sort_keys=True, default=str)
+            return prompt, "", {}, self.script_input_hash(values, reference_hashes)
+        prompt, system_prompt, truncated = self.render(values)
+        return prompt, system_prompt, truncated, self.input_hash(self.model, prompt, system_prompt)
+
     def input_hash(self, model: str, prompt: str, system_prompt: str) -> str:
         """Identity of one generation's input: same hash, same work (the idempotence key)."""
         payload = json.dumps(
@@ -185,8 +206,23 @@ class UseCase:
         return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
+def display_output(use_case: UseCase | None, output: Any) -> str:
+    """An output in one line: the use case's `display`, else its JSON (also for a use case no longer
+    declared, None)."""
+    if not isinstance(output, dict):
+        return "(none)"
+    if use_case is not None and use_case.display is not None:
+        return use_case.display(output)
+    return json.dumps(output, ensure_ascii=False)
+
+
 def model_label(use_case: UseCase) -> str:
     """The model an output is made by: the LLM's name, or `script:<function>`."""
     if use_case.steps is not None:  # a multi-step use case: its steps' models
         return " + ".join(use_case.steps.models) or f"{SCRIPT_BACKEND}:{use_case.name}"
     return use_case.model or f"{SCRIPT_BACKEND}:{use_case.function.__name__}"
+
+
+def code_version(use_case: UseCase) -> str:
+    """An output's code identity: the use case's version and its model (Dagster's code version too)."""
+    return f"{use_case.version}@{model_label(use_case)}"

@@ -199,3 +199,9 @@ def load_rubric(path: str | Path | None) -> Rubric:
 def overall(grades: Mapping[str, int]) -> float:
     """The mean of the criteria's grades."""
     return sum(grades.values()) / len(grades)
+
+
+def judge_text(posting: Mapping[str, Any]) -> str:
+    """The posting as the judge sees it: title, company, location, then the text."""
+    head = " · ".join(str(posting[name]) for name in ("title", "company", "location") if posting.get(name))
+    return f"{head}. {posting.get('description') or ''}"

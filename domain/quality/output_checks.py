@@ -22,7 +22,6 @@ from typing import Any
 import jsonschema
 
 from domain.language.declaration_parts import validate_json
-from domain.language.llm_types import ItemError
 
 CheckFunction = Callable[[dict[str, Any], Mapping[str, Any]], str | None]
 
@@ -62,41 +61,6 @@ def repeated_share(text: str, n: int = DEGENERATE_NGRAM) -> float:
     if not grams:
         return 0.0
     return (len(grams) - len(set(grams))) / len(grams)
-
-
-class BlockedOutput(ItemError):
-    """An output a blocking check rejected: not stored, a failed attempt, and a review item."""
-
-    PREFIX = "blocked by check "
-
-    def __init__(self, check: str, reason: str, value: dict[str, Any]) -> None:
-        super().__init__(f"{self.PREFIX}{check}: {reason}")
-        self.check, self.reason, self.value = check, reason, value
-
-
-def first_blocking_failure(
-    declared: Sequence[Any], output: dict[str, Any], posting: Mapping[str, Any]
-) -> BlockedOutput | None:
-    """The first blocking `OutputCheck` among `declared` that `output` fails, as the error to raise."""
-    for check in declared:
-        if check.blocking:
-            reason = check.check(output, posting)
-            if reason:
-                return BlockedOutput(check.name, reason, output)
-    return None
-
-
-def describe_check(check: Any) -> str:
-    """An `OutputCheck`'s description, saying what a blocking check does to a failing output."""
-    if check.blocking:
-        return f"{check.description} Blocking: a failing output is rejected (not stored, retried, reviewed)."
-    return check.description
-
-
-def blocked_postings(check_name: str, failed: Mapping[str, str]) -> dict[str, str]:
-    """The postings of a batch whose output this blocking check rejected, with the reason."""
-    prefix = f"{BlockedOutput.PREFIX}{check_name}: "
-    return {key: error[len(prefix) :] for key, error in failed.items() if error.startswith(prefix)}
 
 
 # --- posting_summary ---------------------------------------------------------------------------

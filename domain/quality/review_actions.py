@@ -18,27 +18,20 @@ for skills, mentions that appear in the posting. Every delivered value is record
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from appdb import review, work
-from appdb.models import Posting, ReviewItem, TaxonomyConcept, utcnow
+from appdb import interactions, review
+from appdb.models import ReviewItem, utcnow
 from domain.language.declaration import UseCase, model_label
-from domain.quality.output_checks import first_blocking_failure
-from domain.use_cases.posting_skills import ground_skill_mentions
-from domain.use_cases.skill_entities import REVIEWED_STAGE
+from domain.language.output_parsing import first_blocking_failure
+from domain.quality.corrections import EDIT_SCOPES, CorrectionContext, CorrectionError, Edits
 
 REVIEWER_MODEL = "reviewer"
-UNMATCHED = ("none", "unmatched")
-
-
-class CorrectionError(ValueError):
-    """A correction that cannot be made (names the item and why)."""
 
 
 @dataclass(frozen=True)
@@ -51,32 +44,6 @@ class Verdict:
     correction_id: int | None = None
 
 
-@dataclass(frozen=True)
-class Edits:
-    """What `pipeline review correct` changes: any combination that fits the output."""
-
-    summary: str | None = None
-    add_skills: Sequence[str] = ()
-    remove_skills: Sequence[str] = ()
-    concepts: Mapping[str, str] | None = None  # mention -> concept URI ("none": unmatched)
-
-    def describe(self) -> str:
-        parts = []
-        if self.summary is not None:
-            parts.append(f"--summary {json.dumps(self.summary, ensure_ascii=False)}")
-        parts += [f"--add-skill {json.dumps(m, ensure_ascii=False)}" for m in self.add_skills]
-        parts += [f"--remove-skill {json.dumps(m, ensure_ascii=False)}" for m in self.remove_skills]
-        parts += [
-            f"--concept {json.dumps(f'{m}={u}', ensure_ascii=False)}"
-            for m, u in (self.concepts or {}).items()
-        ]
-        return " ".join(parts)
-
-    @property
-    def empty(self) -> bool:
-        return self.summary is None and not self.add_skills and not self.remove_skills and not self.concepts
-
-
 def _use_case(item: ReviewItem, use_cases: Mapping[str, UseCase]) -> UseCase:
     if item.use_case not in use_cases:
         raise CorrectionError(f"review item {item.id}: use case {item.use_case!r} is no longer declared")
@@ -84,10 +51,10 @@ def _use_case(item: ReviewItem, use_cases: Mapping[str, UseCase]) -> UseCase:
 
 
 def _posting(session: Session, key: str) -> dict[str, Any]:
-    row = session.scalar(select(Posting).where(Posting.key == key))
-    if row is None:
+    fields = review.posting_fields(session, key)
+    if fields is None:
         raise CorrectionError(f"posting {key!r} no longer exists")
-    return {"title": row.title, "description": row.description, "company": row.company}
+    return fields
 
 
 def _deliverable(session: Session, item: ReviewItem, use_case: UseCase) -> bool:
@@ -106,7 +73,7 @@ def _deliver(
     session: Session, item: ReviewItem, use_case: UseCase, value: dict[str, Any], command: str
 ) -> int:
     """Record the reviewer's value as an interaction and make it the current output; its id."""
-    interaction_id = work.record_interaction(
+    interaction_id = interactions.record_interaction(
         session,
         use_case=use_case.name,
         use_case_version=use_case.version,
@@ -222,14 +189,12 @@ def apply_edits(
     """The corrected output; CorrectionError when an edit does not fit or the result is invalid."""
     value = json.loads(json.dumps(original))
     where = f"review item {item.id} ({item.use_case}, posting {item.posting_key})"
-    if edits.summary is not None:
-        if "summary" not in value:
-            raise CorrectionError(f"{where}: --summary applies to outputs with a summary, not this one")
-        value["summary"] = " ".join(edits.summary.split())
-    if edits.add_skills or edits.remove_skills:
-        value = _edit_skills(value, posting, edits, where)
-    if edits.concepts:
-        value = _edit_concepts(session, value, edits.concepts, where)
+    context = CorrectionContext(posting, where, lambda uri: review.concept_label(session, uri))
+    for kind in edits.kinds:
+        hook = use_case.review_edits.get(kind)
+        if hook is None:
+            raise CorrectionError(f"{where}: {EDIT_SCOPES[kind]}, not this one")
+        value = hook(value, edits, context)
     try:
         use_case.validate_output(value)
     except jsonschema.ValidationError as exc:
@@ -243,69 +208,3 @@ def apply_edits(
             f"{where}: the correction fails the blocking check {blocked.check}: {blocked.reason}"
         )
     return value
-
-
-def _edit_skills(
-    value: dict[str, Any], posting: Mapping[str, Any], edits: Edits, where: str
-) -> dict[str, Any]:
-    if not isinstance(value.get("skills"), list):
-        raise CorrectionError(
-            f"{where}: --add-skill and --remove-skill apply to skills outputs, not this one"
-        )
-    kept = list(value["skills"])
-    for mention in edits.remove_skills:
-        matches = [s for s in kept if s["mention"].lower() == " ".join(mention.split()).lower()]
-        if not matches:
-            listed = ", ".join(repr(s["mention"]) for s in kept) or "none"
-            raise CorrectionError(f"{where}: no mention {mention!r} to remove (mentions: {listed})")
-        kept = [s for s in kept if s not in matches]
-    added = [_kind_and_mention(text) for text in edits.add_skills]
-    raw = {
-        "knowledge": [s["mention"] for s in kept if s["kind"] == "knowledge"]
-        + [m for kind, m in added if kind == "knowledge"],
-        "skills": [s["mention"] for s in kept if s["kind"] == "skill"]
-        + [m for kind, m in added if kind == "skill"],
-    }
-    try:
-        grounded = ground_skill_mentions(raw, posting)
-    except ValueError as exc:
-        raise CorrectionError(f"{where}: {exc}") from exc
-    missing = [m for _, m in added if m.lower() in {u.lower() for u in grounded["ungrounded"]}]
-    if missing:
-        raise CorrectionError(
-            f"{where}: {missing[0]!r} does not appear in the posting "
-            "(skills are mentions copied from its text)"
-        )
-    return {**value, "skills": grounded["skills"]}
-
-
-def _kind_and_mention(text: str) -> tuple[str, str]:
-    """`knowledge:Python` or `skill:bake bread`; a bare mention is a skill."""
-    kind, sep, mention = text.partition(":")
-    if sep and kind.strip().lower() in ("knowledge", "skill"):
-        return kind.strip().lower(), mention.strip()
-    return "skill", text.strip()
-
-
-def _edit_concepts(
-    session: Session, value: dict[str, Any], concepts: Mapping[str, str], where: str
-) -> dict[str, Any]:
-    if not isinstance(value.get("entities"), list):
-        raise CorrectionError(f"{where}: --concept applies to resolved skills (entities), not this one")
-    entities = [dict(entity) for entity in value["entities"]]
-    for mention, uri in concepts.items():
-        targets = [e for e in entities if e["mention"].lower() == " ".join(mention.split()).lower()]
-        if not targets:
-            listed = ", ".join(repr(e["mention"]) for e in entities) or "none"
-            raise CorrectionError(f"{where}: no mention {mention!r} (mentions: {listed})")
-        if uri.strip().lower() in UNMATCHED:
-            concept_uri, label = None, None
-        else:
-            concept = session.get(TaxonomyConcept, uri.strip())
-            if concept is None:
-                raise CorrectionError(f"{where}: {uri!r} is not a concept URI of the loaded taxonomy")
-            concept_uri, label = concept.concept_uri, concept.preferred_label
-        for entity in targets:
-            entity.update(concept_uri=concept_uri, concept_label=label, confidence=1.0, stage=REVIEWED_STAGE)
-    unmatched = sum(1 for e in entities if e["concept_uri"] is None)
-    return {**value, "entities": entities, "matched": len(entities) - unmatched, "unmatched": unmatched}

@@ -9,6 +9,7 @@ from typing import Any
 from domain.language.declaration import UseCase
 from domain.language.declaration_parts import OutputCheck
 from domain.quality import output_checks
+from domain.quality.corrections import CorrectionContext, CorrectionError, Edits
 
 SKILLS_PROMPT = """\
 Job postings, each followed by the knowledge and skills it asks for, in JSON, copied \
@@ -114,9 +115,53 @@ def ground_skill_mentions(output: dict[str, Any], inputs: Mapping[str, Any]) -> 
     return {"skills": skills, "ungrounded": ungrounded}
 
 
+def edit_skills(value: dict[str, Any], edits: Edits, context: CorrectionContext) -> dict[str, Any]:
+    """A reviewer's added and removed mentions (`--add-skill [knowledge:]M`, `--remove-skill M`): added
+    ones must appear in the posting, like the model's."""
+    where, posting = context.where, context.posting
+    kept = list(value["skills"])
+    for mention in edits.remove_skills:
+        matches = [s for s in kept if s["mention"].lower() == " ".join(mention.split()).lower()]
+        if not matches:
+            listed = ", ".join(repr(s["mention"]) for s in kept) or "none"
+            raise CorrectionError(f"{where}: no mention {mention!r} to remove (mentions: {listed})")
+        kept = [s for s in kept if s not in matches]
+    added = [kind_and_mention(text) for text in edits.add_skills]
+    raw = {
+        "knowledge": [s["mention"] for s in kept if s["kind"] == "knowledge"]
+        + [m for kind, m in added if kind == "knowledge"],
+        "skills": [s["mention"] for s in kept if s["kind"] == "skill"]
+        + [m for kind, m in added if kind == "skill"],
+    }
+    try:
+        grounded = ground_skill_mentions(raw, posting)
+    except ValueError as exc:
+        raise CorrectionError(f"{where}: {exc}") from exc
+    missing = [m for _, m in added if m.lower() in {u.lower() for u in grounded["ungrounded"]}]
+    if missing:
+        raise CorrectionError(
+            f"{where}: {missing[0]!r} does not appear in the posting "
+            "(skills are mentions copied from its text)"
+        )
+    return {**value, "skills": grounded["skills"]}
+
+
+def kind_and_mention(text: str) -> tuple[str, str]:
+    """`knowledge:Python` or `skill:bake bread`; a bare mention is a skill."""
+    kind, sep, mention = text.partition(":")
+    if sep and kind.strip().lower() in ("knowledge", "skill"):
+        return kind.strip().lower(), mention.strip()
+    return "skill", text.strip()
+
+
 def skills_for_judge(output: dict[str, Any]) -> str:
     """What the judge grades: the kept mentions."""
     return "; ".join(skill["mention"] for skill in output["skills"]) or "(none)"
+
+
+def skills_display(output: dict[str, Any]) -> str:
+    """The mentions with their kind, as review lists show them."""
+    return "; ".join(f"{s['mention']} ({s['kind']})" for s in output["skills"]) or "(no skills)"
 
 
 def skills_gold_items(output: dict[str, Any]) -> set[str]:
@@ -158,4 +203,6 @@ POSTING_SKILLS = UseCase(
     ),
     judge_view=skills_for_judge,
     gold_items=skills_gold_items,
+    display=skills_display,
+    review_edits={"skills": edit_skills},
 )

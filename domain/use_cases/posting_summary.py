@@ -14,6 +14,7 @@ from typing import Any
 from domain.language.declaration import UseCase
 from domain.language.declaration_parts import OutputCheck
 from domain.quality import output_checks
+from domain.quality.corrections import CorrectionContext, Edits
 
 SUMMARY_PROMPT = """\
 Job postings, each followed by a short factual summary in JSON: one or two sentences \
@@ -76,6 +77,11 @@ def summary_for_judge(output: dict[str, Any]) -> str:
     return str(output["summary"])
 
 
+def edit_summary(output: dict[str, Any], edits: Edits, context: CorrectionContext) -> dict[str, Any]:
+    """A reviewer's corrected summary (`pipeline review correct ID --summary TEXT`), whitespace squashed."""
+    return {**output, "summary": " ".join(str(edits.summary).split())}
+
+
 def summary_gold_items(output: dict[str, Any]) -> set[str]:
     """Compared with a corrected summary as a bag of words (precision/recall of its words)."""
     return set(output_checks.words(str(output["summary"])))
@@ -121,4 +127,6 @@ POSTING_SUMMARY = UseCase(
     ),
     judge_view=summary_for_judge,
     gold_items=summary_gold_items,
+    display=summary_for_judge,
+    review_edits={"summary": edit_summary},
 )

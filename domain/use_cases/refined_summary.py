@@ -192,4 +192,6 @@ REFINED_POSTING_SUMMARY = UseCase(
     postprocess=normalize_summary,
     preview_field="summary",
     checks=POSTING_SUMMARY.checks,
+    display=POSTING_SUMMARY.display,
+    review_edits=POSTING_SUMMARY.review_edits,
 )

@@ -11,6 +11,7 @@ from appdb.models import KEY_LENGTH, PostingSkillConcept, utcnow
 from domain.language.declaration import UseCase
 from domain.language.declaration_parts import OutputCheck, ScriptContext
 from domain.quality import output_checks
+from domain.quality.corrections import CorrectionContext, CorrectionError, Edits
 from domain.skills.skill_resolver import STAGES as RESOLUTION_STAGES
 
 REVIEWED_STAGE = "review"  # a concept a reviewer chose (`pipeline review correct ID --concept ...`)
@@ -83,6 +84,37 @@ def store_skill_concepts(session: Any, posting_key: str, output: dict[str, Any])
     session.add_all(rows.values())
 
 
+UNMATCHED = ("none", "unmatched")
+
+
+def edit_concepts(value: dict[str, Any], edits: Edits, context: CorrectionContext) -> dict[str, Any]:
+    """A reviewer's concept for a mention (`--concept MENTION=URI`, or `=none` for unmatched)."""
+    where, concepts = context.where, edits.concepts or {}
+    entities = [dict(entity) for entity in value["entities"]]
+    for mention, uri in concepts.items():
+        targets = [e for e in entities if e["mention"].lower() == " ".join(mention.split()).lower()]
+        if not targets:
+            listed = ", ".join(repr(e["mention"]) for e in entities) or "none"
+            raise CorrectionError(f"{where}: no mention {mention!r} (mentions: {listed})")
+        if uri.strip().lower() in UNMATCHED:
+            concept_uri, label = None, None
+        else:
+            label = context.concept_label(uri.strip())
+            if label is None:
+                raise CorrectionError(f"{where}: {uri!r} is not a concept URI of the loaded taxonomy")
+            concept_uri = uri.strip()
+        for entity in targets:
+            entity.update(concept_uri=concept_uri, concept_label=label, confidence=1.0, stage=REVIEWED_STAGE)
+    unmatched = sum(1 for e in entities if e["concept_uri"] is None)
+    return {**value, "entities": entities, "matched": len(entities) - unmatched, "unmatched": unmatched}
+
+
+def entities_display(output: dict[str, Any]) -> str:
+    """Each mention and its concept, as review lists show them."""
+    shown = (f"{e['mention']} -> {e.get('concept_label') or 'unmatched'}" for e in output["entities"])
+    return "; ".join(shown) or "(no mentions)"
+
+
 def entities_gold_items(output: dict[str, Any]) -> set[str]:
     """Compared with corrected resolutions as a set of (mention, concept) pairs."""
     return {
@@ -111,4 +143,6 @@ SKILL_ENTITIES = UseCase(
         ),
     ),
     gold_items=entities_gold_items,
+    display=entities_display,
+    review_edits={"concepts": edit_concepts},
 )

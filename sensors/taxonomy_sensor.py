@@ -1,6 +1,6 @@
 """Keeps the skills taxonomy loaded: a run of `skills_taxonomy` when none is loaded or the file changed.
 
-The taxonomy is a reference input of `skill_entities` (see `appdb.work.pending_work_query`):
+The taxonomy is a reference input of `skill_entities` (see `appdb.discovery.pending_work_query`):
 loading a changed file makes the resolved skills stale, and their sensor picks them up.
 """
 
@@ -17,7 +17,8 @@ from dagster import (
     sensor,
 )
 
-from appdb.models import ReferenceData
+from appdb.taxonomy import loaded_taxonomy_hash
+from assets.run_tags import REASON_TAG
 from resources.app_database import AppDatabase
 from resources.taxonomy_resource import TaxonomyResource
 
@@ -46,9 +47,7 @@ def skills_taxonomy_sensor(
     stat = path.stat()
     fingerprint = json.dumps([str(path), stat.st_size, stat.st_mtime_ns])
     with app_db.session() as session:
-        loaded = session.get(ReferenceData, TAXONOMY_ASSET) is not None
+        loaded = loaded_taxonomy_hash(session) is not None
     if loaded and context.cursor == fingerprint:
         return SkipReason(f"taxonomy {path} unchanged and loaded")
-    return SensorResult(
-        run_requests=[RunRequest(tags={"pipeline/reason": "taxonomy changed"})], cursor=fingerprint
-    )
+    return SensorResult(run_requests=[RunRequest(tags={REASON_TAG: "taxonomy changed"})], cursor=fingerprint)

@@ -1,6 +1,6 @@
 """Run pending work now, in this process, on the persistent Dagster instance.
 
-The same plan the sensors make (`sensors.discovery.plan_runs`), executed right away:
+The same plan the sensors make (`sensors.discovery_sensor.plan_runs`), executed right away:
 the runs appear in the Dagster UI like any other, tagged with source `cli`.
 """
 
@@ -12,10 +12,15 @@ from dataclasses import dataclass, field
 
 from dagster import DagsterInstance, Definitions
 
+from assets.factory import WorkGroup, build_work_groups
 from assets.partitions import POSTING_PARTITIONS
-from pipeline_defs.factory import WorkGroup
+from assets.run_tags import SOURCE_TAG
+from pipeline_defs.dagster_home import ensure_dagster_home
+from pipeline_defs.definitions import build_definitions
+from pipeline_defs.settings import Settings
+from pipeline_defs.wiring import build_use_cases
 from resources.app_database import AppDatabase
-from sensors.discovery import plan_runs
+from sensors.discovery_sensor import plan_runs
 
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
@@ -47,7 +52,7 @@ def load_reference_data(defs: Definitions, instance: DagsterInstance, source: st
     """Materialize the skills taxonomy (a no-op when the file is unchanged); True when it succeeded."""
     result = defs.resolve_job_def("skills_taxonomy_job").execute_in_process(
         instance=instance,
-        tags={"pipeline/source": source},
+        tags={SOURCE_TAG: source},
         run_config=QUIET_LOGS,
         raise_on_error=False,
     )
@@ -91,3 +96,12 @@ def run_pending(
         report.seconds = time.perf_counter() - started
         reports.append(report)
     return reports
+
+
+def dagster_for(settings: Settings) -> tuple[DagsterInstance, Definitions, list[WorkGroup], AppDatabase]:
+    """The project's Dagster instance, the code location, its work groups and the app database."""
+    ensure_dagster_home(settings)
+    built = build_use_cases(settings)
+    groups = build_work_groups(built)
+    defs = build_definitions(settings, built=built, groups=groups)
+    return DagsterInstance.get(), defs, groups, AppDatabase(url=settings.database_url)

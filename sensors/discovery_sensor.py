@@ -18,7 +18,6 @@ import json
 from bisect import bisect_left, bisect_right
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from dagster import (
     DagsterInstance,
@@ -33,23 +32,24 @@ from dagster import (
     sensor,
 )
 from dagster._core.storage.event_log.schema import DynamicPartitionsTable
-from dagster._core.storage.tags import (
-    ASSET_PARTITION_RANGE_END_TAG,
-    ASSET_PARTITION_RANGE_START_TAG,
-    PRIORITY_TAG,
-)
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from appdb import work
+from appdb import claims, discovery, pauses
+from assets.factory import WorkGroup
 from assets.partitions import POSTING_PARTITIONS
-from pipeline_defs.settings import Settings
+from assets.run_tags import (
+    ASSET_PARTITION_RANGE_END_TAG,
+    ASSET_PARTITION_RANGE_START_TAG,
+    DAGSTER_PARTITION_TAG,
+    PRIORITY_TAG,
+    SOURCE_TAG,
+    WORK_GROUP_TAG,
+    partition_range_tags,
+)
 from resources.app_database import AppDatabase
 
-if TYPE_CHECKING:
-    from pipeline_defs.factory import WorkGroup
-
-WORK_GROUP_TAG = "pipeline/work_group"
+DEFAULT_INTERVAL_SECONDS = 30
 _LOOKUP_CHUNK = 500  # partition keys per lookup query on SQLite
 ACTIVE_STATUSES = [
     DagsterRunStatus.QUEUED,
@@ -68,35 +68,34 @@ class RunPlan:
     pending_by_use_case: dict[str, int]
     paused: dict[str, str]  # use case -> "reason (until ...)"
 
-    def run_requests(self, group: "WorkGroup", source: str | None = None) -> list[RunRequest]:
+    def run_requests(self, group: WorkGroup, source: str | None = None) -> list[RunRequest]:
         requests = []
         for batch in self.batches:
             tags = {
-                ASSET_PARTITION_RANGE_START_TAG: batch[0],
-                ASSET_PARTITION_RANGE_END_TAG: batch[-1],
+                **partition_range_tags(batch[0], batch[-1]),
                 WORK_GROUP_TAG: group.name,
                 PRIORITY_TAG: str(group.priority),
             }
             if source:
-                tags["pipeline/source"] = source
+                tags[SOURCE_TAG] = source
             requests.append(RunRequest(tags=tags))
         return requests
 
 
-def plan_runs(session: Session, instance: DagsterInstance, group: "WorkGroup") -> RunPlan:
+def plan_runs(session: Session, instance: DagsterInstance, group: WorkGroup) -> RunPlan:
     """Which postings need this group's use cases now, and how they split into runs."""
-    pauses = work.active_pauses(session)
+    active = pauses.active_pauses(session)
     paused = {
-        name: f"{pauses[name].reason} (until {pauses[name].resume_at:%Y-%m-%d %H:%M:%S} UTC)"
+        name: f"{active[name].reason} (until {active[name].resume_at:%Y-%m-%d %H:%M:%S} UTC)"
         for name in group.use_case_names
-        if name in pauses
+        if name in active
     }
     pending_by_use_case: dict[str, int] = {}
     pending_set: set[str] = set()
     for member in group.members:
         if member.use_case.name in paused:
             continue
-        keys = work.find_pending_work(session, member.spec)
+        keys = discovery.find_pending_work(session, member.spec)
         pending_by_use_case[member.use_case.name] = len(keys)
         pending_set.update(keys)
     if not pending_set:  # nothing to place: no partition lookups
@@ -161,7 +160,7 @@ def _keys_in_active_runs(instance: DagsterInstance, job_name: str, positions: di
     """The known pending postings inside the partition range of a queued or running run of the job."""
     ranges = []
     for run in instance.get_runs(RunsFilter(job_name=job_name, statuses=ACTIVE_STATUSES)):
-        single = run.tags.get("dagster/partition", "")
+        single = run.tags.get(DAGSTER_PARTITION_TAG, "")
         ranges.append(
             (
                 run.tags.get(ASSET_PARTITION_RANGE_START_TAG, single),
@@ -202,10 +201,12 @@ def fail_dead_runs(instance: DagsterInstance, run_ids: Sequence[str]) -> list[st
     return failed
 
 
-def build_discovery_sensor(group: "WorkGroup", interval_seconds: int | None = None) -> SensorDefinition:
+def build_discovery_sensor(
+    group: WorkGroup, interval_seconds: int = DEFAULT_INTERVAL_SECONDS
+) -> SensorDefinition:
     """The group's sensor; it ticks every `interval_seconds` (PIPELINE_SENSOR_INTERVAL_SECONDS)."""
     members = ", ".join(group.use_case_names)
-    interval = interval_seconds or Settings.from_env().sensor_interval_seconds
+    interval = interval_seconds
 
     @sensor(
         name=f"{group.name}_discovery",
@@ -219,14 +220,14 @@ def build_discovery_sensor(group: "WorkGroup", interval_seconds: int | None = No
     )
     def _discovery(context: SensorEvaluationContext, app_db: AppDatabase) -> SensorResult | SkipReason:
         with app_db.session() as session:
-            dead_runs = work.expired_claim_holders(session)
-            freed = work.release_expired_claims(session)
+            dead_runs = claims.expired_claim_holders(session)
+            freed = claims.release_expired_claims(session)
         if freed:
             context.log.warning(f"{group.name}: freed {freed} claims whose lease expired (their run died)")
             fail_dead_runs(context.instance, dead_runs)
         with app_db.session() as session:
             versions = ",".join(member.use_case.version for member in group.members)
-            marker = f"{versions}|{work.change_marker(session)}"
+            marker = f"{versions}|{discovery.change_marker(session)}"
             previous = json.loads(context.cursor) if context.cursor else {}
             if previous.get("marker") == marker and previous.get("pending") == 0:
                 return SkipReason(f"{group.name}: no change since the last tick, and no work then")

@@ -27,20 +27,23 @@ from dagster import (
     AssetChecksDefinition,
     AssetCheckSeverity,
     AssetCheckSpec,
-    AssetExecutionContext,
     AssetsDefinition,
     AssetSelection,
     MetadataValue,
     asset_check,
     define_asset_job,
 )
-from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
-from sqlalchemy import select
 
-from appdb import review, work
-from appdb.models import Interaction, UseCaseOutput, utcnow
+# The type `define_asset_job` returns; Dagster does not export it at the top level (a type hint only).
+from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
+
+from appdb import inputs, interactions, review
+from assets.batch_state import BatchRun
+from assets.llm_calls import LLMRequest, generate_in_order
+from assets.outputs import record_call
+from assets.run_tags import WORK_GROUP_TAG
 from domain.language.declaration import UseCase
-from domain.language.llm_types import BackendUnavailable
+from domain.language.llm_types import BackendUnavailable, Generation
 from domain.quality.gold import (
     SKILLSPAN_KEY_PREFIX,
     GoldScores,
@@ -49,10 +52,9 @@ from domain.quality.gold import (
     score_skillspan,
     whole_output,
 )
-from domain.quality.judge_rubric import JUDGE_OPTIONS, JUDGE_SUFFIX, Rubric, overall
+from domain.quality.judge_rubric import JUDGE_OPTIONS, JUDGE_SUFFIX, Rubric, judge_text, overall
 from resources.app_database import AppDatabase
-from resources.gym import GymResource
-from resources.llm import LLMResource
+from resources.gym_resource import GymResource
 
 JUDGE_CHECK = "judge_grades"
 
@@ -77,26 +79,18 @@ def gym_check_specs(use_case: UseCase) -> list[AssetCheckSpec]:
     ]
 
 
-def after_batch(
-    context: AssetExecutionContext,
-    use_case: UseCase,
-    app_db: AppDatabase,
-    llm: LLMResource | None,
-    outcome: Any,
-    source: str,
-) -> Iterator[AssetCheckResult]:
+def after_batch(run: BatchRun) -> Iterator[AssetCheckResult]:
     """Flag outputs that failed checks for review; judge a sample (yields the judge's check result)."""
-    run_id = context.run.run_id
-    flagged = flag_check_failures(app_db, use_case, outcome, run_id)
+    flagged = flag_check_failures(run)
     if flagged:
-        context.log.info(f"{use_case.name}: {flagged} outputs failed a check and are open for review")
-    if is_judged(use_case):
-        gym: GymResource = context.resources.gym
-        yield judge_batch(context, use_case, app_db, llm, gym, outcome, run_id, source)
+        run.log.info(f"{run.use_case.name}: {flagged} outputs failed a check and are open for review")
+    if is_judged(run.use_case):
+        yield judge_batch(run, run.context.resources.gym)
 
 
-def flag_check_failures(app_db: AppDatabase, use_case: UseCase, outcome: Any, run_id: str) -> int:
+def flag_check_failures(run: BatchRun) -> int:
     """Open (or update) a review item for each output of the batch that failed a declared check."""
+    use_case, outcome, run_id = run.use_case, run.outcome, run.run_id
     findings: dict[str, list[tuple[str, str]]] = {}
     for check_name, failing in outcome.check_failures.items():  # evaluated by the run's checks
         for key, reason in failing.items():
@@ -104,27 +98,9 @@ def flag_check_failures(app_db: AppDatabase, use_case: UseCase, outcome: Any, ru
             findings.setdefault(key, []).append((check_name, f"blocked: {reason}" if blocked else reason))
     if not findings:
         return 0
-    with app_db.session() as session:
-        stored = {
-            row.posting_key: row
-            for row in session.scalars(
-                select(UseCaseOutput).where(
-                    UseCaseOutput.use_case == use_case.name, UseCaseOutput.posting_key.in_(list(findings))
-                )
-            )
-        }
-        rejected = {
-            row.posting_key: row
-            for row in session.scalars(
-                select(Interaction)
-                .where(
-                    Interaction.use_case == use_case.name,
-                    Interaction.run_id == run_id,
-                    Interaction.posting_key.in_(list(findings)),
-                )
-                .order_by(Interaction.id)
-            )
-        }
+    with run.app_db.session() as session:
+        stored = inputs.existing_outputs(session, use_case.name, list(findings))
+        rejected = interactions.latest_run_interactions(session, use_case.name, run_id, list(findings))
         for key, found in findings.items():
             output = outcome.outputs.get(key)
             interaction_id = stored[key].interaction_id if output is not None and key in stored else None
@@ -145,79 +121,55 @@ def flag_check_failures(app_db: AppDatabase, use_case: UseCase, outcome: Any, ru
     return len(findings)
 
 
-def judge_text(posting: Mapping[str, Any]) -> str:
-    """The posting as the judge sees it: title, company, location, then the text."""
-    head = " · ".join(str(posting[name]) for name in ("title", "company", "location") if posting.get(name))
-    return f"{head}. {posting.get('description') or ''}"
-
-
-def judge_batch(
-    context: AssetExecutionContext,
-    use_case: UseCase,
-    app_db: AppDatabase,
-    llm: LLMResource | None,
-    gym: GymResource,
-    outcome: Any,
-    run_id: str,
-    source: str,
-) -> AssetCheckResult:
+def judge_batch(run: BatchRun, gym: GymResource) -> AssetCheckResult:
     """Grade a sample of the outputs this run made; the `judge_grades` check result."""
+    use_case, outcome, llm = run.use_case, run.outcome, run.llm
     rubric = gym.rubric()
-    with app_db.session() as session:
-        rows = {
-            row.posting_key: row
-            for row in session.scalars(
-                select(UseCaseOutput).where(
-                    UseCaseOutput.use_case == use_case.name, UseCaseOutput.posting_key.in_(outcome.done)
-                )
-            )
-        }
+    with run.app_db.session() as session:
+        rows = inputs.existing_outputs(session, use_case.name, outcome.done)
         graded = review.graded_input_hashes(session, use_case.name, [row.input_hash for row in rows.values()])
     pool = [key for key in outcome.done if key in rows and rows[key].input_hash not in graded]
     size = min(gym.judge_sample, len(pool)) if llm is not None else 0
-    sample = sorted(random.Random(f"{run_id}/{use_case.name}").sample(pool, size), key=pool.index)
+    sample = sorted(random.Random(f"{run.run_id}/{use_case.name}").sample(pool, size), key=pool.index)
+    requests = []
+    for key in sample:
+        prompt = rubric.prompt(
+            use_case.name, judge_text(outcome.postings[key]), use_case.judge_view(rows[key].value)
+        )
+        requests.append((key, LLMRequest(gym.judge_model, prompt, "", rubric.schema, JUDGE_OPTIONS)))
     grades: dict[str, dict[str, int]] = {}
     errors: dict[str, str] = {}
     flagged = 0
-    for key in sample:
+    for (key, request), result in zip(requests, _judge_calls(llm, requests), strict=False):
         row = rows[key]
-        prompt = rubric.prompt(
-            use_case.name, judge_text(outcome.postings[key]), use_case.judge_view(row.value)
-        )
-        result = _grade(llm, gym, rubric, prompt)
-        with app_db.session() as session:
-            interaction_id = work.record_interaction(
+        graded_result = _read_grades(rubric, result)
+        with run.app_db.session() as session:
+            interaction_id = record_call(
                 session,
+                run,
+                key,
                 use_case=f"{use_case.name}{JUDGE_SUFFIX}",
-                use_case_version=use_case.version,
-                posting_key=key,
-                backend=llm.backend_name,
                 model=gym.judge_model,
-                prompt=prompt,
+                backend=llm.backend_name,
+                prompt=request.prompt,
                 system_prompt="",
                 options={
                     **JUDGE_OPTIONS,
                     "rubric_version": rubric.version,
                     "graded_interaction": row.interaction_id,
                 },
-                raw_response=result.get("text"),
-                parsed_output=result.get("grades"),
-                prompt_tokens=result.get("prompt_tokens"),
-                completion_tokens=result.get("completion_tokens"),
-                latency_ms=result.get("latency_ms"),
-                status=result["status"],
-                error=result.get("error"),
-                source=source,
-                run_id=run_id,
-                finished_at=utcnow(),
+                generation=result if isinstance(result, Generation) else None,
+                parsed=graded_result.get("grades"),
+                error=graded_result.get("error"),
+                status=graded_result["status"],
             )
-            if "grades" not in result:
-                errors[key] = result["error"]
-                if result["status"] == "infra_error":
+            if "grades" not in graded_result:
+                errors[key] = graded_result["error"]
+                if graded_result["status"] == "infra_error":
                     break
                 continue
-            grades[key] = result["grades"]
-            score = overall(result["grades"])
+            grades[key] = graded_result["grades"]
+            score = overall(graded_result["grades"])
             review.record_grade(
                 session,
                 use_case=use_case.name,
@@ -226,10 +178,10 @@ def judge_batch(
                 input_hash=row.input_hash,
                 judge_model=gym.judge_model,
                 rubric_version=rubric.version,
-                scores=result["grades"],
+                scores=graded_result["grades"],
                 overall=score,
                 interaction_id=interaction_id,
-                run_id=run_id,
+                run_id=run.run_id,
             )
             if score < gym.review_below:
                 flagged += 1
@@ -239,42 +191,41 @@ def judge_batch(
                     posting_key=key,
                     use_case_version=use_case.version,
                     reason=f"judge {gym.judge_model} graded {score:.1f} (below {gym.review_below:g}): "
-                    + ", ".join(f"{name} {grade}" for name, grade in result["grades"].items()),
+                    + ", ".join(f"{name} {grade}" for name, grade in graded_result["grades"].items()),
                     score=score,
                     output=row.value,
                     interaction_id=row.interaction_id,
-                    run_id=run_id,
+                    run_id=run.run_id,
                 )
-    with app_db.session() as session:
+    with run.app_db.session() as session:
         current = review.current_grade_summary(session, use_case.name)
     if grades:
         mean = sum(overall(g) for g in grades.values()) / len(grades)
-        context.log.info(
+        run.log.info(
             f"{use_case.name}: judge {gym.judge_model} graded {len(grades)} outputs, mean {mean:.2f}; "
             f"{flagged} below {gym.review_below:g}"
         )
     return judge_check_result(rubric, gym, grades, errors, flagged, len(pool), current)
 
 
-def _grade(llm: LLMResource | None, gym: GymResource, rubric: Rubric, prompt: str) -> dict[str, Any]:
-    """One judge call: the raw answer and the grades, or the error (never raises)."""
+def _judge_calls(llm: Any, requests: Sequence[tuple[str, LLMRequest]]) -> Iterator[Generation | Exception]:
+    """The judge's answers in order, through the one LLM caller; none when there is no LLM."""
+    if llm is None or not requests:
+        return
+    for _, result in generate_in_order(llm, requests):
+        yield result
+
+
+def _read_grades(rubric: Rubric, result: Generation | Exception) -> dict[str, Any]:
+    """One judge answer's grades, or its error and status (never raises)."""
+    if isinstance(result, BackendUnavailable):
+        return {"status": "infra_error", "error": f"judge backend unavailable: {result}"}
+    if not isinstance(result, Generation):  # a bad call is this grade's error, never a failed run
+        return {"status": "item_error", "error": f"{type(result).__name__}: {result}"}
     try:
-        generation = llm.generate(gym.judge_model, prompt, "", rubric.schema, dict(JUDGE_OPTIONS))
-    except BackendUnavailable as exc:
-        return {"status": "infra_error", "error": f"judge backend unavailable: {exc}"}
-    except Exception as exc:  # a bad call is this grade's error, never a failed run
-        return {"status": "item_error", "error": f"{type(exc).__name__}: {exc}"}
-    result: dict[str, Any] = {
-        "text": generation.text,
-        "prompt_tokens": generation.prompt_tokens,
-        "completion_tokens": generation.completion_tokens,
-        "latency_ms": generation.latency_ms,
-    }
-    try:
-        result["grades"] = rubric.parse(generation.text)
+        return {"status": "ok", "grades": rubric.parse(result.text)}
     except ValueError as exc:
-        return {**result, "status": "item_error", "error": str(exc)}
-    return {**result, "status": "ok"}
+        return {"status": "item_error", "error": str(exc)}
 
 
 def judge_check_result(
@@ -358,7 +309,7 @@ def build_gym_job(checks: list[AssetChecksDefinition]) -> UnresolvedAssetJobDefi
         GYM_JOB,
         selection=AssetSelection.checks(*checks),
         description="Evaluate every use case's current outputs against the gold (corrections, public sets).",
-        tags={"pipeline/work_group": "gym"},
+        tags={WORK_GROUP_TAG: "gym"},
     )
 
 

@@ -10,6 +10,7 @@ from dagster import DefaultSensorStatus, RunRequest, SensorEvaluationContext, Se
 from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
 from appdb import review
+from assets.run_tags import SOURCE_TAG
 from resources.app_database import AppDatabase
 
 GYM_SENSOR = "gym_evaluation_sensor"
@@ -29,7 +30,7 @@ def build_gym_sensor(job: UnresolvedAssetJobDefinition):  # noqa: ANN201 - a Sen
         if marker == context.cursor:
             return SkipReason("no new corrections or outputs since the last evaluation")
         return SensorResult(
-            run_requests=[RunRequest(run_key=marker, tags={"pipeline/source": "sensor"})], cursor=marker
+            run_requests=[RunRequest(run_key=marker, tags={SOURCE_TAG: "sensor"})], cursor=marker
         )
 
     return _gym_sensor

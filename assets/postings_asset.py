@@ -3,10 +3,9 @@
 from pathlib import Path
 
 from dagster import AssetExecutionContext, Config, MaterializeResult, MetadataValue, asset
-from sqlalchemy import func, select
 
+from appdb import inputs
 from appdb.ingest import ingest_files
-from appdb.models import Posting
 from assets.partitions import POSTING_PARTITIONS
 from resources.app_database import AppDatabase
 
@@ -36,8 +35,8 @@ def postings(
             rejections=MetadataValue.md("\n".join(f"- `{r}`" for r in report.rejected[:50]) or "none"),
         )
     with app_db.session() as session:
-        keys = list(session.scalars(select(Posting.key).order_by(Posting.id)))
-        latest = session.scalar(select(func.max(Posting.updated_at)))
+        keys = inputs.posting_keys(session)
+        latest = inputs.latest_posting_update(session)
     known = set(context.instance.get_dynamic_partitions(POSTING_PARTITIONS.name))
     new = [key for key in keys if key not in known]
     if new:

@@ -1,4 +1,4 @@
-"""`pipeline trace POSTING`: the posting, and per use case the exact prompts, responses and outputs."""
+"""The trace report of one posting: the posting, and per use case the exact prompts, responses and outputs."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from appdb import reports
+from appdb.discovery import WorkSpec
 from appdb.models import Interaction, Posting, UseCaseOutput
-from appdb.work import WorkSpec
 from domain.quality.judge_rubric import JUDGE_SUFFIX
 
 
@@ -42,7 +42,7 @@ def output_state(output: UseCaseOutput | None, posting: Posting, spec: WorkSpec 
 
 
 def trace_blocks(session: Session, key: str, specs: Sequence[WorkSpec]) -> Iterator[Block]:
-    posting = session.scalar(select(Posting).where(Posting.key == key))
+    posting = reports.get_posting(session, key)
     if posting is None:
         raise PostingNotFound(f"no posting with key {key!r}")
     yield Block("h1", f"Posting {posting.key}: {posting.title}")
@@ -58,13 +58,8 @@ def trace_blocks(session: Session, key: str, specs: Sequence[WorkSpec]) -> Itera
     )
     yield Block("verbatim", posting.description, "Description")
     by_name = {spec.use_case: spec for spec in specs}
-    outputs = {
-        row.use_case: row
-        for row in session.scalars(select(UseCaseOutput).where(UseCaseOutput.posting_key == key))
-    }
-    interactions = list(
-        session.scalars(select(Interaction).where(Interaction.posting_key == key).order_by(Interaction.id))
-    )
+    outputs = reports.posting_outputs(session, key)
+    interactions = reports.posting_interactions(session, key)
     names = list(dict.fromkeys([*by_name, *outputs, *(i.use_case for i in interactions)]))
     for name in names:
         output = outputs.get(name)

@@ -1,4 +1,4 @@
-"""Runs a multi-step use case (`pipeline_defs/steps.py`) over the postings a run holds.
+"""Runs a multi-step use case (`domain/language/steps.py`) over the postings a run holds.
 
 Batching stays by step ("waves"): all postings currently at the same step are
 processed together, with that step's model loaded once, before the chain moves on;
@@ -17,36 +17,24 @@ for one run: a posting whose run died starts its chain again in the next one.
 import hashlib
 import json
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
-from dagster import AssetExecutionContext, AssetMaterialization
+from dagster import AssetMaterialization
 
-from appdb import work
-from appdb.models import utcnow
-from assets.llm_use_case import (
-    LEASE_RENEW_SECONDS,
-    BatchOutcome,
-    _existing_outputs,
-    _keep_unchanged,
-    _load_inputs,
-    output_preview,
-    parse_output,
-    record_failure,
-    store_output,
-)
+from appdb import inputs
+from assets.batch_state import BatchRun
+from assets.llm_calls import LLMRequest, generate_in_order
+from assets.outputs import keep_unchanged, output_preview, record_call, record_failure, store_output
 from domain.language.declaration import SCRIPT_BACKEND, UseCase, model_label
 from domain.language.declaration_parts import ScriptContext, validate_json
 from domain.language.llm_types import BackendUnavailable, Generation, ItemError
-from domain.language.steps import END, Decision, LLMStep, Step, StepContext, StepRecord
+from domain.language.output_parsing import final_output, parse_output
+from domain.language.steps import END, Decision, Step, StepContext, StepRecord
 from domain.language.templates import POSTING_VARIABLES, TemplateVariableError
-from domain.quality.output_checks import first_blocking_failure
-from resources.app_database import AppDatabase
-from resources.llm import LLMResource
 
 
 @dataclass
@@ -92,78 +80,56 @@ def chain_input_hash(use_case: UseCase, values: Mapping[str, Any]) -> str:
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
-def run_chain(
-    context: AssetExecutionContext,
-    use_case: UseCase,
-    app_db: AppDatabase,
-    llm: LLMResource | None,
-    held: Sequence[str],
-    remaining: set[str],
-    run_id: str,
-    source: str,
-    force: bool,
-    outcome: BatchOutcome,
-) -> Iterator[Any]:
+def run_chain(run: BatchRun, held: Sequence[str]) -> Iterator[AssetMaterialization]:
     """Take every held posting through the chain, wave by wave; yields materializations.
 
-    `remaining` (the keys still held) shrinks as postings finish, so the caller can give
-    the rest back if the backend goes away mid-run.
+    `run.remaining` (the keys still held) shrinks as postings finish, so the caller can give the rest
+    back if the backend goes away mid-run.
     """
+    use_case, outcome = run.use_case, run.outcome
     chain = use_case.steps
-    with app_db.session() as session:
-        postings, values = _load_inputs(session, use_case, held)
-        existing = _existing_outputs(session, use_case.name, held)
+    with run.app_db.session() as session:
+        postings, values = inputs.load_posting_inputs(session, held, POSTING_VARIABLES, use_case.upstream)
+        existing = inputs.existing_outputs(session, use_case.name, held)
     outcome.postings, outcome.inputs = postings, values
     active: dict[str, PostingChain] = {}
     for key in held:
         input_hash = chain_input_hash(use_case, values[key])
         previous = existing.get(key)
-        if previous is not None and previous.input_hash == input_hash and not force:
-            _keep_unchanged(app_db, use_case, key, run_id, previous, postings[key], outcome)
-            remaining.discard(key)
+        if previous is not None and previous.input_hash == input_hash and not run.force:
+            keep_unchanged(run, key, previous)
             continue
         active[key] = PostingChain(key, input_hash, chain.start)
 
-    script_context = ScriptContext(resources=context.resources, app_db=app_db, log=context.log)
-    last_renewal = time.monotonic()
+    script_context = ScriptContext(resources=run.context.resources, app_db=run.app_db, log=run.log)
     wave = 0
     while active:
         step = next(step for step in chain.steps if any(p.at == step.name for p in active.values()))
         batch = [posting for posting in active.values() if posting.at == step.name]
         wave += 1
         started = time.perf_counter()
-        if not step.is_script and llm.ensure_loaded(step.model):
-            context.log.info(
-                f"Loaded {step.model} on the {llm.backend_name} backend "
-                f"in {time.perf_counter() - started:.1f}s"
-            )
-        calls = _call_step(llm, step, batch, values, script_context)
-        for posting, call in calls:
+        if not step.is_script:
+            run.load_model(step.model)
+        for posting, call in _call_step(run, step, batch, values, script_context):
             if isinstance(call.error, BackendUnavailable):
                 raise call.error
-            event = _finish_step(app_db, use_case, llm, step, posting, call, values, run_id, source, outcome)
+            event = _finish_step(run, step, posting, call, values)
             if posting.at == END:
                 del active[posting.key]
-                remaining.discard(posting.key)
+                run.finished(posting.key)
             if event is not None:
-                if len(outcome.done) == 1:  # the backend serves again: reset the breaker's trip count
-                    with app_db.session() as session:
-                        work.clear_pause(session, use_case.name)
+                run.note_served()
                 yield event
-            if time.monotonic() - last_renewal > LEASE_RENEW_SECONDS:
-                with app_db.session() as session:
-                    work.renew_claims(session, use_case.name, sorted(remaining), run_id)
-                last_renewal = time.monotonic()
-        context.log.info(
+            run.renew_claims_if_due()
+        run.log.info(
             f"{use_case.name}: wave {wave}: step {step.name} for {len(batch)} postings in "
             f"{time.perf_counter() - started:.1f}s; {len(outcome.done)} done, {len(outcome.failed)} failed, "
             f"{len(active)} still in the chain"
         )
-    return outcome
 
 
 def _call_step(
-    llm: LLMResource | None,
+    run: BatchRun,
     step: Step,
     batch: Sequence[PostingChain],
     values: Mapping[str, Mapping[str, Any]],
@@ -174,40 +140,20 @@ def _call_step(
         for posting in batch:
             yield posting, _call_script(step, posting, values[posting.key], script_context)
         return
-    ready: list[tuple[PostingChain, _StepCall]] = []
+    ready: list[tuple[tuple[PostingChain, _StepCall], LLMRequest]] = []
     for posting in batch:
         try:
             prompt, system_prompt, truncated = step.render(_inputs(values[posting.key], posting))
         except TemplateVariableError as exc:  # never send a prompt with a literal {placeholder}
             yield posting, _StepCall("", "", {}, error=ItemError(f"step {step.name}: {exc}"))
             continue
-        ready.append((posting, _StepCall(prompt, system_prompt, truncated)))
-
-    def generate(item: tuple[PostingChain, _StepCall]) -> tuple[PostingChain, _StepCall]:
-        posting, call = item
-        try:
-            generation = llm.generate(
-                step.model, call.prompt, call.system_prompt, _grammar(step), dict(step.options)
-            )
-        except Exception as exc:  # every failure becomes a recorded outcome, never a crashed run
-            return posting, _StepCall(call.prompt, call.system_prompt, call.truncated, error=exc)
-        return posting, _StepCall(call.prompt, call.system_prompt, call.truncated, generation=generation)
-
-    if llm.max_in_flight <= 1:
-        yield from map(generate, ready)
-        return
-    with ThreadPoolExecutor(max_workers=llm.max_in_flight) as pool:  # at most max_in_flight open at once
-        window: deque[Future] = deque()
-        for item in ready:
-            window.append(pool.submit(generate, item))
-            if len(window) >= llm.max_in_flight:
-                yield window.popleft().result()
-        while window:
-            yield window.popleft().result()
-
-
-def _grammar(step: LLMStep) -> dict[str, Any] | None:
-    return dict(step.output_schema) if step.output_schema is not None else None
+        request = LLMRequest(step.model, prompt, system_prompt, step.output_schema, step.options)
+        ready.append(((posting, _StepCall(prompt, system_prompt, truncated)), request))
+    for (posting, call), result in generate_in_order(run.llm, ready):
+        if isinstance(result, Generation):
+            yield posting, _StepCall(call.prompt, call.system_prompt, call.truncated, generation=result)
+        else:
+            yield posting, _StepCall(call.prompt, call.system_prompt, call.truncated, error=result)
 
 
 def _inputs(values: Mapping[str, Any], posting: PostingChain) -> dict[str, Any]:
@@ -258,18 +204,14 @@ def _parse(step: Step, call: _StepCall, inputs: Mapping[str, Any]) -> Any:
 
 
 def _finish_step(
-    app_db: AppDatabase,
-    use_case: UseCase,
-    llm: LLMResource | None,
+    run: BatchRun,
     step: Step,
     posting: PostingChain,
     call: _StepCall,
     values: Mapping[str, Mapping[str, Any]],
-    run_id: str,
-    source: str,
-    outcome: BatchOutcome,
 ) -> AssetMaterialization | None:
     """Record the step's interaction, route the posting, and store the output when the chain ends."""
+    use_case, outcome, llm = run.use_case, run.outcome, run.llm
     chain = use_case.steps
     posting.visits[step.name] += 1
     posting.steps_taken += 1
@@ -311,7 +253,7 @@ def _finish_step(
     final: dict[str, Any] | None = None
     if decision is not None and decision.to == END and failure is None:
         try:
-            final = _final_output(use_case, value, values[posting.key])
+            final = final_output(use_case, value, values[posting.key])
         except ItemError as exc:
             failure = str(exc)
     ended = _ending(step, posting, decision, failure)
@@ -330,31 +272,25 @@ def _finish_step(
     if call.truncated:
         options["truncated_chars"] = call.truncated
     backend = SCRIPT_BACKEND if step.is_script else llm.backend_name
-    with app_db.session() as session:
-        interaction_id = work.record_interaction(
+    with run.app_db.session() as session:
+        interaction_id = record_call(
             session,
+            run,
+            posting.key,
             use_case=use_case.name,
-            use_case_version=use_case.version,
-            posting_key=posting.key,
-            backend=backend,
             model=step.model,
+            backend=backend,
             prompt=call.prompt,
             system_prompt=call.system_prompt,
             options=options,
-            raw_response=generation.text if generation is not None else None,
-            parsed_output=value if step_error is None and isinstance(value, dict) else None,
-            prompt_tokens=generation.prompt_tokens if generation is not None else None,
-            completion_tokens=generation.completion_tokens if generation is not None else None,
-            latency_ms=generation.latency_ms if generation is not None else None,
-            status="ok" if step_error is None else "item_error",
+            generation=generation,
+            parsed=value if step_error is None and isinstance(value, dict) else None,
             error=failure,
-            source=source,
-            run_id=run_id,
-            finished_at=utcnow(),
+            status="ok" if step_error is None else "item_error",
         )
         if failure is not None:
             posting.at = END
-            record_failure(session, use_case, posting.key, run_id, failure, outcome)
+            record_failure(session, run, posting.key, failure)
             return None
         if decision.fallback_reason is not None:
             posting.ending = decision.fallback_reason
@@ -365,7 +301,7 @@ def _finish_step(
             session,
             use_case,
             posting.key,
-            run_id,
+            run.run_id,
             final,
             backend=llm.backend_name if llm is not None and chain.models else SCRIPT_BACKEND,
             input_hash=posting.input_hash,
@@ -389,28 +325,9 @@ def _finish_step(
             "preview": output_preview(use_case, final),
             "interaction_id": interaction_id,
             "input_hash": posting.input_hash,
-            "source": source,
+            "source": run.source,
         },
     )
-
-
-def _final_output(use_case: UseCase, value: Any, inputs: Mapping[str, Any]) -> dict[str, Any]:
-    """The last step's output, through the use case's postprocess and output schema."""
-    if use_case.postprocess is not None:
-        try:
-            value = use_case.postprocess(value, inputs)
-        except ValueError as exc:
-            raise ItemError(f"chain output: {exc}") from exc
-        except Exception as exc:  # a bug in a declared postprocess is this item's error, not a crash
-            raise ItemError(f"chain output: postprocess failed: {type(exc).__name__}: {exc}") from exc
-    try:
-        use_case.validate_output(value)
-    except jsonschema.ValidationError as exc:
-        raise ItemError(f"chain output breaks the use case's output schema: {exc.message}") from exc
-    blocked = first_blocking_failure(use_case.checks, value, inputs)
-    if blocked is not None:  # the gym's blocking checks apply to a chain's result as to any output
-        raise blocked
-    return value
 
 
 def _ending(step: Step, posting: PostingChain, decision: Decision | None, failure: str | None) -> str | None:

@@ -1,31 +1,56 @@
-"""The one factory: use-case declarations in, their assets, checks, jobs and sensors out.
+"""The one factory: a use-case declaration in, its asset, checks and jobs out.
 
-Each use case gets its asset (with checks) and a job of its own for manual runs.
+Each use case gets its partitioned asset (with its checks; the batch loop in `batch_run.py` is its body)
+and a job of its own for manual runs.
 Discovery and batching go by *work group*: all LLM use cases that share a model form
 one group, whose job materializes every member for the batch in one run (summary, then
 skills) with the model loaded once; a script use case (no model) is a group of its own.
 A use case that reads another of its own group goes into a later stage group
 (`<model>_stage2`), since Dagster would skip it in the same run. Each group has one
-discovery sensor.
+discovery sensor, built by `sensors/discovery_sensor.py`.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: Dagster reads the asset's config annotation at runtime.
 import re
-from collections.abc import Mapping, Sequence
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import Any
 
-from dagster import AssetsDefinition, SensorDefinition, define_asset_job, in_process_executor
+from dagster import (
+    AssetCheckSpec,
+    AssetExecutionContext,
+    AssetKey,
+    AssetsDefinition,
+    BackfillPolicy,
+    BetaWarning,
+    Config,
+    asset,
+    define_asset_job,
+    in_process_executor,
+)
 
-from appdb.work import WorkSpec
-from assets.gym import batch_selection
-from assets.llm_use_case import build_use_case_asset
-from domain.language.declaration import UseCase, model_label
+# The type `define_asset_job` returns; Dagster does not export it at the top level (a type hint only).
+from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
+
+from appdb.discovery import WorkSpec
+from assets.batch_run import ITEMS_OK_CHECK, process_batch
+from assets.gym_checks import batch_selection, gym_check_specs
+from assets.partitions import POSTING_PARTITIONS
+from assets.run_tags import USE_CASE_TAG, WORK_GROUP_TAG
+from domain.language.declaration import UseCase, code_version, model_label
 from domain.language.declaration_parts import DeclarationError
+from domain.language.output_parsing import describe_check
+from resources.app_database import AppDatabase
 
-if TYPE_CHECKING:
-    from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
+# BackfillPolicy is beta in Dagster 1.13; we rely on it on purpose (UI backfills run in batches).
+warnings.filterwarnings("ignore", message=".*backfill_policy.*", category=BetaWarning)
+
+
+class UseCaseRunConfig(Config):
+    """force: redo postings whose output is already current (and retry parked ones)."""
+
+    force: bool = False
 
 
 @dataclass(frozen=True)
@@ -46,7 +71,6 @@ class WorkGroup:
     members: tuple[UseCaseDefinitions, ...]
     job: UnresolvedAssetJobDefinition
     batch_size: int
-    sensor: SensorDefinition | None = None
 
     @property
     def priority(self) -> int:
@@ -93,10 +117,66 @@ def build_use_case(
         job_name(use_case),
         selection=batch_selection([asset]),
         description=f"Materialize {use_case.name} for a batch of postings ({use_case.model or 'no model'}).",
-        tags={"pipeline/use_case": use_case.name},
+        tags={USE_CASE_TAG: use_case.name},
         executor_def=in_process_executor,
     )
     return UseCaseDefinitions(use_case, spec, asset, job, batch_size)
+
+
+def build_use_case_asset(use_case: UseCase, spec: WorkSpec) -> AssetsDefinition:
+    """The partitioned asset for one declared use case, with its checks."""
+    check_specs = [
+        AssetCheckSpec(
+            ITEMS_OK_CHECK,
+            asset=use_case.name,
+            description="Every posting in the batch produced a valid output (names the failures).",
+        ),
+        *(
+            # A blocking check gates each output (a failing one is rejected, not stored), so it is
+            # not Dagster-blocking: that would fail the whole run and hold back the good outputs.
+            AssetCheckSpec(check.name, asset=use_case.name, description=describe_check(check))
+            for check in use_case.checks
+        ),
+        *gym_check_specs(use_case),
+    ]
+
+    @asset(
+        name=use_case.name,
+        description=use_case.description,
+        partitions_def=POSTING_PARTITIONS,
+        deps=[
+            AssetKey("postings"),
+            *(AssetKey(name) for name in (*use_case.upstream, *use_case.reference_inputs)),
+        ],
+        code_version=code_version(use_case),
+        output_required=False,
+        backfill_policy=BackfillPolicy.multi_run(max_partitions_per_run=use_case.batch_size),
+        check_specs=check_specs,
+        pool=None if use_case.is_script else "llm",
+        kinds={"python"},
+        group_name="enrichment",
+        required_resource_keys={
+            "app_db",
+            "gym",
+            *use_case.resources,
+            *(() if use_case.is_script else ("llm",)),
+        },
+        metadata={
+            "model": model_label(use_case),
+            "use_case_version": use_case.version,
+            "batch_size": use_case.batch_size,
+        },
+    )
+    def _use_case_asset(context: AssetExecutionContext, config: UseCaseRunConfig) -> Iterator[Any]:
+        app_db: AppDatabase = context.resources.app_db
+        llm = None if use_case.is_script else context.resources.llm
+        outcome = yield from process_batch(context, use_case, spec, app_db, llm, force=config.force)
+        context.log.info(
+            f"{use_case.name}: finished: {len(outcome.done)} done, {len(outcome.unchanged)} unchanged input, "
+            f"{len(outcome.failed)} failed"
+        )
+
+    return _use_case_asset
 
 
 def group_name_for(use_case: UseCase) -> str:
@@ -107,9 +187,7 @@ def group_name_for(use_case: UseCase) -> str:
 
 
 def build_work_groups(built: Sequence[UseCaseDefinitions]) -> list[WorkGroup]:
-    """Group use cases by model, upstream first, and give each group its job and sensor."""
-    from sensors.discovery import build_discovery_sensor  # the sensor module imports WorkGroup
-
+    """Group use cases by model, upstream first, and give each group its batch job."""
     by_name: dict[str, list[UseCaseDefinitions]] = {}
     stage: dict[str, int] = {}
     base_of: dict[str, str] = {}
@@ -135,11 +213,10 @@ def build_work_groups(built: Sequence[UseCaseDefinitions]) -> list[WorkGroup]:
                 f"One batch of postings through {', '.join(m.use_case.name for m in members)}"
                 + (f", with {model} loaded once." if model else " (no model).")
             ),
-            tags={"pipeline/work_group": name},
+            tags={WORK_GROUP_TAG: name},
             executor_def=in_process_executor,  # one process: resources (the loaded model) shared by steps
         )
-        group = WorkGroup(name, model, tuple(members), job, min(m.batch_size for m in members))
-        groups.append(replace(group, sensor=build_discovery_sensor(group)))
+        groups.append(WorkGroup(name, model, tuple(members), job, min(m.batch_size for m in members)))
     return groups
 
 

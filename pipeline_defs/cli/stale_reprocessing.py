@@ -1,4 +1,4 @@
-"""`pipeline reprocess --stale`: redo the outputs that are out of date, and only those.
+"""Redo the outputs that are out of date, and only those (`pipeline reprocess --stale`).
 
 An output is stale when discovery offers its posting again although it has an output:
 made by an older use-case version or another model, from an older posting content,
@@ -19,15 +19,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from dagster import DagsterInstance, Definitions
-from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from appdb import work
-from appdb.models import Posting, UseCaseOutput
+from appdb import discovery, reports
+from assets.factory import UseCaseDefinitions
 from assets.partitions import POSTING_PARTITIONS
-from pipeline_defs.factory import UseCaseDefinitions
-from pipeline_defs.runner import QUIET_LOGS
+from assets.run_tags import REPROCESS_TAG, SOURCE_TAG, partition_range_tags
+from pipeline_defs.cli.in_process_runs import QUIET_LOGS
 from resources.app_database import AppDatabase
 
 
@@ -43,25 +41,8 @@ class StaleOutputs:
 
 def find_stale(session: Session, item: UseCaseDefinitions) -> StaleOutputs:
     spec = item.spec
-    pending = work.find_pending_work(session, spec)
-    rows = {
-        row.posting_key: row
-        for start in range(0, len(pending), 500)
-        for row in session.execute(
-            select(
-                UseCaseOutput.posting_key,
-                UseCaseOutput.use_case_version,
-                UseCaseOutput.model,
-                UseCaseOutput.posting_hash,
-                Posting.content_hash,
-            )
-            .join(Posting, Posting.key == UseCaseOutput.posting_key)
-            .where(
-                UseCaseOutput.use_case == spec.use_case,
-                UseCaseOutput.posting_key.in_(pending[start : start + 500]),
-            )
-        )
-    }
+    pending = discovery.find_pending_work(session, spec)
+    rows = reports.stale_output_facts(session, spec.use_case, pending)
     reasons: Counter = Counter()
     for row in rows.values():
         if row.use_case_version != spec.version:
@@ -137,10 +118,9 @@ def reprocess_stale(
             result = job.execute_in_process(
                 instance=instance,
                 tags={
-                    ASSET_PARTITION_RANGE_START_TAG: batch[0],
-                    ASSET_PARTITION_RANGE_END_TAG: batch[-1],
-                    "pipeline/source": source,
-                    "pipeline/reprocess": "stale",
+                    **partition_range_tags(batch[0], batch[-1]),
+                    SOURCE_TAG: source,
+                    REPROCESS_TAG: "stale",
                 },
                 run_config=None if verbose else QUIET_LOGS,
                 raise_on_error=False,

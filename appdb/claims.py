@@ -1,0 +1,345 @@
+"""Claims: who holds an item, how often it failed, when it may be tried again.
+
+Lifecycle of a work item::
+
+    (no row) --claim--> claimed --complete--> done
+                          |  \\--fail (attempts < max)--> pending (next_attempt_at = backoff)
+                          |   \\-fail (attempts = max)--> failed (parked, no longer discovered)
+                          |                                  \\--requeue_failed (pipeline retry)--> pending
+                          \\--release (outage) / lease expires--> pending (no attempt spent)
+
+Claims are atomic: on PostgreSQL the claimable rows are picked with `FOR UPDATE SKIP LOCKED`; on
+SQLite a conditional UPDATE runs under the database's write lock. Both return exactly the keys this
+run now holds. How many attempts, how long the backoff and the lease: `appdb.retry_policy`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import ColumnElement, Select, and_, or_, select, tuple_, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from appdb.dialects import CHUNK, insert_for, is_postgres
+from appdb.discovery import WorkSpec, pending_work_query
+from appdb.models import Posting, UseCaseOutput, WorkItem, utcnow
+from appdb.retry_policy import DEFAULT_RETRY_POLICY, RetryPolicy
+
+
+def claim_items(
+    session: Session,
+    use_case: str,
+    keys: Sequence[str],
+    run_id: str,
+    *,
+    policy: RetryPolicy = DEFAULT_RETRY_POLICY,
+    include_parked: bool = False,
+    spec: WorkSpec | None = None,
+) -> list[str]:
+    """Claim the given items for `run_id`; returns the keys now held (others are held elsewhere).
+
+    With `spec`, discovery is asked again as the claim is taken, so an item another run
+    finished since this run's discovery is not claimed (and generated) a second time.
+    Commit right after, so other runs see the claim.
+    """
+    if not keys:
+        return []
+    now = utcnow()
+    insert = insert_for(session)
+    for start in range(0, len(keys), CHUNK):
+        rows = [
+            {
+                "use_case": use_case,
+                "posting_key": key,
+                "status": "pending",
+                "attempts": 0,
+                "created_at": now,
+                "updated_at": now,
+            }
+            for key in keys[start : start + CHUNK]
+        ]
+        session.execute(insert(WorkItem).values(rows).on_conflict_do_nothing())
+
+    def still_pending(discovery: WorkSpec, candidates: Sequence[str]) -> Select:
+        query = pending_work_query(discovery, now=now, include_current=include_parked)
+        return query.where(Posting.key.in_(list(candidates)))
+
+    held: list[str] = []
+    for start in range(0, len(keys), CHUNK):
+        chunk = list(keys[start : start + CHUNK])
+        claimable = and_(
+            WorkItem.use_case == use_case,
+            WorkItem.posting_key.in_(chunk),
+            or_(WorkItem.status != "claimed", WorkItem.lease_expires_at < now),
+        )
+        if not include_parked:
+            claimable = and_(
+                claimable,
+                WorkItem.status != "failed",
+                or_(WorkItem.next_attempt_at.is_(None), WorkItem.next_attempt_at <= now),
+            )
+        if is_postgres(session) and spec is not None:
+            # Lock first, then ask discovery in a new statement: it sees every run that finished one of
+            # these items before the lock was ours (within one statement it would use an older snapshot).
+            locked = session.scalars(
+                select(WorkItem.posting_key).where(claimable).with_for_update(skip_locked=True)
+            ).all()
+            condition = and_(
+                WorkItem.use_case == use_case, WorkItem.posting_key.in_(still_pending(spec, locked))
+            )
+        elif is_postgres(session):
+            picked = (
+                select(WorkItem.use_case, WorkItem.posting_key)
+                .where(claimable)
+                .with_for_update(skip_locked=True)
+            )
+            condition = tuple_(WorkItem.use_case, WorkItem.posting_key).in_(picked)
+        elif spec is not None:  # SQLite: the insert above took the write lock, so this sees the latest state
+            condition = and_(claimable, WorkItem.posting_key.in_(still_pending(spec, chunk)))
+        else:
+            condition = claimable
+        statement = (
+            update(WorkItem)
+            .where(condition)
+            .values(
+                status="claimed",
+                claimed_by=run_id,
+                lease_expires_at=now + timedelta(seconds=policy.lease_seconds),
+                updated_at=now,
+            )
+            .returning(WorkItem.posting_key)
+            .execution_options(synchronize_session=False)
+        )
+        held.extend(session.scalars(statement))
+    order = {key: index for index, key in enumerate(keys)}
+    return sorted(held, key=order.__getitem__)
+
+
+def _held_by(use_case: str, key: str, run_id: str) -> ColumnElement[bool]:
+    return and_(
+        WorkItem.use_case == use_case,
+        WorkItem.posting_key == key,
+        WorkItem.status == "claimed",
+        WorkItem.claimed_by == run_id,
+    )
+
+
+def complete_item(session: Session, use_case: str, key: str, run_id: str, output: dict[str, Any]) -> bool:
+    """Store the output, but only while `run_id` still holds the claim; returns whether it did."""
+    now = utcnow()
+    marked = session.execute(
+        update(WorkItem)
+        .where(_held_by(use_case, key, run_id))
+        .values(
+            status="done",
+            attempts=0,
+            claimed_by=None,
+            lease_expires_at=None,
+            next_attempt_at=None,
+            last_error=None,
+            updated_at=now,
+        )
+        .execution_options(synchronize_session=False)
+    )
+    if marked.rowcount != 1:
+        return False
+    values = {
+        "use_case": use_case,
+        "posting_key": key,
+        "run_id": run_id,
+        "created_at": now,
+        "updated_at": now,
+        **output,
+    }
+    session.execute(_output_upsert(session.get_bind().dialect.name, tuple(values)), values)
+    return True
+
+
+@functools.lru_cache(maxsize=32)
+def _output_upsert(dialect: str, columns: tuple[str, ...]) -> Any:
+    """The outputs upsert for these columns, built once (building it per posting cost more than it ran)."""
+    insert = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(UseCaseOutput.__table__)
+    changing = {
+        name: insert.excluded[name]
+        for name in columns
+        if name not in ("use_case", "posting_key", "created_at")
+    }
+    return insert.on_conflict_do_update(index_elements=["use_case", "posting_key"], set_=changing)
+
+
+def fail_item(
+    session: Session,
+    use_case: str,
+    key: str,
+    run_id: str,
+    error: str,
+    *,
+    policy: RetryPolicy = DEFAULT_RETRY_POLICY,
+) -> str | None:
+    """Count a failed attempt; park the item as `failed` after the policy's `max_attempts`.
+
+    Returns the new status, or None if this run no longer held the claim.
+    """
+    now = utcnow()
+    attempts = session.scalar(
+        select(WorkItem.attempts).where(_held_by(use_case, key, run_id)).with_for_update()
+    )
+    if attempts is None:
+        return None
+    attempts += 1
+    parked = attempts >= policy.max_attempts
+    status = "failed" if parked else "pending"
+    result = session.execute(
+        update(WorkItem)
+        .where(_held_by(use_case, key, run_id))  # only while the claim is still ours
+        .values(
+            attempts=attempts,
+            last_error=error,
+            status=status,
+            claimed_by=None,
+            lease_expires_at=None,
+            next_attempt_at=None if parked else now + timedelta(seconds=policy.backoff_seconds(attempts)),
+            updated_at=now,
+        )
+        .execution_options(synchronize_session=False)
+    )
+    return status if result.rowcount == 1 else None
+
+
+def renew_claims(
+    session: Session,
+    use_case: str,
+    keys: Sequence[str],
+    run_id: str,
+    policy: RetryPolicy = DEFAULT_RETRY_POLICY,
+) -> int:
+    """Extend the lease on the items this run still holds (a long batch must not lose them)."""
+    return _update_held(
+        session, use_case, keys, run_id, lease_expires_at=utcnow() + timedelta(seconds=policy.lease_seconds)
+    )
+
+
+def release_items(session: Session, use_case: str, keys: Sequence[str], run_id: str) -> int:
+    """Give claims back without spending an attempt (the backend was down, not the item bad)."""
+    return _update_held(
+        session,
+        use_case,
+        keys,
+        run_id,
+        status="pending",
+        claimed_by=None,
+        lease_expires_at=None,
+        updated_at=utcnow(),
+    )
+
+
+def _update_held(session: Session, use_case: str, keys: Sequence[str], run_id: str, **values: Any) -> int:
+    """Update those of `keys` that `run_id` still holds; returns how many it held."""
+    changed = 0
+    for start in range(0, len(keys), CHUNK):
+        chunk = list(keys[start : start + CHUNK])
+        result = session.execute(
+            update(WorkItem)
+            .where(
+                WorkItem.use_case == use_case,
+                WorkItem.posting_key.in_(chunk),
+                WorkItem.status == "claimed",
+                WorkItem.claimed_by == run_id,
+            )
+            .values(**values)
+            .execution_options(synchronize_session=False)
+        )
+        changed += result.rowcount
+    return changed
+
+
+def expired_claim_holders(session: Session) -> list[str]:
+    """The runs holding claims whose lease ran out: a live run renews its lease, so these died."""
+    return list(
+        session.scalars(
+            select(WorkItem.claimed_by)
+            .where(WorkItem.status == "claimed", WorkItem.lease_expires_at < utcnow())
+            .distinct()
+        )
+    )
+
+
+def release_expired_claims(session: Session) -> int:
+    """Free claims whose lease ran out (their run died); returns how many were freed."""
+    now = utcnow()
+    result = session.execute(
+        update(WorkItem)
+        .where(WorkItem.status == "claimed", WorkItem.lease_expires_at < now)
+        .values(status="pending", claimed_by=None, lease_expires_at=None, updated_at=now)
+        .execution_options(synchronize_session=False)
+    )
+    return result.rowcount
+
+
+@dataclass(frozen=True)
+class ParkedItem:
+    """An item parked as failed after `max_attempts`, with what went wrong the last time."""
+
+    use_case: str
+    posting_key: str
+    title: str | None
+    attempts: int
+    last_error: str | None
+    failed_at: datetime
+
+
+def list_failures(session: Session, use_case: str | None = None) -> list[ParkedItem]:
+    """Parked items (status `failed`), oldest failure first; discovery no longer offers them."""
+    query = (
+        select(
+            WorkItem.use_case,
+            WorkItem.posting_key,
+            Posting.title,
+            WorkItem.attempts,
+            WorkItem.last_error,
+            WorkItem.updated_at,
+        )
+        .outerjoin(Posting, Posting.key == WorkItem.posting_key)
+        .where(WorkItem.status == "failed")
+        .order_by(WorkItem.updated_at, WorkItem.use_case, WorkItem.posting_key)
+    )
+    if use_case is not None:
+        query = query.where(WorkItem.use_case == use_case)
+    return [ParkedItem(*row) for row in session.execute(query)]
+
+
+def requeue_failed(
+    session: Session, *, use_case: str | None = None, posting_keys: Sequence[str] | None = None
+) -> int:
+    """Give parked items a fresh set of attempts; returns how many were re-queued.
+
+    With neither filter, every parked item; `use_case` and `posting_keys` narrow it down
+    (both together: those postings of that use case). `last_error` stays for history.
+    """
+    if posting_keys is not None and not posting_keys:
+        return 0
+    chunks = (
+        [list(posting_keys[start : start + CHUNK]) for start in range(0, len(posting_keys), CHUNK)]
+        if posting_keys is not None
+        else [None]
+    )
+    now = utcnow()
+    requeued = 0
+    for chunk in chunks:
+        statement = update(WorkItem).where(WorkItem.status == "failed")
+        if use_case is not None:
+            statement = statement.where(WorkItem.use_case == use_case)
+        if chunk is not None:
+            statement = statement.where(WorkItem.posting_key.in_(chunk))
+        result = session.execute(
+            statement.values(
+                status="pending", attempts=0, next_attempt_at=None, updated_at=now
+            ).execution_options(synchronize_session=False)
+        )
+        requeued += result.rowcount
+    return requeued

@@ -1,0 +1,20 @@
+"""What differs between the two engines the application database runs on (SQLite, PostgreSQL)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+CHUNK = 500
+"""Keys per IN (...) list: SQLite caps the parameters of a statement."""
+
+
+def insert_for(session: Session) -> Any:
+    """The dialect's INSERT constructor (both have ON CONFLICT)."""
+    return postgresql.insert if is_postgres(session) else sqlite.insert
+
+
+def is_postgres(session: Session) -> bool:
+    return session.get_bind().dialect.name == "postgresql"

@@ -1,0 +1,173 @@
+"""Discovery: which items of a use case lack a current output (the pull model: nothing is queued).
+
+`find_pending_work` asks, for one use case, which postings lack a current output and are not held,
+parked or backing off. `work_items` only remembers what happened to an item (see `appdb.claims`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import ColumnElement, Select, and_, func, or_, select, text
+from sqlalchemy.orm import Session, aliased
+
+from appdb.dialects import CHUNK, is_postgres
+from appdb.models import Posting, ReferenceData, UseCaseOutput, UseCasePause, WorkItem, utcnow
+
+
+@dataclass(frozen=True)
+class WorkSpec:
+    """What discovery needs to know about a use case (kept free of Dagster and declarations)."""
+
+    use_case: str
+    version: str
+    upstream_versions: Mapping[str, str]
+    discovery_where: str | None = None
+    reference_inputs: tuple[str, ...] = ()
+    model: str | None = None  # outputs made by another model are stale (None: any model)
+    upstream_models: Mapping[str, str] = field(default_factory=dict)
+    upstream_specs: Mapping[str, WorkSpec] = field(default_factory=dict)  # to check upstreams' own inputs
+
+
+def pending_work_query(spec: WorkSpec, *, now: Any = None, include_current: bool = False) -> Select:
+    """Postings of this use case that lack a current output and are not held, parked or backing off.
+
+    Current means: made by this version (and model) from this posting content, and no
+    older than each upstream output it read. A posting whose upstream outputs are missing or stale
+    waits for them; an upstream output older than its own inputs (`upstream_specs`) is
+    stale too, so a fan-in synthesizer never runs on an expert about to be redone.
+    """
+    now = now or utcnow()
+    own = aliased(UseCaseOutput, name="own_output")
+    work = aliased(WorkItem, name="work")
+    query = (
+        select(Posting.key)
+        .outerjoin(own, and_(own.use_case == spec.use_case, own.posting_key == Posting.key))
+        .outerjoin(work, and_(work.use_case == spec.use_case, work.posting_key == Posting.key))
+    )
+    stale: list[ColumnElement[bool]] = [
+        own.posting_key.is_(None),
+        own.use_case_version != spec.version,
+        own.posting_hash != Posting.content_hash,
+    ]
+    if spec.model is not None:
+        stale.append(own.model != spec.model)
+    for name, version in sorted(spec.upstream_versions.items()):
+        upstream = aliased(UseCaseOutput, name=f"upstream_{name}")
+        query = query.join(
+            upstream,
+            and_(
+                upstream.use_case == name,
+                upstream.posting_key == Posting.key,
+                upstream.use_case_version == version,
+                upstream.posting_hash == Posting.content_hash,
+                *([upstream.model == spec.upstream_models[name]] if name in spec.upstream_models else []),
+            ),
+        )
+        query = _join_inputs_current(query, upstream, spec.upstream_specs.get(name), f"upstream_{name}")
+        stale.append(own.updated_at < upstream.updated_at)
+    for name in spec.reference_inputs:  # e.g. the taxonomy: none loaded yet means wait for it
+        reference = aliased(ReferenceData, name=f"reference_{name}")
+        query = query.join(reference, reference.name == name)
+        stale.append(own.updated_at < reference.updated_at)
+    not_held = or_(work.status != "claimed", work.lease_expires_at < now)
+    if include_current:  # forced: everything not held by a live claim, parked and backing-off items too
+        query = query.where(or_(work.posting_key.is_(None), not_held))
+    else:
+        query = query.where(or_(*stale)).where(
+            or_(
+                work.posting_key.is_(None),
+                and_(
+                    work.status != "failed",
+                    not_held,
+                    or_(work.next_attempt_at.is_(None), work.next_attempt_at <= now),
+                ),
+            )
+        )
+    if spec.discovery_where:
+        query = query.where(text(f"({spec.discovery_where})"))
+    return query.order_by(Posting.id)
+
+
+def _join_inputs_current(query: Select, output: Any, spec: WorkSpec | None, prefix: str) -> Select:
+    """Keep only postings where `output` is no older than the current outputs it was made from."""
+    if spec is None:
+        return query
+    for name, version in sorted(spec.upstream_versions.items()):
+        source = aliased(UseCaseOutput, name=f"{prefix}__{name}")
+        query = query.join(
+            source,
+            and_(
+                source.use_case == name,
+                source.posting_key == Posting.key,
+                source.use_case_version == version,
+                source.posting_hash == Posting.content_hash,
+                source.updated_at <= output.updated_at,
+            ),
+        )
+        query = _join_inputs_current(query, source, spec.upstream_specs.get(name), f"{prefix}__{name}")
+    for name in spec.reference_inputs:
+        reference = aliased(ReferenceData, name=f"{prefix}__reference_{name}")
+        query = query.join(reference, and_(reference.name == name, reference.updated_at <= output.updated_at))
+    return query
+
+
+def find_pending_work(
+    session: Session, spec: WorkSpec, *, within: Sequence[str] | None = None, include_current: bool = False
+) -> list[str]:
+    """Keys of the postings this use case should process now, oldest posting first."""
+    if within is None:
+        return _keys_joining_as_written(session, pending_work_query(spec, include_current=include_current))
+    found: set[str] = set()
+    for start in range(0, len(within), CHUNK):
+        chunk = list(within[start : start + CHUNK])
+        query = pending_work_query(spec, include_current=include_current).where(Posting.key.in_(chunk))
+        found.update(_keys_joining_as_written(session, query))
+    return [key for key in within if key in found]
+
+
+def _keys_joining_as_written(session: Session, query: Select) -> list[str]:
+    """Run a discovery query with PostgreSQL joining in the order written: postings first.
+
+    PostgreSQL's planner takes a posting's key and its content hash as independent, so it
+    estimates an upstream join at 1 row where there are 90,000, puts that join first and probes
+    two indexes per row: 0.5-1.0 s at 100,000 postings (the slow end on freshly written tables).
+    Joined in the written order every estimate starts from the postings and it hashes: 0.23 s.
+    (`SET LOCAL`: only for this statement's transaction, and set back right after.)
+    """
+    if not is_postgres(session):
+        return list(session.scalars(query))
+    session.execute(text("SET LOCAL join_collapse_limit = 1"))
+    keys = list(session.scalars(query))
+    session.execute(text("SET LOCAL join_collapse_limit TO DEFAULT"))
+    return keys
+
+
+def change_marker(session: Session) -> str:
+    """A cheap fingerprint of everything discovery reads; equal markers mean nothing changed.
+
+    It includes the next retry, lease expiry or pause end still ahead, so the marker
+    also changes when a waiting item or a paused use case comes due.
+    """
+    now = utcnow()
+    row = session.execute(
+        select(
+            select(func.count(Posting.id)).scalar_subquery(),
+            select(func.max(Posting.updated_at)).scalar_subquery(),
+            select(func.max(UseCaseOutput.updated_at)).scalar_subquery(),
+            select(func.max(WorkItem.updated_at)).scalar_subquery(),
+            select(func.min(WorkItem.next_attempt_at))
+            .where(WorkItem.next_attempt_at > now)
+            .scalar_subquery(),
+            select(func.min(WorkItem.lease_expires_at))
+            .where(WorkItem.lease_expires_at > now)
+            .scalar_subquery(),
+            select(func.max(ReferenceData.updated_at)).scalar_subquery(),
+            select(func.count(UseCasePause.use_case)).scalar_subquery(),
+            select(func.max(UseCasePause.paused_at)).scalar_subquery(),
+            select(func.min(UseCasePause.resume_at)).where(UseCasePause.resume_at > now).scalar_subquery(),
+        )
+    ).one()
+    return "|".join(str(value) for value in row)

@@ -1,0 +1,190 @@
+"""The batch loop every declared use case runs: one run processes a batch of postings.
+
+A run covers a range of posting partitions. Within it, the use case's asset:
+1. asks discovery which postings still need this use case (current ones are skipped),
+2. claims them, so no other run works on the same posting at the same time,
+3. processes them: one call per posting (`single_call.py`) or a chain of steps in waves
+   (`chain_runner.py`), the model loaded once, each output stored with its exact interaction and
+   logged as a materialization of that posting's partition (only postings actually done),
+4. reports the declared checks over the batch, and lets the gym flag and judge (`gym_checks.py`).
+
+An unreachable backend or a missing model ends the run early, gives the claims back, spends no attempts
+and pauses the use case (the circuit breaker); a bad output counts against that posting only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetExecutionContext,
+    AssetMaterialization,
+    Failure,
+    MetadataValue,
+)
+
+from appdb import claims, discovery, inputs, pauses
+from assets.batch_state import BatchOutcome, BatchRun
+from assets.chain_runner import run_chain
+from assets.gym_checks import after_batch
+from assets.provenance import provenance_for, with_provenance
+from assets.run_tags import run_source
+from assets.single_call import run_single_calls
+from domain.language.declaration import UseCase, code_version
+from domain.language.llm_types import BackendUnavailable
+from domain.language.output_parsing import blocked_postings
+from resources.app_database import AppDatabase
+from resources.llm import LLMResource
+
+ITEMS_OK_CHECK = "outputs_valid"
+
+
+def process_batch(
+    context: AssetExecutionContext,
+    use_case: UseCase,
+    spec: discovery.WorkSpec,
+    app_db: AppDatabase,
+    llm: LLMResource | None,
+    *,
+    force: bool = False,
+) -> Iterator[Any]:
+    """Process the run's postings; yields Dagster events, returns the outcome."""
+    run = BatchRun(context, use_case, app_db, llm, context.run.run_id, run_source(context.run.tags), force)
+    keys = list(context.partition_keys)
+    with app_db.session() as session:
+        todo = discovery.find_pending_work(session, spec, within=keys, include_current=force)
+    with app_db.session() as session:
+        held = claims.claim_items(
+            session,
+            use_case.name,
+            todo,
+            run.run_id,
+            policy=use_case.retry,
+            include_parked=force,
+            spec=None if force else spec,
+        )
+    skipped_current, skipped_held_elsewhere = len(keys) - len(todo), len(todo) - len(held)
+    context.log.info(
+        f"{use_case.name}: {len(keys)} postings in this run: {len(held)} to do, "
+        f"{skipped_current} skipped (already current, waiting for upstream, or backing off), "
+        f"{skipped_held_elsewhere} skipped (held by another run)"
+    )
+    if held:
+        provenance = provenance_for(context.instance, code_version(use_case), use_case, held)  # staleness
+        yield from with_provenance(_process_held(run, held), provenance.tag)
+    outcome = run.outcome
+    outcome.skipped_current, outcome.skipped_held_elsewhere = skipped_current, skipped_held_elsewhere
+    yield from check_results(use_case, outcome)
+    yield from after_batch(run)  # review items, judge
+    if outcome.parked:
+        yield from _recorded_current(run, keys, todo)
+        raise Failure(
+            description=(
+                f"{use_case.name}: {len(outcome.parked)} postings failed {use_case.retry.max_attempts} times "
+                "and are parked: `pipeline failures` lists them, `pipeline retry` re-queues them"
+            ),
+            metadata={"parked": MetadataValue.json(outcome.parked), "done": len(outcome.done)},
+        )
+    return outcome
+
+
+def _process_held(run: BatchRun, held: list[str]) -> Iterator[AssetMaterialization]:
+    """Single calls or a chain over the held postings, with the claims given back if the run stops."""
+    run.remaining = set(held)
+    try:
+        if run.use_case.steps is not None:  # a multi-step use case: run by step, in waves
+            yield from run_chain(run, held)
+        else:
+            yield from run_single_calls(run, held)
+    except BackendUnavailable as exc:
+        raise _trip_breaker(run, exc) from exc
+    except BaseException:
+        # Anything else (a database error, a kill signal): give the claims back now rather than
+        # leaving them to the lease sweep; if even that fails, the lease expiry frees them.
+        with contextlib.suppress(Exception), run.app_db.session() as session:
+            claims.release_items(session, run.use_case.name, sorted(run.remaining), run.run_id)
+        raise
+
+
+def _trip_breaker(run: BatchRun, exc: BackendUnavailable) -> Failure:
+    """The circuit breaker: stop at the first infrastructure error, spend no attempts, and pause the
+    use case so the sensor requests no runs until the resume time."""
+    name = run.use_case.name
+    with run.app_db.session() as session:
+        released = claims.release_items(session, name, sorted(run.remaining), run.run_id)
+        resume_at = pauses.pause_use_cases(
+            session, [name], f"{run.backend} backend unavailable: {exc}", policy=run.use_case.retry
+        )
+    return Failure(
+        description=(
+            f"{name}: the LLM backend is unavailable, run stopped and {name} paused "
+            f"until {resume_at:%Y-%m-%d %H:%M:%S} UTC (`pipeline resume` to retry sooner): {exc}"
+        ),
+        metadata={
+            "done_before_stop": len(run.outcome.done),
+            "claims_released": released,
+            "attempts_spent": 0,
+            "paused_until_utc": f"{resume_at:%Y-%m-%d %H:%M:%S}",
+        },
+    )
+
+
+def _recorded_current(
+    run: BatchRun, keys: Sequence[str], todo: Sequence[str]
+) -> Iterator[AssetMaterialization]:
+    """Failing the step is how Dagster marks parked postings failed in the UI; the outputs and check
+    results are already recorded. Postings of the range that were already current are re-recorded first,
+    or the failed run would mark them failed too."""
+    skipped = set(keys) - set(todo)
+    with run.app_db.session() as session:
+        existing = inputs.existing_outputs(session, run.use_case.name, sorted(skipped))
+    for key in keys:
+        if key in existing:
+            yield AssetMaterialization(
+                asset_key=run.use_case.name,
+                partition=key,
+                metadata={
+                    "unchanged": True,
+                    "note": "already current; recorded so this run's failure skips it",
+                },
+            )
+
+
+def check_results(use_case: UseCase, outcome: BatchOutcome) -> Iterator[AssetCheckResult]:
+    """Evaluate the built-in and declared checks over this run's outputs, naming failing postings."""
+    yield AssetCheckResult(
+        check_name=ITEMS_OK_CHECK,
+        passed=not outcome.failed,
+        metadata={
+            "done": len(outcome.done),
+            "unchanged_input": len(outcome.unchanged),
+            "failed": len(outcome.failed),
+            "skipped_current": outcome.skipped_current,
+            "skipped_held_elsewhere": outcome.skipped_held_elsewhere,
+            "llm_seconds": round(outcome.llm_ms / 1000, 2),
+            "failures": MetadataValue.json(dict(list(outcome.failed.items())[:50])),
+        },
+    )
+    for check in use_case.checks:
+        failing = {}
+        for key, value in outcome.outputs.items():
+            reason = check.check(value, outcome.postings.get(key, {}))
+            if reason:
+                failing[key] = reason
+        if check.blocking:
+            failing.update(blocked_postings(check.name, outcome.failed))
+        outcome.check_failures[check.name] = failing  # the gym turns them into review items
+        yield AssetCheckResult(
+            check_name=check.name,
+            passed=not failing,
+            severity=AssetCheckSeverity.ERROR if check.blocking else AssetCheckSeverity.WARN,
+            metadata={
+                "checked": len(outcome.outputs),
+                "failing": len(failing),
+                "failing_postings": MetadataValue.json(dict(list(failing.items())[:50])),
+            },
+        )

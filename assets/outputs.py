@@ -1,0 +1,142 @@
+"""Storing what a run made: the interaction, the output (only while the claim holds), or the failure.
+
+Single calls, chains and the review's delivered values all store an output the same way
+(`store_output`), so a use case's `after_store` hook runs in the same transaction wherever it comes from.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from dagster import MetadataValue
+
+from appdb import claims, interactions
+from appdb.models import UseCaseOutput, utcnow
+from assets.batch_state import CLAIM_LOST, PARKED_NOTE, BatchRun
+from domain.language.declaration import UseCase, model_label
+from domain.language.llm_types import Generation
+
+PREVIEW_CHARS = 300
+
+
+def record_call(
+    session: Any,
+    run: BatchRun,
+    key: str,
+    *,
+    use_case: str,
+    model: str,
+    backend: str,
+    prompt: str,
+    system_prompt: str,
+    options: Mapping[str, Any],
+    generation: Generation | None,
+    parsed: Any,
+    error: str | None,
+    status: str | None = None,
+) -> int:
+    """Store one call exactly as sent and answered (LLM, script or judge); its interaction id."""
+    return interactions.record_interaction(
+        session,
+        use_case=use_case,
+        use_case_version=run.use_case.version,
+        posting_key=key,
+        backend=backend,
+        model=model,
+        prompt=prompt,
+        system_prompt=system_prompt,
+        options=dict(options),
+        raw_response=generation.text if generation is not None else None,
+        parsed_output=parsed,
+        prompt_tokens=generation.prompt_tokens if generation is not None else None,
+        completion_tokens=generation.completion_tokens if generation is not None else None,
+        latency_ms=generation.latency_ms if generation is not None else None,
+        status=status or ("ok" if error is None else "item_error"),
+        error=error,
+        source=run.source,
+        run_id=run.run_id,
+        finished_at=utcnow(),
+    )
+
+
+def store_output(
+    session: Any,
+    use_case: UseCase,
+    key: str,
+    run_id: str,
+    value: dict[str, Any],
+    *,
+    backend: str,
+    input_hash: str,
+    posting_hash: str,
+    interaction_id: int | None,
+) -> bool:
+    """Write the current output while this run still holds the claim, then the use case's
+    `after_store` hook in the same transaction. False: the claim was lost, nothing written."""
+    row = output_row(use_case, value, backend, input_hash, posting_hash, interaction_id)
+    stored = claims.complete_item(session, use_case.name, key, run_id, row)
+    if stored and use_case.after_store is not None:
+        use_case.after_store(session, key, value)
+    return stored
+
+
+def output_row(
+    use_case: UseCase,
+    value: dict[str, Any],
+    backend: str,
+    input_hash: str,
+    posting_hash: str,
+    interaction_id: int | None,
+) -> dict[str, Any]:
+    """An output as `claims.complete_item` stores it: this version and model, from this posting content."""
+    return {
+        "value": value,
+        "model": model_label(use_case),
+        "backend": backend,
+        "use_case_version": use_case.version,
+        "input_hash": input_hash,
+        "posting_hash": posting_hash,
+        "interaction_id": interaction_id,
+    }
+
+
+def record_failure(session: Any, run: BatchRun, key: str, error: str) -> None:
+    """Spend one attempt (the last one parks the posting) and report the error in the run."""
+    status = claims.fail_item(session, run.use_case.name, key, run.run_id, error, policy=run.use_case.retry)
+    run.outcome.failed[key] = error if status != "failed" else f"{error} {PARKED_NOTE}"
+
+
+def fail(run: BatchRun, key: str, error: str) -> None:
+    """`record_failure` in a transaction of its own, and the posting is finished for this run."""
+    with run.app_db.session() as session:
+        record_failure(session, run, key, error)
+    run.finished(key)
+
+
+def keep_unchanged(run: BatchRun, key: str, previous: UseCaseOutput) -> None:
+    """The input is byte-identical to the one that made the stored output: mark it current, call nothing."""
+    posting = run.outcome.postings[key]
+    with run.app_db.session() as session:
+        # same input hash: same model (a script may be renamed); its after_store already ran
+        row = output_row(
+            run.use_case,
+            previous.value,
+            previous.backend,
+            previous.input_hash,
+            posting["content_hash"],
+            previous.interaction_id,
+        )
+        held = claims.complete_item(session, run.use_case.name, key, run.run_id, row)
+    if held:
+        run.outcome.unchanged.append(key)
+    else:
+        run.outcome.failed[key] = CLAIM_LOST
+    run.finished(key)
+
+
+def output_preview(use_case: UseCase, output: Mapping[str, Any]) -> MetadataValue:
+    """The materialization's preview: the declared field, else the whole output, cut short."""
+    text = str(output.get(use_case.preview_field, "")) if use_case.preview_field else json.dumps(output)
+    return MetadataValue.text(text[:PREVIEW_CHARS])

@@ -1,0 +1,201 @@
+"""A use case of one call per posting (an LLM prompt, or a script function) over the postings a run holds.
+
+For each held posting: render the prompt (or gather the script's inputs) and its input hash; a posting
+whose input is byte-identical to the one that made its stored output is kept as it is (nothing called);
+the rest go to the LLM (`assets/llm_calls.py`, in order, several in flight) or the script, and each
+result is parsed, checked and stored with its exact interaction, one transaction per posting.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dagster import AssetMaterialization
+
+from appdb import inputs
+from assets.batch_state import BatchRun
+from assets.llm_calls import LLMRequest, generate_in_order
+from assets.outputs import fail, keep_unchanged, output_preview, record_call, record_failure, store_output
+from domain.language.declaration import model_label
+from domain.language.declaration_parts import ScriptContext
+from domain.language.llm_types import BackendUnavailable, Generation, ItemError
+from domain.language.output_parsing import BlockedOutput, parse_output
+from domain.language.templates import POSTING_VARIABLES, TemplateVariableError
+
+PROGRESS_EVERY_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class PreparedCall:
+    key: str
+    prompt: str
+    system_prompt: str
+    input_hash: str
+    truncated: dict[str, int]
+
+
+def run_single_calls(run: BatchRun, held: Sequence[str]) -> Iterator[AssetMaterialization]:
+    """Process every held posting; yields one materialization per stored output."""
+    use_case = run.use_case
+    if run.llm is not None:
+        run.load_model(use_case.model)
+    with run.app_db.session() as session:
+        postings, values = inputs.load_posting_inputs(session, held, POSTING_VARIABLES, use_case.upstream)
+        existing = inputs.existing_outputs(session, use_case.name, held)
+        references = inputs.reference_hashes(session, use_case.reference_inputs)
+    run.outcome.postings, run.outcome.inputs = postings, values
+    prepared: list[PreparedCall] = []
+    for key in held:
+        try:
+            prompt, system_prompt, truncated, input_hash = use_case.prepare(values[key], references)
+        except TemplateVariableError as exc:
+            fail(run, key, str(exc))
+            continue
+        previous = existing.get(key)
+        if previous is not None and previous.input_hash == input_hash and not run.force:
+            keep_unchanged(run, key, previous)
+            continue
+        prepared.append(PreparedCall(key, prompt, system_prompt, input_hash, truncated))
+
+    progress = Progress(run, len(prepared))
+    results = _call_script_all(run, prepared) if run.llm is None else _generate_all(run, prepared)
+    for item, result in results:
+        if isinstance(result, BackendUnavailable):
+            raise result
+        run.renew_claims_if_due()
+        event = _store_result(run, item, result)
+        run.finished(item.key)
+        if event is not None:
+            run.note_served()
+            yield event
+        progress.step(failed=len(run.outcome.failed))
+
+
+def _generate_all(
+    run: BatchRun, prepared: Sequence[PreparedCall]
+) -> Iterator[tuple[PreparedCall, Generation | Exception]]:
+    use_case = run.use_case
+    requests = (
+        (
+            item,
+            LLMRequest(
+                use_case.model, item.prompt, item.system_prompt, use_case.grammar_schema, use_case.options
+            ),
+        )
+        for item in prepared
+    )
+    return generate_in_order(run.llm, requests)
+
+
+def _call_script_all(
+    run: BatchRun, prepared: Sequence[PreparedCall]
+) -> Iterator[tuple[PreparedCall, Generation | Exception]]:
+    """Call a script use case's function per posting; its output goes through the same parsing."""
+    script_context = ScriptContext(resources=run.context.resources, app_db=run.app_db, log=run.log)
+    for item in prepared:
+        started = time.perf_counter()
+        try:
+            output = run.use_case.function(run.outcome.inputs[item.key], script_context)
+            text = json.dumps(output, ensure_ascii=False)
+        except Exception as exc:  # a failing script is this posting's error, never a crashed run
+            yield item, ItemError(f"{type(exc).__name__}: {exc}")
+            continue
+        yield item, Generation(text, None, None, (time.perf_counter() - started) * 1000)
+
+
+def _store_result(
+    run: BatchRun, item: PreparedCall, result: Generation | Exception
+) -> AssetMaterialization | None:
+    """Record the interaction, then the output (or the failure), in one transaction per posting."""
+    use_case, outcome = run.use_case, run.outcome
+    error: str | None = None
+    parsed: dict[str, Any] | None = None
+    generation = result if isinstance(result, Generation) else None
+    if generation is None:
+        error = f"{type(result).__name__}: {result}" if not isinstance(result, ItemError) else str(result)
+    else:
+        outcome.llm_ms += generation.latency_ms
+        try:
+            parsed = parse_output(use_case, generation.text, outcome.inputs.get(item.key))
+        except ItemError as exc:
+            error = str(exc)
+            parsed = exc.value if isinstance(exc, BlockedOutput) else None  # kept in the trace
+    options = {**use_case.options}
+    if item.truncated:
+        options["truncated_chars"] = item.truncated
+    with run.app_db.session() as session:
+        interaction_id = record_call(
+            session,
+            run,
+            item.key,
+            use_case=use_case.name,
+            model=model_label(use_case),
+            backend=run.backend,
+            prompt=item.prompt,
+            system_prompt=item.system_prompt,
+            options=options,
+            generation=generation,
+            parsed=parsed,
+            error=error,
+        )
+        if error is not None:
+            record_failure(session, run, item.key, error)
+            return None
+        stored = store_output(
+            session,
+            use_case,
+            item.key,
+            run.run_id,
+            parsed,
+            backend=run.backend,
+            input_hash=item.input_hash,
+            posting_hash=outcome.postings[item.key]["content_hash"],
+            interaction_id=interaction_id,
+        )
+    if not outcome.record_stored(item.key, parsed, stored):
+        return None
+    return AssetMaterialization(
+        asset_key=use_case.name,
+        partition=item.key,
+        metadata={
+            "model": model_label(use_case),
+            "backend": run.backend,
+            "use_case_version": use_case.version,
+            "prompt_tokens": generation.prompt_tokens or 0,
+            "completion_tokens": generation.completion_tokens or 0,
+            "latency_ms": round(generation.latency_ms, 1),
+            "preview": output_preview(use_case, parsed),
+            "interaction_id": interaction_id,
+            "input_hash": item.input_hash,
+            "source": run.source,
+        },
+    )
+
+
+class Progress:
+    """Logs done/total, seconds per posting and ETA every few seconds."""
+
+    def __init__(self, run: BatchRun, total: int) -> None:
+        self.log, self.name, self.total = run.log, run.use_case.name, total
+        self.done = 0
+        self.started = self.last_log = time.perf_counter()
+
+    def step(self, failed: int) -> None:
+        self.done += 1
+        now = time.perf_counter()
+        if self.done < self.total and self.done > 1 and now - self.last_log < PROGRESS_EVERY_SECONDS:
+            return
+        self.last_log = now
+        per_item = (now - self.started) / self.done
+        eta = per_item * (self.total - self.done)
+        self.log.info(
+            f"{self.name}: {self.done}/{self.total} postings ({failed} failed), {per_item:.1f}s per posting, "
+            f"ETA {eta:.0f}s"
+        )
+
+
+__all__ = ["PreparedCall", "Progress", "run_single_calls"]

@@ -1,0 +1,1 @@
+"""`pipeline`: the command line beside the Dagster UI, one small module per group of commands."""

@@ -1,0 +1,35 @@
+"""`pipeline ingest FILE...`: load postings; bad rows are reported as file:line: reason, good rows load."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from appdb.database import session_scope
+from appdb.ingest import ingest_files
+from pipeline_defs.cli.terminal import EXIT_ERROR, EXIT_REJECTED
+from pipeline_defs.settings import Settings
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("ingest", help="load postings from JSONL or CSV files")
+    parser.add_argument("files", nargs="+", type=Path)
+    parser.set_defaults(handler=cmd_ingest)
+
+
+def cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
+    for path in args.files:
+        if not path.is_file():
+            print(f"error: {path}: no such file", file=sys.stderr)
+            return EXIT_ERROR
+    try:
+        with session_scope(settings.database_url) as session:
+            report = ingest_files(session, args.files)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    for rejection in report.rejected:
+        print(f"rejected {rejection}", file=sys.stderr)
+    print(f"ingested {report.accepted} postings: {report.summary()}")
+    return EXIT_REJECTED if report.rejected else 0

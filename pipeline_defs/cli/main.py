@@ -1,0 +1,69 @@
+"""`pipeline`: the command line beside the Dagster UI.
+
+pipeline migrate                 create or upgrade the application database; create DAGSTER_HOME
+pipeline ingest FILE...          load postings (JSONL or CSV); exit 1 if any row was rejected
+pipeline run [--use-case NAME]   process all pending work now, in this process
+pipeline demo                    ingest the demo postings, summarize them, print a table
+pipeline status                  per use case: current, pending, failed; paused use cases
+pipeline trace KEY [--markdown FILE]   exact prompts, responses and outputs of one posting
+pipeline failures [--use-case NAME]    parked items (failed max_attempts times) with their last error
+pipeline retry (--all | --use-case NAME | --posting KEY...)   re-queue parked items
+pipeline discover --shadow [--use-case NAME] [--expect FILE] [--json]
+                                 what each use case would process now; claims and writes nothing
+pipeline pauses                  use cases paused by the circuit breaker: why, and until when
+pipeline resume [--use-case NAME]      end pauses now
+pipeline ui [--port N]           start `dagster dev` on 127.0.0.1 with the project's DAGSTER_HOME
+pipeline review [...]            the gym: quality figures, review items, accept/reject/correct
+pipeline reprocess --stale [--use-case NAME] [--dry-run]   redo only outdated outputs
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from pipeline_defs.cli import (
+    discover_command,
+    ingest_command,
+    reprocess_command,
+    review_commands,
+    run_commands,
+    setup_commands,
+    state_commands,
+    trace_command,
+)
+from pipeline_defs.cli.terminal import EXIT_ERROR
+from pipeline_defs.settings import Settings
+
+COMMAND_MODULES = (
+    setup_commands,
+    ingest_command,
+    run_commands,
+    state_commands,
+    trace_command,
+    discover_command,
+    review_commands,
+    reprocess_command,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pipeline", description="Job-posting enrichment with local LLMs.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    for module in COMMAND_MODULES:
+        module.register(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        settings = Settings.from_env()
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    return args.handler(settings, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

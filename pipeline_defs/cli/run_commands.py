@@ -1,0 +1,133 @@
+"""`pipeline run` (all pending work now, in this process) and `pipeline demo` (what `make demo` calls)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from appdb import reports
+from appdb.database import session_scope
+from appdb.ingest import ingest_files
+from pipeline_defs.catalog import declared_use_cases
+from pipeline_defs.cli.in_process_runs import (
+    dagster_for,
+    load_reference_data,
+    run_pending,
+    single_use_case_groups,
+)
+from pipeline_defs.cli.terminal import EXIT_ERROR, clip
+from pipeline_defs.settings import PROJECT_ROOT, Settings
+
+DEMO_POSTINGS = PROJECT_ROOT / "pipeline_defs" / "demo_data" / "postings.jsonl"
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    run = commands.add_parser("run", help="process all pending work now")
+    run.add_argument("--use-case", action="append", dest="use_cases", help="only this use case (repeatable)")
+    run.add_argument("--verbose", action="store_true", help="show Dagster's own log lines")
+    run.set_defaults(handler=cmd_run)
+    demo = commands.add_parser(
+        "demo", help="ingest the demo postings and summarize them with the embedded model"
+    )
+    demo.add_argument("--verbose", action="store_true")
+    demo.set_defaults(handler=cmd_demo)
+
+
+def _run_all(settings: Settings, only: list[str] | None, verbose: bool) -> tuple[list, bool]:
+    """Load the taxonomy, then run every pending batch group by group; (reports, all succeeded)."""
+    instance, defs, groups, app_db = dagster_for(settings)
+    taxonomy_ok = load_reference_data(defs, instance)
+    if not taxonomy_ok:
+        print("error: loading the skills taxonomy failed; skill_entities will wait for it", file=sys.stderr)
+    selected = single_use_case_groups(groups, only) if only else groups
+    run_reports = run_pending(
+        defs,
+        selected,
+        instance,
+        app_db,
+        verbose=verbose,
+        on_run=lambda name, index, total: print(f"{name}: run {index} of {total} ...", flush=True),
+    )
+    for report in run_reports:
+        for name, why in report.paused.items():
+            print(f"{name}: paused, skipped: {why}")
+        print(
+            f"{report.group} ({', '.join(report.use_cases)}): {report.pending_before} postings pending, "
+            f"{len(report.runs)} runs ({len(report.failed_runs)} failed) in {report.seconds:.1f}s"
+        )
+    return run_reports, taxonomy_ok and not any(report.failed_runs for report in run_reports)
+
+
+def _declared_use_case_names(settings: Settings) -> set[str]:
+    return {use_case.name for use_case in declared_use_cases(settings)}
+
+
+def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
+    known = _declared_use_case_names(settings)
+    unknown = [name for name in args.use_cases or [] if name not in known]
+    if unknown:
+        print(f"error: no use case {unknown[0]!r} (declared: {', '.join(sorted(known))})", file=sys.stderr)
+        return EXIT_ERROR
+    print(f"LLM backend: {settings.llm_backend}; app database: {settings.database_url}")
+    _, ok = _run_all(settings, args.use_cases, args.verbose)
+    return 0 if ok else 1
+
+
+def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
+    started = time.perf_counter()
+    with session_scope(settings.database_url) as session:
+        report = ingest_files(session, [DEMO_POSTINGS])
+    print(f"demo postings: {report.summary()}")
+    print(
+        f"summarizing and extracting skills with the {settings.llm_backend} backend "
+        "(several seconds per posting on a CPU) ...",
+        flush=True,
+    )
+    run_reports, ok = _run_all(settings, None, args.verbose)
+    wall = time.perf_counter() - started
+    keys = report.inserted + report.updated + report.unchanged
+    with session_scope(settings.database_url) as session:
+        print()
+        print(render_postings(session, keys))
+        latency = reports.mean_llm_latency(session, keys)
+    runs = sum(len(item.runs) for item in run_reports)
+    failed_runs = sum(len(item.failed_runs) for item in run_reports)
+    print()
+    print(f"wall time {wall:.1f}s for {len(keys)} postings; {runs} runs ({failed_runs} failed)")
+    for use_case, mean_ms, count in latency:
+        print(f"  {use_case}: mean LLM time {mean_ms / 1000:.1f}s per posting over {count} postings")
+    print("trace a posting:  .venv/bin/pipeline trace demo-001")
+    print("quality, review:  .venv/bin/pipeline review")
+    print("open the UI:      make ui   (then http://127.0.0.1:3000)")
+    return 0 if ok else 1
+
+
+def render_postings(session, keys: list[str]) -> str:  # noqa: ANN001 - a SQLAlchemy session
+    """Each posting's summary, skills and resolved concepts, as the demo prints them."""
+    outputs = reports.output_values(session, keys)
+    lines = []
+    for posting in reports.postings_in_order(session, keys):
+        summary = outputs.get((posting.key, "posting_summary"), {}).get("summary", "(none yet)")
+        lines.append(f"{posting.key}  {posting.title} ({posting.company or 'company not stated'})")
+        lines.append(f"  summary:  {clip(summary, 200)}")
+        skills = outputs.get((posting.key, "posting_skills"))
+        entities = outputs.get((posting.key, "skill_entities"))
+        if skills is None:
+            lines.append("  skills:   (none yet)")
+        elif entities is None:
+            mentions = ", ".join(skill["mention"] for skill in skills["skills"])
+            lines.append(f"  skills:   {clip(mentions, 200)}")
+        else:
+            resolved = [
+                f"{entity['mention']} -> "
+                + (f"{entity['concept_label']} ({entity['stage']})" if entity["concept_uri"] else "unmatched")
+                for entity in entities["entities"]
+            ]
+            lines.append(f"  skills:   {'; '.join(resolved) or '(none found)'}")
+        if skills and skills.get("ungrounded"):
+            lines.append(f"  dropped (not in the posting): {', '.join(skills['ungrounded'])}")
+        assessment = outputs.get((posting.key, "posting_assessment"))  # PIPELINE_EXTRA_USE_CASES
+        if assessment:
+            lines.append(f"  profile:  {clip(assessment['profile'], 200)}")
+    return "\n".join(lines)

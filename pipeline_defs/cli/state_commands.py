@@ -1,0 +1,117 @@
+"""Work state: `pipeline status`, `failures`, `retry`, `pauses`, `resume`."""
+
+from __future__ import annotations
+
+import argparse
+
+from appdb import claims, discovery, pauses, reports
+from appdb.database import session_scope
+from domain.language.declaration import model_label
+from pipeline_defs.cli.terminal import ERROR_CHARS, clip, describe_pause, table, when
+from pipeline_defs.settings import Settings
+from pipeline_defs.wiring import build_use_cases
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    status = commands.add_parser(
+        "status", help="per use case: postings with a current output, pending, failed"
+    )
+    status.set_defaults(handler=cmd_status)
+    failures = commands.add_parser(
+        "failures", help="list parked items (failed too often) and their last error"
+    )
+    failures.add_argument("--use-case", help="only this use case")
+    failures.set_defaults(handler=cmd_failures)
+    retry = commands.add_parser("retry", help="re-queue parked items with a fresh set of attempts")
+    which = retry.add_mutually_exclusive_group(required=True)
+    which.add_argument("--all", action="store_true", help="every parked item")
+    which.add_argument("--use-case", help="the parked items of this use case")
+    which.add_argument(
+        "--posting", action="append", dest="postings", metavar="KEY", help="this posting (repeatable)"
+    )
+    retry.set_defaults(handler=cmd_retry)
+    pauses_parser = commands.add_parser(
+        "pauses", help="use cases paused by the circuit breaker, why, and until when"
+    )
+    pauses_parser.set_defaults(handler=cmd_pauses)
+    resume = commands.add_parser("resume", help="end pauses now (all, or the named use cases)")
+    resume.add_argument(
+        "--use-case", action="append", dest="use_cases", help="only this use case (repeatable)"
+    )
+    resume.set_defaults(handler=cmd_resume)
+
+
+def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
+    built = build_use_cases(settings)
+    with session_scope(settings.database_url) as session:
+        print(f"{reports.posting_count(session)} postings in {settings.database_url}")
+        for item in built:
+            pending = len(discovery.find_pending_work(session, item.spec))
+            states = reports.work_state_counts(session, item.use_case.name)
+            print(
+                f"{item.use_case.name} (version {item.use_case.version}, {model_label(item.use_case)}): "
+                f"{pending} pending, {states.get('claimed', 0)} claimed, {states.get('failed', 0)} failed"
+            )
+        for pause in pauses.active_pauses(session).values():
+            print(f"{pause.use_case}: {describe_pause(pause)}")
+    return 0
+
+
+def cmd_failures(settings: Settings, args: argparse.Namespace) -> int:
+    with session_scope(settings.database_url) as session:
+        parked = claims.list_failures(session, args.use_case)
+    if not parked:
+        print("no parked items" + (f" for {args.use_case}" if args.use_case else ""))
+        return 0
+    rows = [
+        [
+            item.use_case,
+            item.posting_key,
+            clip(item.title or "", 30),
+            str(item.attempts),
+            when(item.failed_at),
+            clip(" ".join((item.last_error or "").split()), ERROR_CHARS),
+        ]
+        for item in parked
+    ]
+    print(table(["use case", "posting", "title", "attempts", "parked at", "last error"], rows))
+    print(
+        f"\n{len(parked)} parked items; re-queue them with `pipeline retry --all` (or --use-case, --posting)"
+    )
+    return 0
+
+
+def cmd_retry(settings: Settings, args: argparse.Namespace) -> int:
+    with session_scope(settings.database_url) as session:
+        requeued = claims.requeue_failed(session, use_case=args.use_case, posting_keys=args.postings)
+    if not requeued:
+        print("no parked items matched; nothing re-queued")
+        return 0
+    print(
+        f"re-queued {requeued} parked items with a fresh set of attempts; the discovery sensors pick them "
+        "up at their next tick (or run `pipeline run` now)"
+    )
+    return 0
+
+
+def cmd_pauses(settings: Settings, args: argparse.Namespace) -> int:
+    with session_scope(settings.database_url) as session:
+        active = pauses.active_pauses(session)
+    if not active:
+        print("no use case is paused")
+    for pause in active.values():
+        print(f"{pause.use_case}: {describe_pause(pause)}")
+    return 0
+
+
+def cmd_resume(settings: Settings, args: argparse.Namespace) -> int:
+    with session_scope(settings.database_url) as session:
+        paused = [
+            name for name in pauses.active_pauses(session) if args.use_cases is None or name in args.use_cases
+        ]
+        pauses.resume_use_cases(session, paused)
+    if not paused:
+        print("no use case was paused" + (f" among {', '.join(args.use_cases)}" if args.use_cases else ""))
+        return 0
+    print(f"resumed {', '.join(paused)}; the discovery sensors request runs again at their next tick")
+    return 0

@@ -1,0 +1,67 @@
+"""From settings to the parts the code location is made of: the use cases with their batch sizes, and
+each resource configured from the environment."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from assets.factory import UseCaseDefinitions, build_use_case
+from domain.language.declaration import UseCase
+from pipeline_defs.catalog import declared_use_cases
+from pipeline_defs.settings import Settings
+from resources.embedded_backend import EmbeddedLLMResource
+from resources.gym_resource import GymResource
+from resources.llm import LLMResource
+from resources.ollama_backend import OllamaResource
+from resources.taxonomy_resource import TaxonomyResource
+
+# A run costs about 0.6 s of Dagster bookkeeping in process and 3.5 s more when the daemon
+# launches it (a new process loads the code location). At Ollama's GPU speed (~0.1 s a call)
+# that is most of a 25-posting run; at the embedded model's 3-10 s a posting it is nothing.
+OLLAMA_MIN_BATCH_SIZE = 100
+
+
+def build_use_cases(
+    settings: Settings, use_cases: Sequence[UseCase] | None = None
+) -> list[UseCaseDefinitions]:
+    """Each use case's asset, checks and job; by default the use cases the settings declare."""
+    use_cases = use_cases if use_cases is not None else declared_use_cases(settings)
+    registry = {use_case.name: use_case for use_case in use_cases}
+    return [build_use_case(use_case, registry, batch_size_for(use_case, settings)) for use_case in use_cases]
+
+
+def batch_size_for(use_case: UseCase, settings: Settings) -> int | None:
+    """Postings per run when not the declared size: PIPELINE_BATCH_SIZE when set, else at least
+    `OLLAMA_MIN_BATCH_SIZE` for a use case that calls Ollama (see docs/performance.md)."""
+    if settings.batch_size_override:
+        return settings.batch_size_override
+    if settings.llm_backend == "ollama" and not use_case.is_script:
+        return max(use_case.batch_size, OLLAMA_MIN_BATCH_SIZE)
+    return None
+
+
+def build_llm_resource(settings: Settings) -> LLMResource:
+    """Ollama when a host is configured; otherwise the embedded model (no server needed)."""
+    if settings.llm_backend == "ollama":
+        return OllamaResource(host=settings.ollama_host or "http://127.0.0.1:11434")
+    return EmbeddedLLMResource()
+
+
+def build_taxonomy_resource(settings: Settings) -> TaxonomyResource:
+    return TaxonomyResource(
+        path=settings.taxonomy_path,
+        embedding_backend=settings.embedding_backend,
+        ollama_host=settings.ollama_host or "",
+        embedding_model=settings.embedding_model,
+        embedding_cache_dir=str(settings.data_dir / "embedding_cache"),
+    )
+
+
+def build_gym_resource(settings: Settings) -> GymResource:
+    return GymResource(
+        judge_model=settings.judge_model,
+        judge_sample=settings.judge_sample,
+        rubric_path=settings.judge_rubric_path,
+        review_below=settings.review_below,
+        gold_skillspan_path=settings.gold_skillspan_path,
+    )
