@@ -33,9 +33,10 @@ chromium:  ## Debian's Chromium for the browser test: installed when missing (as
 	  fi; \
 	fi
 
-lint: $(VENV)/.installed
+lint: $(VENV)/.installed  ## ruff, and the one-way layers (import-linter, docs/architecture.md)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-cache
 
 ui: $(VENV)/.installed  ## dagster dev (webserver + daemon) on http://127.0.0.1:3000
 	$(BIN)/pipeline ui

@@ -1,11 +1,13 @@
 """Dagster's own storage: a persistent DAGSTER_HOME in the data directory.
 
-SQLite by default; dagster-postgres when PIPELINE_DAGSTER_POSTGRES_URL is set. Runs and
-schedules use Dagster's storages as they are; the event log uses the pooled variants in
-`pipeline_defs.dagster_storage` (same tables and files, connections kept open), which
-cut the per-partition cost of a batch run several times over. LLM steps share one
-concurrency pool (`llm`, one step at a time by default) so concurrent runs do not
-fight over one model; run monitoring frees the slots of runs that died.
+SQLite by default; dagster-postgres when PIPELINE_DAGSTER_POSTGRES_URL is set. With
+PIPELINE_DAGSTER_STORAGE=stock (the default on the embedded model) Dagster's storage classes
+are used as they are; with `pooled` (the default on Ollama) the run and event log storages are
+the pooled variants in `pipeline_defs.dagster_storage` (same tables and files, connections kept
+open), which cut the per-partition cost of a batch run several times over
+(docs/dagster-storage.md). LLM steps share one concurrency pool (`llm`, one step at a time by
+default) so concurrent runs do not fight over one model; run monitoring frees the slots of runs
+that died.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ LLM_POOL_LIMIT = 1
 MAX_CONCURRENT_RUNS = 4
 FREE_SLOTS_AFTER_RUN_END_SECONDS = 60
 STORAGE_MODULE = "pipeline_defs.dagster_storage"
+STOCK_NOTE = "PIPELINE_DAGSTER_STORAGE=pooled writes the pooled ones; see docs/dagster-storage.md"
 
 
 def dagster_yaml(settings: Settings) -> str:
@@ -44,7 +47,13 @@ def dagster_yaml(settings: Settings) -> str:
         "  enabled: true",
         f"  free_slots_after_run_end_seconds: {FREE_SLOTS_AFTER_RUN_END_SECONDS}",
     ]
-    if settings.dagster_postgres_url:
+    if settings.dagster_storage == "stock":
+        lines += [f"# Dagster's own storage classes ({STOCK_NOTE})"]
+        if settings.dagster_postgres_url:
+            url = normalize_url(settings.dagster_postgres_url)
+            lines += ["storage:", "  postgres:", f"    postgres_url: {json.dumps(url)}"]
+        # else: nothing to write, Dagster's SQLite storage in DAGSTER_HOME is the default
+    elif settings.dagster_postgres_url:
         # dagster-postgres needs psycopg2: with SQLAlchemy 2.1 a bare postgresql:// picks psycopg 3.
         url = {"postgres_url": normalize_url(settings.dagster_postgres_url)}
         lines += _storage("run_storage", STORAGE_MODULE, "PooledPostgresRunStorage", url)

@@ -10,6 +10,7 @@ Everything a user may want to point elsewhere is one environment variable:
 | OLLAMA_HOST                  | unset (use the embedded model)           |
 | PIPELINE_BATCH_SIZE          | unset: each use case's declared batch size; at least 100 on Ollama |
 | PIPELINE_DAGSTER_POSTGRES_URL| unset (Dagster's own storage is SQLite in DAGSTER_HOME) |
+| PIPELINE_DAGSTER_STORAGE     | ``stock`` (embedded model) or ``pooled`` (Ollama): docs/dagster-storage.md |
 | DAGSTER_HOME                 | ``<data dir>/dagster_home``              |
 | PIPELINE_TAXONOMY_PATH       | unset (the built-in demo taxonomy); e.g. ESCO's ``skills_en.csv`` |
 | PIPELINE_EMBEDDING_BACKEND   | ``none``; ``minilm`` (in process) or ``ollama``: semantic resolution |
@@ -32,6 +33,7 @@ from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_SENSOR_INTERVAL_SECONDS = 30
+DAGSTER_STORAGES = ("stock", "pooled")
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,7 @@ class Settings:
     review_below: float = 3.0
     gold_skillspan_path: str = ""
     summary_style: str = "plain"  # see pipeline_defs/catalog.py
+    dagster_storage: str = "stock"  # "stock" or "pooled": see pipeline_defs/dagster_storage.py
     extra_use_cases: tuple[str, ...] = ()
 
     @classmethod
@@ -79,6 +82,15 @@ class Settings:
             raise ValueError(
                 f"PIPELINE_JUDGE_SAMPLE must be a whole number (0 turns the judge off), not {judge_sample!r}"
             )
+        # The pooled storages cut Dagster's cost per posting (docs/performance.md); next to a 3-10 s call
+        # on the embedded model that cost is under 1%, so there the stock storages are the default.
+        dagster_storage = env.get("PIPELINE_DAGSTER_STORAGE") or (
+            "pooled" if backend == "ollama" else "stock"
+        )
+        if dagster_storage not in DAGSTER_STORAGES:
+            raise ValueError(
+                f"PIPELINE_DAGSTER_STORAGE must be {' or '.join(DAGSTER_STORAGES)}, not {dagster_storage!r}"
+            )
         review_below = env.get("PIPELINE_REVIEW_BELOW") or "3.0"
         try:
             threshold = float(review_below)
@@ -104,6 +116,7 @@ class Settings:
             review_below=threshold,
             gold_skillspan_path=env.get("PIPELINE_GOLD_SKILLSPAN") or "",
             summary_style=env.get("PIPELINE_SUMMARY_STYLE") or "plain",
+            dagster_storage=dagster_storage,
             extra_use_cases=tuple(
                 name.strip()
                 for name in (env.get("PIPELINE_EXTRA_USE_CASES") or "").split(",")

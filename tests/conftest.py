@@ -7,10 +7,9 @@ where they fail.
 
 from __future__ import annotations
 
-import json
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg2
@@ -18,15 +17,14 @@ import pytest
 from dagster import DagsterInstance
 from sqlalchemy.engine import make_url
 
-from appdb.database import dispose, session_scope
-from appdb.ingest import ingest_files
+from appdb.database import dispose
 
 POSTGRES_ADMIN_URL = os.environ.get(
     "PIPELINE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
 )
 REQUIRE_POSTGRES = os.environ.get("PIPELINE_REQUIRE_POSTGRES") == "1"
 # `live_pipeline`: one real `dagster dev` per session, shared by the daemon and browser tests
-pytest_plugins = ["tests.live_pipeline"]
+pytest_plugins = ["tests.support.live_pipeline"]
 
 
 def _postgres_unavailable_reason() -> str | None:
@@ -55,22 +53,35 @@ def postgres_admin_url() -> str:
 
 
 @pytest.fixture
-def postgres_url(postgres_admin_url: str) -> Iterator[str]:
-    """A fresh, empty PostgreSQL database for one test, dropped afterwards."""
-    name = f"pipeline_test_{uuid.uuid4().hex[:12]}"
+def postgres_database(postgres_admin_url: str) -> Iterator[Callable[[], str]]:
+    """Fresh, empty PostgreSQL databases on demand (one per call), all dropped after the test."""
     admin = psycopg2.connect(postgres_admin_url)
     admin.autocommit = True
-    with admin.cursor() as cursor:
-        cursor.execute(f'CREATE DATABASE "{name}"')
-    url = make_url(postgres_admin_url).set(drivername="postgresql+psycopg2", database=name)
-    rendered = url.render_as_string(hide_password=False)
-    try:
-        yield rendered
-    finally:
-        dispose(rendered)
+    made: list[tuple[str, str]] = []
+
+    def make() -> str:
+        name = f"pipeline_test_{uuid.uuid4().hex[:12]}"
         with admin.cursor() as cursor:
-            cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            cursor.execute(f'CREATE DATABASE "{name}"')
+        url = make_url(postgres_admin_url).set(drivername="postgresql+psycopg2", database=name)
+        rendered = url.render_as_string(hide_password=False)
+        made.append((name, rendered))
+        return rendered
+
+    try:
+        yield make
+    finally:
+        for name, rendered in made:
+            dispose(rendered)
+            with admin.cursor() as cursor:
+                cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.close()
+
+
+@pytest.fixture
+def postgres_url(postgres_database: Callable[[], str]) -> str:
+    """A fresh, empty PostgreSQL database for one test, dropped afterwards."""
+    return postgres_database()
 
 
 @pytest.fixture
@@ -90,57 +101,3 @@ def app_db_url(request: pytest.FixtureRequest) -> str:
 def dagster_instance() -> Iterator[DagsterInstance]:
     with DagsterInstance.ephemeral() as instance:
         yield instance
-
-
-POSTINGS = [
-    {
-        "key": "p-1",
-        "title": "Data Engineer",
-        "company": "Brightwave Energy",
-        "location": "Berlin",
-        "description": "Build Python and SQL pipelines for turbine telemetry with Dagster and dbt.",
-    },
-    {
-        "key": "p-2",
-        "title": "Registered Nurse",
-        "company": "Northgate Hospital",
-        "location": "Manchester",
-        "description": "Care for critically ill patients, administer medication and keep accurate records.",
-    },
-    {
-        "key": "p-3",
-        "title": "Electrician",
-        "company": "Volt & Partners",
-        "location": "Lyon",
-        "description": "Install cabling, switchboards and lighting in new homes; test them safely.",
-    },
-]
-
-
-def write_jsonl(path: Path, rows: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return path
-
-
-def seed_postings(url: str, tmp_path: Path, rows: list[dict] | None = None) -> None:
-    path = write_jsonl(tmp_path / f"seed-{uuid.uuid4().hex[:6]}.jsonl", rows or POSTINGS)
-    with session_scope(url) as session:
-        report = ingest_files(session, [path])
-    assert not report.rejected, report.rejected
-
-
-def run_use_case(
-    defs, instance: DagsterInstance, keys: list[str], use_case: str = "posting_summary", **kwargs
-):  # noqa: ANN001, ANN201
-    """Materialize `use_case` for `keys` in ONE run over their partition range, as the sensor would."""
-    from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
-
-    known = set(instance.get_dynamic_partitions("postings"))
-    instance.add_dynamic_partitions("postings", [key for key in keys if key not in known])
-    job = defs.resolve_job_def(f"{use_case}_job")
-    tags = {
-        ASSET_PARTITION_RANGE_START_TAG: keys[0],
-        ASSET_PARTITION_RANGE_END_TAG: keys[-1],
-        "pipeline/source": "test",
-    }
-    return job.execute_in_process(instance=instance, tags=tags, raise_on_error=False, **kwargs)

@@ -1,0 +1,1 @@
+"""Integration tests: the application database on SQLite and PostgreSQL, Dagster in process."""

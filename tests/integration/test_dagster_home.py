@@ -1,0 +1,61 @@
+"""Dagster's own storage: SQLite in DAGSTER_HOME by default, dagster-postgres when configured."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+from dagster import DagsterInstance
+from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage
+from dagster_postgres.run_storage.run_storage import PostgresRunStorage
+from pytest_httpserver import HTTPServer
+
+from pipeline_defs.dagster_home import ensure_dagster_home
+from pipeline_defs.definitions import build_definitions
+from pipeline_defs.settings import Settings
+from resources.ollama_backend import OllamaResource
+from tests.support.fakes import FakeOllama
+from tests.support.postings import run_use_case, seed_postings
+
+
+def test_default_home_uses_sqlite_and_one_llm_pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "unused"))
+    settings = replace(Settings.from_env(), dagster_home=tmp_path / "home", dagster_postgres_url=None)
+    config = yaml.safe_load((ensure_dagster_home(settings) / "dagster.yaml").read_text())
+    assert "storage" not in config
+    assert config["concurrency"]["pools"]["default_limit"] == 1
+    with DagsterInstance.from_config(str(tmp_path / "home")) as instance:
+        assert isinstance(instance.run_storage, SqliteRunStorage)
+
+
+@pytest.mark.postgres
+def test_runs_are_stored_in_postgres_when_configured(
+    postgres_url: str,
+    sqlite_url: str,
+    tmp_path: Path,
+    httpserver: HTTPServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "unused"))
+    bare_url = postgres_url.replace("postgresql+psycopg2://", "postgresql://")
+    settings = replace(
+        Settings.from_env(),
+        dagster_home=tmp_path / "home",
+        dagster_postgres_url=bare_url,
+        database_url=sqlite_url,
+    )
+    home = ensure_dagster_home(settings)
+    assert "postgresql+psycopg2://" in (home / "dagster.yaml").read_text()
+    FakeOllama(httpserver)
+    seed_postings(sqlite_url, tmp_path)
+    defs = build_definitions(settings, llm=OllamaResource(host=httpserver.url_for("/").rstrip("/")))
+    with DagsterInstance.from_config(str(home)) as instance:
+        assert isinstance(instance.run_storage, PostgresRunStorage)
+        result = run_use_case(defs, instance, ["p-1", "p-2", "p-3"])
+        assert result.success
+        assert len(instance.get_runs()) == 1
+        assert instance.get_materialized_partitions(
+            result.get_asset_materialization_events()[0].asset_key
+        ) == {"p-1", "p-2", "p-3"}

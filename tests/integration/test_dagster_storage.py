@@ -1,0 +1,165 @@
+"""The pooled event log storages: what a run writes is what Dagster (and the UI) reads back."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from dagster import AssetKey, DagsterEventType, DagsterInstance
+from dagster._core.test_utils import create_run_for_test
+from pytest_httpserver import HTTPServer
+
+from pipeline_defs.dagster_home import ensure_dagster_home
+from pipeline_defs.dagster_storage import OPEN_RUN_SHARDS
+from pipeline_defs.definitions import build_definitions
+from pipeline_defs.settings import Settings
+from resources.ollama_backend import OllamaResource
+from tests.support.fakes import FakeOllama
+from tests.support.postings import run_use_case, seed_postings
+
+KEYS = ["p-1", "p-2", "p-3"]
+SUMMARY = AssetKey("posting_summary")
+
+
+def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **overrides) -> Path:  # noqa: ANN003
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "unused"))
+    settings = replace(Settings.from_env(), dagster_home=tmp_path / "home", dagster_storage="pooled")
+    return ensure_dagster_home(replace(settings, **overrides))
+
+
+def _batch_run_is_read_back_by_another_instance(
+    home: Path, app_db_url: str, tmp_path: Path, httpserver: HTTPServer
+) -> None:
+    FakeOllama(httpserver)
+    seed_postings(app_db_url, tmp_path)
+    settings = replace(Settings.from_env(), database_url=app_db_url)
+    defs = build_definitions(settings, llm=OllamaResource(host=httpserver.url_for("/").rstrip("/")))
+    with DagsterInstance.from_config(str(home)) as writer, DagsterInstance.from_config(str(home)) as reader:
+        result = run_use_case(defs, writer, KEYS)
+        assert result.success
+        # another process (the webserver, say) sees every partition while the writer is still open
+        assert reader.get_materialized_partitions(SUMMARY) == set(KEYS)
+        [record] = reader.get_run_records()
+        assert record.dagster_run.is_success
+    with DagsterInstance.from_config(str(home)) as later:
+        events = later.all_logs(result.run_id)
+        materialized = [e for e in events if e.dagster_event and e.dagster_event.is_step_materialization]
+        assert sorted(e.dagster_event.partition for e in materialized) == KEYS
+        # the planned materializations (written as one batch when the run was created) are there per
+        # partition, each followed by its materialization: what the UI uses to mark partitions failed
+        planned = later.get_records_for_run(
+            result.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION_PLANNED
+        ).records
+        assert sorted(record.partition_key for record in planned) == KEYS
+        storage = later.event_log_storage
+        assert (
+            storage.get_latest_asset_partition_materialization_attempts_without_materializations(SUMMARY)
+            == {}
+        )
+
+
+def test_sqlite_home_pools_event_log_connections_and_reads_back_a_batch_run(
+    sqlite_url: str, tmp_path: Path, httpserver: HTTPServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = _home(tmp_path, monkeypatch, dagster_postgres_url=None)
+    with DagsterInstance.from_config(str(home)) as instance:
+        assert type(instance.event_log_storage).__name__ == "PooledSqliteEventLogStorage"
+        assert type(instance.run_storage).__name__ == "PooledSqliteRunStorage"
+    # Dagster's own SQLite layout inside DAGSTER_HOME, so existing homes and tools still find it
+    assert (home / "history" / "runs.db").exists() and (home / "history" / "runs" / "index.db").exists()
+    _batch_run_is_read_back_by_another_instance(home, sqlite_url, tmp_path, httpserver)
+
+
+def test_sqlite_event_log_keeps_every_run_when_old_run_shards_are_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = _home(tmp_path, monkeypatch, dagster_postgres_url=None)
+    runs = OPEN_RUN_SHARDS + 2
+    with DagsterInstance.from_config(str(home)) as instance:
+        created = [create_run_for_test(instance, job_name="some_job") for _ in range(runs)]
+        for index, run in enumerate(created):
+            instance.report_engine_event(f"event of run {index}", run)
+        for index, run in enumerate(created):  # read back while writing continues elsewhere
+            assert f"event of run {index}" in [e.message for e in instance.all_logs(run.run_id)]
+    with DagsterInstance.from_config(str(home)) as reopened:
+        for index, run in enumerate(created):
+            assert f"event of run {index}" in [e.message for e in reopened.all_logs(run.run_id)]
+
+
+@pytest.mark.postgres
+def test_postgres_home_pools_event_log_connections_and_reads_back_a_batch_run(
+    postgres_url: str,
+    sqlite_url: str,
+    tmp_path: Path,
+    httpserver: HTTPServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    home = _home(tmp_path, monkeypatch, dagster_postgres_url=postgres_url)
+    with DagsterInstance.from_config(str(home)) as instance:
+        assert type(instance.event_log_storage).__name__ == "PooledPostgresEventLogStorage"
+        assert type(instance.run_storage).__name__ == "PooledPostgresRunStorage"
+        assert type(instance.schedule_storage).__name__ == "PostgresScheduleStorage"
+    _batch_run_is_read_back_by_another_instance(home, sqlite_url, tmp_path, httpserver)
+
+
+def test_event_log_asks_the_database_for_a_table_until_it_has_seen_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dagster checks for the tags table before every asset event's tags; once seen it is remembered,
+    and a table that is missing is looked for again (`dagster instance migrate` may add it)."""
+    from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
+
+    home = _home(tmp_path, monkeypatch, dagster_postgres_url=None)
+    asked: list[str] = []
+    original = SqliteEventLogStorage.has_table
+
+    def counting(storage, table_name: str) -> bool:  # noqa: ANN001
+        asked.append(table_name)
+        return original(storage, table_name)
+
+    monkeypatch.setattr(SqliteEventLogStorage, "has_table", counting)
+    with DagsterInstance.from_config(str(home)) as instance:
+        storage = instance.event_log_storage
+        assert storage.has_table("asset_event_tags") and storage.has_table("asset_event_tags")
+        assert not storage.has_table("no_such_table") and not storage.has_table("no_such_table")
+    assert asked == ["asset_event_tags", "no_such_table", "no_such_table"]
+
+
+@pytest.mark.parametrize(
+    "dagster_storage", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+)
+def test_a_run_after_the_first_reflects_no_table_of_dagster_storage(
+    dagster_storage: str,
+    request: pytest.FixtureRequest,
+    sqlite_url: str,
+    tmp_path: Path,
+    httpserver: HTTPServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Dagster asks which optional columns its tables have (the runs table's run stats and backfill
+    id, the asset keys table's index columns) several times per run, each a schema query on
+    PostgreSQL. Columns only ever appear, so once seen the storages answer from memory."""
+    from sqlalchemy.engine.reflection import Inspector
+
+    postgres = request.getfixturevalue("postgres_url") if dagster_storage == "postgresql" else None
+    home = _home(tmp_path, monkeypatch, dagster_postgres_url=postgres)
+    FakeOllama(httpserver)
+    seed_postings(sqlite_url, tmp_path)
+    settings = replace(Settings.from_env(), database_url=sqlite_url)
+    defs = build_definitions(settings, llm=OllamaResource(host=httpserver.url_for("/").rstrip("/")))
+    reflected: list[str] = []
+    original = Inspector.get_columns
+
+    def counting(inspector, table_name: str, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        reflected.append(table_name)
+        return original(inspector, table_name, *args, **kwargs)
+
+    monkeypatch.setattr(Inspector, "get_columns", counting)
+    with DagsterInstance.from_config(str(home)) as instance:
+        assert run_use_case(defs, instance, KEYS[:2]).success
+        assert reflected  # the first run asks
+        reflected.clear()
+        assert run_use_case(defs, instance, KEYS[2:]).success
+        assert reflected == []
+        assert instance.get_materialized_partitions(SUMMARY) == set(KEYS)

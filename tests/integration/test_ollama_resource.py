@@ -1,0 +1,186 @@
+"""The Ollama resource against a local HTTP server that speaks Ollama's API shapes."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from pytest_httpserver import HTTPServer
+from sqlalchemy import select
+from werkzeug import Request, Response
+
+from appdb.database import session_scope
+from appdb.models import Interaction, UseCaseOutput, WorkItem
+from domain.language.llm_types import BackendUnavailable
+from domain.use_cases.posting_summary import POSTING_SUMMARY
+from pipeline_defs.definitions import build_definitions
+from pipeline_defs.settings import Settings
+from resources.ollama_backend import OllamaResource
+from tests.support.fakes import FakeOllama
+from tests.support.postings import run_use_case, seed_postings
+
+
+def test_warm_up_then_generate_with_keep_alive_format_and_options(httpserver: HTTPServer) -> None:
+    fake = FakeOllama(httpserver)
+    llm = OllamaResource(host=httpserver.url_for("/").rstrip("/"), keep_alive="45m")
+    schema = dict(POSTING_SUMMARY.output_schema)
+    first = llm.generate(
+        "gemma3:270m",
+        "Title: Baker\nSummary:",
+        "be brief",
+        schema,
+        {"max_tokens": 99, "temperature": 0.2, "stop": ["\n\n"]},
+    )
+    llm.generate("gemma3:270m", "Title: Cook\nSummary:", "", schema, {})
+    assert llm.model_loads == 1
+    assert [r["keep_alive"] for r in fake.requests] == ["45m", "45m", "45m"]
+    assert fake.warmups == [fake.requests[0]]
+    call = fake.generations[0]
+    assert call["format"] == schema
+    assert call["system"] == "be brief"
+    assert call["raw"] is True
+    assert call["options"]["num_predict"] == 99 and call["options"]["temperature"] == 0.2
+    assert call["options"]["stop"] == ["\n\n"]
+    assert json.loads(first.text) == {"summary": "A company hires a Baker for the work described."}
+    assert (first.prompt_tokens, first.completion_tokens) == (412, 31)
+
+
+def test_missing_model_names_host_model_and_pull_command(httpserver: HTTPServer) -> None:
+    FakeOllama(httpserver, models=())
+    host = httpserver.url_for("/").rstrip("/")
+    with pytest.raises(BackendUnavailable) as error:
+        OllamaResource(host=host).ensure_loaded("qwen3:8b")
+    assert host in str(error.value)
+    assert "ollama pull qwen3:8b" in str(error.value)
+
+
+def test_unreachable_server_is_a_clear_backend_error() -> None:
+    with pytest.raises(BackendUnavailable) as error:
+        OllamaResource(host="http://127.0.0.1:9").ensure_loaded("gemma3:270m")
+    assert "cannot reach Ollama at http://127.0.0.1:9" in str(error.value)
+    assert "gemma3:270m" in str(error.value)
+
+
+def test_timeout_is_a_backend_error(httpserver: HTTPServer) -> None:
+    def slow(request: Request) -> Response:
+        time.sleep(1.5)
+        return Response("{}", content_type="application/json")
+
+    httpserver.expect_request("/api/generate").respond_with_handler(slow)
+    llm = OllamaResource(host=httpserver.url_for("/").rstrip("/"), timeout_seconds=0.3)
+    with pytest.raises(BackendUnavailable, match="did not answer within 0.3s"):
+        llm.ensure_loaded("gemma3:270m")
+
+
+def test_a_dagster_run_loads_the_model_once_for_the_whole_batch(
+    httpserver: HTTPServer, sqlite_url: str, tmp_path: Path, dagster_instance
+) -> None:
+    fake = FakeOllama(httpserver)
+    seed_postings(sqlite_url, tmp_path)
+    llm = OllamaResource(host=httpserver.url_for("/").rstrip("/"))
+    defs = build_definitions(_settings(sqlite_url), llm=llm)
+    result = run_use_case(defs, dagster_instance, ["p-1", "p-2", "p-3"])
+    assert result.success
+    assert len(fake.warmups) == 1 and len(fake.generations) == 3
+    materialized = {event.partition for event in result.get_asset_materialization_events()}
+    assert materialized == {"p-1", "p-2", "p-3"}
+    with session_scope(sqlite_url) as session:
+        outputs = {row.posting_key: row.value["summary"] for row in session.scalars(select(UseCaseOutput))}
+        interactions = session.scalars(select(Interaction)).all()
+    assert outputs["p-2"] == "A company hires a Registered Nurse for the work described."
+    assert {(i.backend, i.source, i.status) for i in interactions} == {("ollama", "test", "ok")}
+    assert sorted(i.prompt for i in interactions) == sorted(r["prompt"] for r in fake.generations)
+
+    [check] = [c for c in result.get_asset_check_evaluations() if c.check_name == "outputs_valid"]
+    assert check.passed and check.metadata["done"].value == 3 and check.metadata["failed"].value == 0
+
+    again = run_use_case(defs, dagster_instance, ["p-1", "p-2", "p-3"])
+    assert again.success and len(fake.generations) == 3  # all current: skipped, no calls, no model load
+    assert len(fake.warmups) == 1
+    [check] = [c for c in again.get_asset_check_evaluations() if c.check_name == "outputs_valid"]
+    assert (check.metadata["done"].value, check.metadata["skipped_current"].value) == (0, 3)
+
+
+def test_an_unreachable_backend_ends_the_run_and_spends_no_attempts(
+    sqlite_url: str, tmp_path: Path, dagster_instance
+) -> None:
+    seed_postings(sqlite_url, tmp_path)
+    defs = build_definitions(_settings(sqlite_url), llm=OllamaResource(host="http://127.0.0.1:9"))
+    result = run_use_case(defs, dagster_instance, ["p-1", "p-2", "p-3"])
+    assert not result.success
+    [failure] = [event for event in result.all_events if event.event_type_value == "STEP_FAILURE"]
+    assert "the LLM backend is unavailable" in failure.event_specific_data.error.message
+    with session_scope(sqlite_url) as session:
+        items = session.scalars(select(WorkItem)).all()
+    assert [(i.status, i.attempts) for i in items] == [("pending", 0)] * 3
+
+
+def _settings(url: str) -> Settings:
+    from dataclasses import replace
+
+    return replace(Settings.from_env(), database_url=url)
+
+
+def test_an_unexpected_error_mid_batch_gives_the_claims_back_at_once(
+    httpserver: HTTPServer, sqlite_url: str, tmp_path: Path, dagster_instance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from appdb import claims
+
+    FakeOllama(httpserver)
+    seed_postings(sqlite_url, tmp_path)
+    real_complete = claims.complete_item
+
+    def complete_once_then_fail(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        if complete_once_then_fail.calls:
+            raise RuntimeError("database went away")
+        complete_once_then_fail.calls += 1
+        return real_complete(*args, **kwargs)
+
+    complete_once_then_fail.calls = 0
+    monkeypatch.setattr(claims, "complete_item", complete_once_then_fail)
+    llm = OllamaResource(host=httpserver.url_for("/").rstrip("/"))
+    defs = build_definitions(_settings(sqlite_url), llm=llm)
+    result = run_use_case(defs, dagster_instance, ["p-1", "p-2", "p-3"])
+    assert not result.success
+    with session_scope(sqlite_url) as session:
+        items = session.scalars(select(WorkItem)).all()
+    states = {item.posting_key: (item.status, item.attempts) for item in items}
+    assert states == {"p-1": ("done", 0), "p-2": ("pending", 0), "p-3": ("pending", 0)}
+
+
+def test_a_bad_model_output_is_a_recorded_item_error_and_the_rest_of_the_batch_goes_on(
+    httpserver: HTTPServer, sqlite_url: str, tmp_path: Path, dagster_instance
+) -> None:
+    fake = FakeOllama(httpserver)
+    good_handle = fake.handle
+
+    def nurse_breaks_the_schema(request: Request) -> Response:
+        body = json.loads(request.data)
+        if body.get("prompt", "").rsplit("Title: ", 1)[-1].startswith("Registered Nurse"):
+            fake.requests.append(body)
+            return Response(
+                json.dumps({"model": body["model"], "response": '{"summary": ', "done": True}),
+                content_type="application/json",
+            )
+        return good_handle(request)
+
+    fake.handle = nurse_breaks_the_schema
+    httpserver.clear()
+    httpserver.expect_request("/api/generate", method="POST").respond_with_handler(nurse_breaks_the_schema)
+    seed_postings(sqlite_url, tmp_path)
+    defs = build_definitions(
+        _settings(sqlite_url), llm=OllamaResource(host=httpserver.url_for("/").rstrip("/"))
+    )
+    result = run_use_case(defs, dagster_instance, ["p-1", "p-2", "p-3"])
+    assert result.success
+    assert sorted(event.partition for event in result.get_asset_materialization_events()) == ["p-1", "p-3"]
+    [check] = [c for c in result.get_asset_check_evaluations() if c.check_name == "outputs_valid"]
+    assert not check.passed and list(check.metadata["failures"].value) == ["p-2"]
+    with session_scope(sqlite_url) as session:
+        item = session.get(WorkItem, ("posting_summary", "p-2"))
+        [interaction] = session.scalars(select(Interaction).where(Interaction.posting_key == "p-2")).all()
+    assert (item.status, item.attempts) == ("pending", 1) and item.next_attempt_at is not None
+    assert interaction.status == "item_error" and interaction.raw_response == '{"summary": '
+    assert interaction.error.startswith("the response is not valid JSON")

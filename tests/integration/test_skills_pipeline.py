@@ -1,0 +1,206 @@
+"""Skills end to end with a fake LLM: one run per model group loads the model once; skills are
+grounded; the script use case resolves them to concepts without a model; postings can be
+found by concept; a changed taxonomy makes resolutions stale."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from dagster import DagsterInstance
+from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+from sqlalchemy import select
+
+from appdb import discovery
+from appdb.database import session_scope
+from appdb.models import Interaction, PostingSkillConcept, UseCaseOutput
+from assets.factory import build_work_groups
+from domain.language.llm_types import Generation
+from domain.use_cases.posting_skills import POSTING_SKILLS, ground_skill_mentions
+from pipeline_defs.cli.in_process_runs import load_reference_data, run_pending
+from pipeline_defs.definitions import build_definitions
+from pipeline_defs.settings import Settings
+from pipeline_defs.wiring import build_use_cases
+from resources.app_database import AppDatabase
+from resources.llm import LLMResource
+from tests.support.postings import POSTINGS, seed_postings
+
+PYTHON_URI = "https://posting-enrichment.example/skill/python"
+
+# What the fake model "extracts" per posting title: one mention is not in the posting text.
+FAKE_SKILLS = {
+    "Data Engineer": [("Python and SQL", "knowledge"), ("dbt", "knowledge"), ("Kubernetes", "knowledge")],
+    "Registered Nurse": [("administer medication", "skill"), ("keep accurate records", "skill")],
+    "Electrician": [("Install cabling", "skill"), ("test them safely", "skill")],
+}
+
+
+class FakeModel(LLMResource):
+    """Answers summary and skills prompts from the last posting in the prompt; counts model loads."""
+
+    loads: ClassVar[list[str]] = []
+
+    @property
+    def backend_name(self) -> str:
+        return "fake"
+
+    def _load(self, model: str) -> Any:
+        FakeModel.loads.append(model)
+        return model
+
+    def _generate(self, handle, model, prompt, system_prompt, schema, options) -> Generation:  # noqa: ANN001
+        title = prompt.rsplit("Title: ", 1)[1].split("\n", 1)[0]
+        if prompt.rstrip().endswith("Answer:"):
+            mentions = FAKE_SKILLS.get(title, [])
+            text = json.dumps(
+                {
+                    "knowledge": [m for m, kind in mentions if kind == "knowledge"],
+                    "skills": [m for m, kind in mentions if kind == "skill"],
+                }
+            )
+        else:
+            text = json.dumps({"summary": f"A {title} role, summarized for the test."})
+        return Generation(text=text, prompt_tokens=100, completion_tokens=20, latency_ms=1.0)
+
+
+@pytest.fixture
+def pipeline(app_db_url: str, tmp_path: Path, dagster_instance: DagsterInstance):  # noqa: ANN201
+    FakeModel.loads.clear()
+    seed_postings(app_db_url, tmp_path)
+    settings = replace(Settings.from_env(), database_url=app_db_url)
+    built = build_use_cases(settings)
+    groups = build_work_groups(built)
+    defs = build_definitions(settings, built=built, groups=groups, llm=FakeModel())
+    return defs, groups, dagster_instance, app_db_url
+
+
+def test_one_run_per_model_does_summary_and_skills_then_entities_need_no_model(pipeline) -> None:
+    defs, groups, instance, url = pipeline
+    assert [group.name for group in groups] == ["gemma3_270m", "skill_entities"]
+    assert load_reference_data(defs, instance)
+
+    reports = run_pending(defs, groups, instance, AppDatabase(url=url), source="test")
+
+    assert [len(report.runs) for report in reports] == [1, 1]
+    assert FakeModel.loads == ["gemma3:270m"]  # one load for both LLM use cases; none for the script
+    with session_scope(url) as session:
+        outputs = {(o.use_case, o.posting_key): o for o in session.scalars(select(UseCaseOutput))}
+        runs = {o.use_case: o.run_id for o in outputs.values()}
+        by_concept = session.scalars(
+            select(PostingSkillConcept.posting_key).where(PostingSkillConcept.concept_uri == PYTHON_URI)
+        ).all()
+        script_calls = session.scalars(select(Interaction).where(Interaction.backend == "script")).all()
+    keys = [posting["key"] for posting in POSTINGS]
+    for use_case in ("posting_summary", "posting_skills", "skill_entities"):
+        assert {key for (name, key) in outputs if name == use_case} == set(keys)
+    assert runs["posting_summary"] == runs["posting_skills"] != runs["skill_entities"]
+
+    skills = outputs[("posting_skills", "p-1")].value
+    assert [s["mention"] for s in skills["skills"]] == ["Python and SQL", "dbt"]
+    assert skills["ungrounded"] == ["Kubernetes"]  # not in p-1's text: kept out, counted
+    assert skills["skills"][0]["evidence"].startswith("Build Python and SQL pipelines")
+
+    entities = outputs[("skill_entities", "p-1")].value["entities"]
+    resolved = {e["mention"]: (e["concept_label"], e["stage"]) for e in entities}
+    assert resolved["Python"] == ("Python", "exact") and resolved["SQL"] == ("SQL", "exact")
+    assert all(e["source_mention"] == "Python and SQL" for e in entities if e["mention"] in ("Python", "SQL"))
+    assert by_concept == ["p-1"]  # postings are queryable by concept
+    assert len(script_calls) == 3 and all(c.model == "script:resolve_skill_mentions" for c in script_calls)
+
+
+def test_a_changed_taxonomy_makes_resolutions_stale(pipeline, tmp_path: Path) -> None:
+    defs, groups, instance, url = pipeline
+    assert load_reference_data(defs, instance)
+    run_pending(defs, groups, instance, AppDatabase(url=url), source="test")
+    entities = groups[1].members[0]
+    with session_scope(url) as session:
+        assert discovery.find_pending_work(session, entities.spec) == []
+
+    assert load_reference_data(defs, instance)  # same file: nothing becomes stale
+    with session_scope(url) as session:
+        assert discovery.find_pending_work(session, entities.spec) == []
+
+    from appdb.taxonomy import DEMO_TAXONOMY_PATH, load_taxonomy
+
+    changed = tmp_path / "taxonomy.csv"
+    changed.write_text(DEMO_TAXONOMY_PATH.read_text().replace("Python,", "Python (computer programming),", 1))
+    with session_scope(url) as session:
+        assert load_taxonomy(session, changed).changed
+    with session_scope(url) as session:
+        assert sorted(discovery.find_pending_work(session, entities.spec)) == ["p-1", "p-2", "p-3"]
+
+
+def test_grounding_drops_and_counts_mentions_not_in_the_posting() -> None:
+    inputs = {"title": "Cook", "description": "Prepare  MEALS for 200 guests.\nKeep the kitchen clean."}
+    raw = {
+        "knowledge": ["French cuisine"],  # not in the posting
+        "skills": [
+            "prepare meals",
+            "Prepare meals",  # duplicate modulo case
+            "keep the kitchen clean.",  # trailing punctuation trimmed
+        ],
+    }
+    POSTING_SKILLS.validate_generation(raw)
+    output = ground_skill_mentions(raw, inputs)
+    assert [(s["mention"], s["kind"]) for s in output["skills"]] == [
+        ("prepare meals", "skill"),
+        ("keep the kitchen clean", "skill"),
+    ]
+    assert output["skills"][1]["evidence"] == "Keep the kitchen clean."
+    assert output["ungrounded"] == ["French cuisine"]
+    POSTING_SKILLS.validate_output(output)
+    with pytest.raises(ValueError, match="none of the 1 mentions"):
+        ground_skill_mentions({"knowledge": [], "skills": ["juggling"]}, inputs)
+
+
+def test_a_run_over_a_range_tags_both_use_cases_with_the_same_run(pipeline) -> None:
+    """Backfills of the group job: one run covers the partition range for every member."""
+    defs, groups, instance, url = pipeline
+    instance.add_dynamic_partitions("postings", [p["key"] for p in POSTINGS])
+    job = defs.resolve_job_def(groups[0].job.name)
+    result = job.execute_in_process(
+        instance=instance,
+        tags={ASSET_PARTITION_RANGE_START_TAG: "p-1", ASSET_PARTITION_RANGE_END_TAG: "p-2"},
+        raise_on_error=False,
+    )
+    assert result.success
+    materialized = {
+        (e.asset_key.to_user_string(), e.partition) for e in result.get_asset_materialization_events()
+    }
+    assert materialized == {
+        (name, key) for name in ("posting_summary", "posting_skills") for key in ("p-1", "p-2")
+    }
+    assert FakeModel.loads == ["gemma3:270m"]
+
+
+def test_each_resolution_records_the_skills_output_it_read_so_the_ui_shows_it_fresh(pipeline) -> None:
+    """Provenance is read per run in a few queries: each posting must still get its own input's
+    version, or Dagster would show fresh partitions as stale (or stale ones as fresh)."""
+    from dagster import AssetKey, DagsterEventType
+    from dagster._core.definitions.data_version import (
+        DATA_VERSION_TAG,
+        StaleStatus,
+        get_input_data_version_tag,
+        get_input_event_pointer_tag,
+    )
+    from dagster._utils.test.data_versions import get_stale_status_resolver
+
+    defs, groups, instance, url = pipeline
+    assert load_reference_data(defs, instance)
+    run_pending(defs, groups, instance, AppDatabase(url=url), source="test")
+
+    skills, entities = AssetKey("posting_skills"), AssetKey("skill_entities")
+    kind = DagsterEventType.ASSET_MATERIALIZATION
+    skills_events = instance.get_latest_storage_id_by_partition(skills, kind)
+    assert len(skills_events) == 3 and len(set(skills_events.values())) == 3
+    resolver = get_stale_status_resolver(instance, list(defs.resolve_asset_graph().assets_defs))
+    for key, skills_event in skills_events.items():
+        record = instance.get_latest_data_version_record(skills, False, key)
+        entity_record = instance.get_latest_data_version_record(entities, False, key)
+        tags = entity_record.event_log_entry.tags
+        assert tags[get_input_event_pointer_tag(skills)] == str(skills_event)
+        assert tags[get_input_data_version_tag(skills)] == record.event_log_entry.tags[DATA_VERSION_TAG]
+        assert resolver.get_status(entities, key) == StaleStatus.FRESH
