@@ -17,11 +17,19 @@ import re
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import delete, insert, select, text
 from sqlalchemy.orm import Session
 
-from appdb.models import KEY_LENGTH, ReferenceData, TaxonomyConcept, TaxonomyLabel, utcnow
+from appdb.models import (
+    KEY_LENGTH,
+    PostingSkillConcept,
+    ReferenceData,
+    TaxonomyConcept,
+    TaxonomyLabel,
+    utcnow,
+)
 
 REFERENCE_NAME = "skills_taxonomy"
 DEMO_TAXONOMY_PATH = (
@@ -274,3 +282,27 @@ def loaded_taxonomy_hash(session: Session) -> str | None:
     """The content hash of the loaded taxonomy, or None when none is loaded yet."""
     reference = session.get(ReferenceData, REFERENCE_NAME)
     return reference.content_hash if reference is not None else None
+
+
+def replace_posting_skill_concepts(
+    session: Session, posting_key: str, entities: list[dict[str, Any]]
+) -> None:
+    """The posting's rows in `posting_skill_concepts`, one per distinct mention (case-insensitive), so
+    postings can be found by concept; written in the transaction that stores the resolution."""
+    session.execute(delete(PostingSkillConcept).where(PostingSkillConcept.posting_key == posting_key))
+    rows: dict[str, PostingSkillConcept] = {}
+    for entity in entities:
+        mention = entity["mention"][:KEY_LENGTH]
+        if mention.lower() in rows:
+            continue
+        rows[mention.lower()] = PostingSkillConcept(
+            posting_key=posting_key,
+            mention=mention,
+            kind=entity["kind"],
+            concept_uri=entity["concept_uri"],
+            concept_label=entity.get("concept_label"),
+            confidence=entity["confidence"],
+            stage=entity["stage"],
+            updated_at=utcnow(),
+        )
+    session.add_all(rows.values())

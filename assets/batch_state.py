@@ -69,7 +69,10 @@ class BatchRun:
 
     @property
     def backend(self) -> str:
-        return self.llm.backend_name if self.llm is not None else SCRIPT_BACKEND
+        """The backend that makes this use case's outputs: the LLM's, or "script" (a script use case,
+        or a chain of script steps only)."""
+        chain_of_scripts = self.use_case.steps is not None and not self.use_case.steps.models
+        return self.llm.backend_name if self.llm is not None and not chain_of_scripts else SCRIPT_BACKEND
 
     @property
     def log(self) -> Any:

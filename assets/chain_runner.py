@@ -28,8 +28,8 @@ from dagster import AssetMaterialization
 from appdb import inputs
 from assets.batch_state import BatchRun
 from assets.llm_calls import LLMRequest, generate_in_order
-from assets.outputs import keep_unchanged, output_preview, record_call, record_failure, store_output
-from domain.language.declaration import SCRIPT_BACKEND, UseCase, model_label
+from assets.outputs import keep_unchanged, output_materialization, record_call, record_failure, store_output
+from domain.language.declaration import SCRIPT_BACKEND, UseCase
 from domain.language.declaration_parts import ScriptContext, validate_json
 from domain.language.llm_types import BackendUnavailable, Generation, ItemError
 from domain.language.output_parsing import final_output, parse_output
@@ -303,29 +303,26 @@ def _finish_step(
             posting.key,
             run.run_id,
             final,
-            backend=llm.backend_name if llm is not None and chain.models else SCRIPT_BACKEND,
+            backend=run.backend,
             input_hash=posting.input_hash,
             posting_hash=outcome.postings[posting.key]["content_hash"],
             interaction_id=interaction_id,
         )
     if not outcome.record_stored(posting.key, final, stored):
         return None
-    return AssetMaterialization(
-        asset_key=use_case.name,
-        partition=posting.key,
-        metadata={
-            "model": model_label(use_case),
-            "use_case_version": use_case.version,
+    return output_materialization(
+        run,
+        posting.key,
+        final,
+        input_hash=posting.input_hash,
+        interaction_id=interaction_id,
+        prompt_tokens=posting.prompt_tokens,
+        completion_tokens=posting.completion_tokens,
+        latency_ms=posting.latency_ms,
+        extra={
             "chain_path": " → ".join([*posting.path, END]),
             "chain_steps": posting.steps_taken,
             "chain_end": ended,
-            "prompt_tokens": posting.prompt_tokens,
-            "completion_tokens": posting.completion_tokens,
-            "latency_ms": round(posting.latency_ms, 1),
-            "preview": output_preview(use_case, final),
-            "interaction_id": interaction_id,
-            "input_hash": posting.input_hash,
-            "source": run.source,
         },
     )
 

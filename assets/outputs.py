@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from dagster import MetadataValue
+from dagster import AssetMaterialization, MetadataValue
 
 from appdb import claims, interactions
 from appdb.models import UseCaseOutput, utcnow
@@ -140,3 +140,36 @@ def output_preview(use_case: UseCase, output: Mapping[str, Any]) -> MetadataValu
     """The materialization's preview: the declared field, else the whole output, cut short."""
     text = str(output.get(use_case.preview_field, "")) if use_case.preview_field else json.dumps(output)
     return MetadataValue.text(text[:PREVIEW_CHARS])
+
+
+def output_materialization(
+    run: BatchRun,
+    key: str,
+    value: Mapping[str, Any],
+    *,
+    input_hash: str,
+    interaction_id: int | None,
+    prompt_tokens: int,
+    completion_tokens: int,
+    latency_ms: float,
+    extra: Mapping[str, Any] | None = None,
+) -> AssetMaterialization:
+    """The materialization of one stored output, with the numbers the UI plots and the ids to trace it."""
+    use_case = run.use_case
+    return AssetMaterialization(
+        asset_key=use_case.name,
+        partition=key,
+        metadata={
+            "model": model_label(use_case),
+            "backend": run.backend,
+            "use_case_version": use_case.version,
+            **(extra or {}),
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "latency_ms": round(latency_ms, 1),
+            "preview": output_preview(use_case, value),
+            "interaction_id": interaction_id,
+            "input_hash": input_hash,
+            "source": run.source,
+        },
+    )

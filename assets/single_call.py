@@ -19,7 +19,14 @@ from dagster import AssetMaterialization
 from appdb import inputs
 from assets.batch_state import BatchRun
 from assets.llm_calls import LLMRequest, generate_in_order
-from assets.outputs import fail, keep_unchanged, output_preview, record_call, record_failure, store_output
+from assets.outputs import (
+    fail,
+    keep_unchanged,
+    output_materialization,
+    record_call,
+    record_failure,
+    store_output,
+)
 from domain.language.declaration import model_label
 from domain.language.declaration_parts import ScriptContext
 from domain.language.llm_types import BackendUnavailable, Generation, ItemError
@@ -158,21 +165,15 @@ def _store_result(
         )
     if not outcome.record_stored(item.key, parsed, stored):
         return None
-    return AssetMaterialization(
-        asset_key=use_case.name,
-        partition=item.key,
-        metadata={
-            "model": model_label(use_case),
-            "backend": run.backend,
-            "use_case_version": use_case.version,
-            "prompt_tokens": generation.prompt_tokens or 0,
-            "completion_tokens": generation.completion_tokens or 0,
-            "latency_ms": round(generation.latency_ms, 1),
-            "preview": output_preview(use_case, parsed),
-            "interaction_id": interaction_id,
-            "input_hash": item.input_hash,
-            "source": run.source,
-        },
+    return output_materialization(
+        run,
+        item.key,
+        parsed,
+        input_hash=item.input_hash,
+        interaction_id=interaction_id,
+        prompt_tokens=generation.prompt_tokens or 0,
+        completion_tokens=generation.completion_tokens or 0,
+        latency_ms=generation.latency_ms,
     )
 
 

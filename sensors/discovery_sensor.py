@@ -1,7 +1,7 @@
 """Work discovery: each work group's sensor pulls its own work from the application database.
 
 A work group is the use cases that share a model (or one script use case); see
-`pipeline_defs/factory.py`. Every tick the sensor frees dead claims (and marks the
+`assets/factory.py`. Every tick the sensor frees dead claims (and marks the
 Dagster runs that held them failed, so their postings stop counting as in flight), runs each member's
 discovery query, registers the new postings as partitions, leaves out postings
 already covered by a queued or running run of the group, and requests runs of at most

@@ -1,6 +1,7 @@
-"""What a use case is: a declaration (data), turned into Dagster objects by `factory.py`.
+"""What a use case is: a declaration (data), turned into Dagster objects by `assets/factory.py`.
 
-Adding a use case means adding a `UseCase(...)` to `use_cases.py`; no engine code.
+Adding a use case means a module with a `UseCase(...)` in `domain/use_cases/`, listed in
+`shipped.py`; no engine code (docs/adding-a-use-case.md).
 
 A use case is either an LLM use case (model, prompt, output schema) or a script use
 case (a Python `function`, no model), such as entity resolution.
@@ -65,7 +66,7 @@ class UseCase:
         grades a sample of each run's outputs (the gym); None: not judged.
     gold_items: `gold_items(output) -> set of strings` makes outputs comparable with the
         reviewers' corrections (precision and recall over the items); None: whole outputs.
-    steps: makes this a multi-step use case (`pipeline_defs/steps.py`) instead of one call;
+    steps: makes this a multi-step use case (`domain/language/steps.py`) instead of one call;
         its model (and so its work group) is its first LLM step's model.
     retry: attempts before an item is parked, backoff, claim lease and outage pause
         (`appdb.retry_policy.RetryPolicy`); the default suits most use cases.

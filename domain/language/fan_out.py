@@ -12,7 +12,7 @@ The synthesizer is an ordinary `UseCase` whose `upstream` is every expert (plus 
 upstream it names itself). So each expert is an asset dependency of the synthesizer
 (the lineage shows the fan-in), its prompt can use every expert's output, and
 discovery offers it a posting only when every expert has a current output for that
-posting (`appdb/work.py`, `pending_work_query`: one inner join per upstream).
+posting (`appdb/discovery.py`, `pending_work_query`: one inner join per upstream).
 """
 
 from __future__ import annotations

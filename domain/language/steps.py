@@ -1,7 +1,7 @@
 """Multi-step use cases, declared as data: steps, first-match branch rules, budgets.
 
 A `UseCase(steps=Chain(...))` is a short chain of LLM steps (model, prompt, output
-schema) and script steps (a Python callable); `assets/chain.py` runs it. Example::
+schema) and script steps (a Python callable); `assets/chain_runner.py` runs it. Example::
 
     Chain(
         steps=(
@@ -228,7 +228,7 @@ class LLMStep:
     def is_script(self) -> bool:
         return False
 
-    # What `assets.llm_use_case.parse_output` asks of what it parses for (a step or a use case).
+    # What `domain.language.output_parsing.parse_output` asks of what it parses for (a step or a use case).
     @property
     def generation_schema(self) -> Mapping[str, Any] | None:
         return None

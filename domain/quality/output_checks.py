@@ -1,6 +1,6 @@
 """Structural checks of single outputs: pure functions, `check(output, posting) -> reason | None`.
 
-Use cases declare them as `OutputCheck`s (see `use_cases.py`). A *blocking* check
+Use cases declare them as `OutputCheck`s (see `domain/use_cases/`). A *blocking* check
 guards what flows downstream: an output that fails it is rejected before it is stored
 (a failed attempt, like an unparseable answer), so no use case ever reads it, and it
 goes to review. A non-blocking check only reports (and sends the output to review).

@@ -5,9 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import delete
-
-from appdb.models import KEY_LENGTH, PostingSkillConcept, utcnow
+from appdb.taxonomy import replace_posting_skill_concepts
 from domain.language.declaration import UseCase
 from domain.language.declaration_parts import OutputCheck, ScriptContext
 from domain.quality import output_checks
@@ -65,23 +63,7 @@ def resolve_skill_mentions(inputs: Mapping[str, Any], context: ScriptContext) ->
 
 def store_skill_concepts(session: Any, posting_key: str, output: dict[str, Any]) -> None:
     """Rewrite the posting's rows in `posting_skill_concepts`, so postings can be found by concept."""
-    session.execute(delete(PostingSkillConcept).where(PostingSkillConcept.posting_key == posting_key))
-    rows: dict[str, PostingSkillConcept] = {}
-    for entity in output["entities"]:
-        mention = entity["mention"][:KEY_LENGTH]
-        if mention.lower() in rows:
-            continue
-        rows[mention.lower()] = PostingSkillConcept(
-            posting_key=posting_key,
-            mention=mention,
-            kind=entity["kind"],
-            concept_uri=entity["concept_uri"],
-            concept_label=entity.get("concept_label"),
-            confidence=entity["confidence"],
-            stage=entity["stage"],
-            updated_at=utcnow(),
-        )
-    session.add_all(rows.values())
+    replace_posting_skill_concepts(session, posting_key, output["entities"])
 
 
 UNMATCHED = ("none", "unmatched")

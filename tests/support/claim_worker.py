@@ -2,7 +2,7 @@
 
 The concurrency and crash-recovery tests start several of these at once (or kill one)
 to show that the real claim protocol in `appdb/claims.py` holds across processes: it
-goes through the same calls, with one transaction per step, as `assets/llm_use_case.py`.
+goes through the same calls, with one transaction per step, as `assets/batch_run.py` and `appdb/claims.py`.
 The generation is fake (optionally slow), so the test measures the work state, not a model.
 Claims pass the use case's WorkSpec, so discovery is asked again as each claim is taken.
 
