@@ -66,9 +66,22 @@ def test_the_evidence_is_the_sentence_around_the_offsets() -> None:
 
 
 def test_tokens_keep_skill_names_whole_and_their_offsets() -> None:
-    text = "C++, C#, .NET, node.js and e-mail."
+    text = "C++, C#, .NET, node.js, R&D and e-mail."
     tokens = tokenize(text)
-    assert [t.text for t in tokens] == ["C++", ",", "C#", ",", ".NET", ",", "node.js", "and", "e-mail", "."]
+    assert [t.text for t in tokens] == [
+        "C++",
+        ",",
+        "C#",
+        ",",
+        ".NET",
+        ",",
+        "node.js",
+        ",",
+        "R&D",
+        "and",
+        "e-mail",
+        ".",
+    ]
     assert all(text[t.start : t.end] == t.text for t in tokens)
 
 

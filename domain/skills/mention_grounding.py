@@ -15,10 +15,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 MENTION_KINDS = ("skill", "knowledge")
-# A token is a run of word characters, joined across inner ".", "'", "-" ("node.js", "e-mail",
-# "2021-04-22"), with trailing "+"/"#" ("C++", "C#") and a leading "." before letters (".NET");
-# any other non-space character is a token of its own.
-_TOKEN = re.compile(r"(?<![\w.])\.(?=[A-Za-z])\w+|\w+(?:['’.\-]\w+)*[+#]*|[^\w\s]")
+# A token is a run of word characters, joined across inner ".", "'", "-", "&" ("node.js",
+# "e-mail", "2021-04-22", "R&D"), with trailing "+"/"#" ("C++", "C#") and a leading "." before
+# letters (".NET"); any other non-space character is a token of its own.
+_TOKEN = re.compile(r"(?<![\w.])\.(?=[A-Za-z])\w+|\w+(?:['’.\-&]\w+)*[+#]*|[^\w\s]")
 # One or two letters (possibly with "+"/"#"): grounded only as a whole word in the original case.
 SHORT_MENTION_LENGTH = 2
 # Next to a short mention, only these (or the start/end of the text, or a space) may stand.
