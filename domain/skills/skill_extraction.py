@@ -1,7 +1,7 @@
 """Skill and knowledge mentions of a posting on a plain CPU: the CRF tagger, the taxonomy a second signal.
 
     extractor = SkillExtractor.load(taxonomy_labels)   # once per run (reads the model, indexes the labels)
-    mentions = extractor.extract(title, description)    # ~20 ms a posting
+    mentions = extractor.extract(title, description)    # ~0.3 s a posting (tagger)
 
 Every mention carries its field ("title" or "description") and character offsets in it.
 Combinations (`mode`), as measured by benchmarks/skills_extraction.py on SkillSpan dev:
