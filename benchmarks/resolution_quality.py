@@ -31,8 +31,8 @@ from typing import Any
 from appdb.database import dispose, session_scope
 from appdb.taxonomy import load_taxonomy, normalize_label
 from benchmarks.report import shared_data_dir, write_report
-from domain.quality.metrics import mean_reciprocal_rank, r_precision_at_k
 from domain.skills.embeddings import EmbeddingBackend, MiniLMEmbeddings, OllamaEmbeddings
+from domain.skills.skill_metrics import mean_reciprocal_rank, r_precision_at_k
 from domain.skills.skill_resolver import (
     DEFAULT_OLLAMA_HOST,
     DEFAULT_SCORER,

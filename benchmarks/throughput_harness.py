@@ -154,6 +154,9 @@ def fresh_environment(config: RunConfig, workdir: Path) -> Iterator[Environment]
             batch_size_override=config.batch_size,
             dagster_home=workdir / "dagster_home",
             dagster_postgres_url=pg_dagster,
+            # as a deployment gets by default: stock storages on the embedded model, pooled on Ollama
+            dagster_storage=os.environ.get("PIPELINE_DAGSTER_STORAGE")
+            or ("stock" if config.backend == "embedded" else "pooled"),
         )
         try:
             yield Environment(settings, app_db_url)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from domain.quality.metrics import bio_to_spans
+from domain.skills.skill_metrics import bio_to_spans
 
 ItemsFunction = Callable[[dict[str, Any]], Iterable[str]]
 SKILLSPAN_KEY_PREFIX = "skillspan-"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from domain.quality.metrics import (
+from domain.skills.skill_metrics import (
     SpanScores,
     bio_to_spans,
     mean_reciprocal_rank,

@@ -1,0 +1,235 @@
+"""Train the skill tagger's CRFs on SkillSpan train, select them on SkillSpan dev, write the model.
+
+    python -m domain.skills.train_skill_tagger [--data-dir D] [--taxonomy ESCO_CSV] [--out DIR]
+
+Reads `skillspan/train.json` (training) and `skillspan/dev.json` (model selection only) from the
+shared data folder (--data-dir, else $PIPELINE_SHARED_DATA, else ../shared/data). For every
+setting of a small grid (L1 and L2 penalties, context window) both CRFs are trained on train and
+scored on dev; the setting with the best mean of strict and loose F1 (skills and knowledge
+together, kind ignored) is written to domain/skills/models/ with a JSON card: data, features,
+grid, dev scores, attribution. CRFsuite's L-BFGS is deterministic, so the same data gives the
+same files. With --taxonomy, the taxonomy's label matches become features too (then the tagger
+needs the same taxonomy at run time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pycrfsuite
+
+from domain.skills.mention_grounding import MENTION_KINDS, Mention, tokenize
+from domain.skills.skill_tagger import (
+    MODEL_DIR,
+    MODEL_NAME,
+    SkillTagger,
+    is_punctuation,
+    sentences,
+    taxonomy_tags,
+    token_features,
+)
+from domain.skills.span_corpus import GoldDocument, load_skillspan, score_mentions
+from domain.skills.taxonomy_matcher import TaxonomyMatcher
+
+SHARED_DATA_ENV = "PIPELINE_SHARED_DATA"
+DATA_SOURCE = "SkillSpan train.json / dev.json (kris927b/SkillSpan @ 2ccf3de5, data/json/)"
+ATTRIBUTION = (
+    "Trained on SkillSpan (Zhang, Jensen, Sonniks and Plank, 'SkillSpan: Hard and Soft Skill Extraction "
+    "from English Job Postings', NAACL 2022), dataset licensed CC BY 4.0; the model is a derived work "
+    "under the same license."
+)
+# A small grid, stated in the card: L1 and L2 penalties, and how many neighbours each side are features.
+GRID = [
+    {"c1": c1, "c2": c2, "window": window} for window in (1, 2) for c1 in (0.05, 0.2) for c2 in (0.01, 0.1)
+]
+MAX_ITERATIONS = 150
+
+
+def default_data_dir(arg: str | None) -> Path:
+    """--data-dir, else $PIPELINE_SHARED_DATA, else ../shared/data beside the project."""
+    if arg:
+        path = Path(arg)
+    elif os.environ.get(SHARED_DATA_ENV):
+        path = Path(os.environ[SHARED_DATA_ENV])
+    else:
+        path = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+    if not (path / "skillspan" / "train.json").is_file():
+        raise FileNotFoundError(
+            f"no skillspan/train.json under {path}: pass --data-dir or set {SHARED_DATA_ENV}"
+        )
+    return path
+
+
+def sequences(
+    documents: list[GoldDocument], window: int, matcher: TaxonomyMatcher | None
+) -> list[tuple[list[list[str]], dict[str, list[str]]]]:
+    """(features, BIO labels per kind) of every sentence, over the tagger's own tokens.
+
+    A tagger token lies inside one gold token (gold tokens are separated by spaces); it is
+    labelled B when it is the first tagger token of a gold span, I inside one, else O;
+    punctuation at the edge of a span is labelled O.
+    """
+    result = []
+    for document in documents:
+        tokens = tokenize(document.text)
+        tax = taxonomy_tags(document.text, tokens, matcher) if matcher is not None else None
+        gold_index = [document.gold_token_span(token.start, token.end)[0] for token in tokens]  # type: ignore[index]
+        labels: dict[str, list[str]] = {}
+        for kind in MENTION_KINDS:
+            span_of = {}
+            for first, end in document.gold[kind]:
+                for gold_token in range(first, end):
+                    span_of[gold_token] = first
+            spans: list[int | None] = [span_of.get(index) for index in gold_index]
+            # Punctuation at a span's edge was glued to a gold word ("Boot;"): not part of the mention.
+            for index in [*range(len(tokens)), *reversed(range(len(tokens)))]:
+                if spans[index] is not None and is_punctuation(tokens[index].text):
+                    before = spans[index - 1] if index > 0 else None
+                    after = spans[index + 1] if index + 1 < len(tokens) else None
+                    if before != spans[index] or after != spans[index]:
+                        spans[index] = None
+            tags, previous_span = [], None
+            for span in spans:
+                tags.append("O" if span is None else "I" if span == previous_span else "B")
+                previous_span = span
+            labels[kind] = tags
+        for first, end in sentences(tokens, document.text):
+            features = token_features(tokens[first:end], window, tax[first:end] if tax is not None else None)
+            result.append((features, {kind: labels[kind][first:end] for kind in MENTION_KINDS}))
+    return result
+
+
+def train(
+    train_sequences: list[tuple[list[list[str]], dict[str, list[str]]]],
+    params: dict[str, Any],
+    out_dir: Path,
+) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for kind in MENTION_KINDS:
+        trainer = pycrfsuite.Trainer(verbose=False)
+        for features, labels in train_sequences:
+            trainer.append(features, labels[kind])
+        trainer.set_params(
+            {
+                "c1": params["c1"],
+                "c2": params["c2"],
+                "max_iterations": MAX_ITERATIONS,
+                "feature.possible_transitions": True,
+            }
+        )
+        trainer.train(str(out_dir / f"{MODEL_NAME}.{kind}.crfsuite"))
+
+
+def write_card(out_dir: Path, card: dict[str, Any]) -> None:
+    (out_dir / f"{MODEL_NAME}.json").write_text(json.dumps(card, indent=2) + "\n", encoding="utf-8")
+
+
+def dev_scores(model_dir: Path, dev: list[GoldDocument], matcher: TaxonomyMatcher | None) -> dict[str, Any]:
+    tagger = SkillTagger(model_dir, matcher)
+    predicted: dict[str, list[Mention]] = {document.doc_id: tagger.tag(document.text) for document in dev}
+    return score_mentions(dev, predicted)
+
+
+def selection_score(scores: dict[str, Any]) -> float:
+    """What the grid maximizes: mean of strict and loose F1, skills and knowledge together."""
+    return (scores["any"]["strict"]["f1"] + scores["any"]["loose"]["f1"]) / 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data-dir")
+    parser.add_argument("--taxonomy", help="skills CSV (ESCO format) whose label matches become features")
+    parser.add_argument("--out", type=Path, default=MODEL_DIR, help=f"model folder (default {MODEL_DIR})")
+    parser.add_argument("--only", type=int, help="train only this grid setting (its index), no selection")
+    args = parser.parse_args(argv)
+
+    data_dir = default_data_dir(args.data_dir)
+    train_docs = load_skillspan(data_dir / "skillspan" / "train.json")
+    dev_docs = load_skillspan(data_dir / "skillspan" / "dev.json")
+    matcher = TaxonomyMatcher.from_csv(args.taxonomy) if args.taxonomy else None
+    data_hash = hashlib.sha256((data_dir / "skillspan" / "train.json").read_bytes()).hexdigest()
+    grid = [GRID[args.only]] if args.only is not None else GRID
+    print(
+        f"{len(train_docs)} training postings, {len(dev_docs)} dev postings; {len(grid)} settings", flush=True
+    )
+
+    features_cache: dict[int, Any] = {}
+    trials: list[dict[str, Any]] = []
+    best: tuple[float, int] | None = None
+    scratch = args.out / "_trial"
+    for number, params in enumerate(grid):
+        if params["window"] not in features_cache:
+            features_cache[params["window"]] = sequences(train_docs, params["window"], matcher)
+        started = time.perf_counter()
+        train(features_cache[params["window"]], params, scratch)
+        seconds = time.perf_counter() - started
+        write_card(scratch, _card(params, matcher, args.taxonomy, data_hash, {}, [], seconds))
+        scores = dev_scores(scratch, dev_docs, matcher)
+        trials.append({"params": params, "train_seconds": round(seconds, 1), "dev": _brief(scores)})
+        print(f"{params}: {trials[-1]['dev']} ({seconds:.0f}s)", flush=True)
+        if best is None or selection_score(scores) > best[0]:
+            best = (selection_score(scores), number)
+            for path in scratch.iterdir():
+                path.replace(args.out / path.name.replace("_trial", ""))
+            chosen_scores, chosen_seconds = scores, seconds
+    for path in scratch.iterdir():
+        path.unlink()
+    scratch.rmdir()
+    assert best is not None
+    params = grid[best[1]]
+    write_card(
+        args.out, _card(params, matcher, args.taxonomy, data_hash, chosen_scores, trials, chosen_seconds)
+    )
+    sizes = {path.name: path.stat().st_size for path in args.out.glob(f"{MODEL_NAME}*")}
+    print(f"chose {params}; wrote {sizes}")
+    return 0
+
+
+def _brief(scores: dict[str, Any]) -> dict[str, float]:
+    return {
+        f"{kind}_{mode}_f1": round(scores[kind][mode]["f1"], 4)
+        for kind in ("skill", "knowledge", "any")
+        for mode in ("strict", "loose")
+    }
+
+
+def _card(
+    params: dict[str, Any],
+    matcher: TaxonomyMatcher | None,
+    taxonomy: str | None,
+    data_hash: str,
+    scores: dict[str, Any],
+    trials: list[dict[str, Any]],
+    seconds: float,
+) -> dict[str, Any]:
+    return {
+        "model": "two linear-chain CRFs (python-crfsuite, L-BFGS), BIO: one for skills, one for knowledge",
+        "data": DATA_SOURCE,
+        "train_sha256": data_hash,
+        "selection": "grid below, best mean of strict and loose span F1 on dev (kinds together)",
+        "features": {
+            "window": params["window"],
+            "taxonomy": matcher is not None,
+            "taxonomy_source": Path(taxonomy).name if taxonomy else None,
+            "list": "word, Snowball stem, shape of the token and of its neighbours within the window; prefix "
+            "3, suffixes 2-4, length, title/upper/digit, first/last of sentence; word bigrams "
+            + ("; taxonomy match BIO (by kind) of the token and its neighbours" if matcher else ""),
+        },
+        "hyper_parameters": {**params, "max_iterations": MAX_ITERATIONS},
+        "grid": GRID,
+        "train_seconds": round(seconds, 1),
+        "dev_scores": scores,
+        "trials": trials,
+        "license": "CC BY 4.0",
+        "attribution": ATTRIBUTION,
+    }
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

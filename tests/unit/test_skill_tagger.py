@@ -1,0 +1,94 @@
+"""The shipped skill tagger: loaded once per run, tags a known sentence, offsets that point at the text."""
+
+from __future__ import annotations
+
+import jsonschema
+import pytest
+
+from appdb.taxonomy import DEMO_TAXONOMY_PATH
+from domain.skills import skill_extraction
+from domain.skills.mention_grounding import Mention
+from domain.skills.skill_extraction import (
+    SKILL_MENTIONS_SCHEMA,
+    SkillExtractor,
+    extract_mentions,
+    skills_output,
+)
+from domain.skills.skill_tagger import SkillTagger
+from domain.skills.taxonomy_matcher import TaxonomyMatcher
+
+KNOWN = "Strong knowledge of Java and Spring Boot; experience with Docker and Kubernetes."
+
+
+def test_the_model_loads_once_per_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    loads: list[object] = []
+    original_init = SkillTagger.__init__
+
+    def counting_init(self: SkillTagger, *args: object, **kwargs: object) -> None:
+        loads.append(self)
+        original_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(SkillTagger, "__init__", counting_init)
+    monkeypatch.setattr(skill_extraction, "_default", None)
+    results = [extract_mentions("Backend developer", KNOWN) for _ in range(3)]
+    assert len(loads) == 1
+    assert results[0] == results[1] == results[2] != []
+
+
+def test_the_tagger_tags_a_known_sentence() -> None:
+    mentions = SkillTagger.load().tag(KNOWN)
+    found = {(m.text, m.kind) for m in mentions}
+    assert {("Java", "knowledge"), ("Docker", "knowledge"), ("Kubernetes", "knowledge")} <= found
+    assert all(m.source == "tagger" and 0 < m.score <= 1 for m in mentions)
+
+
+def test_offsets_point_at_the_text_of_their_field() -> None:
+    title = "Python developer"
+    description = "You will build APIs in Python and SQL.\nExperience with Docker is a plus."
+    mentions = extract_mentions(title, description)
+    assert mentions
+    texts = {"title": title, "description": description}
+    for mention in mentions:
+        assert texts[mention.field][mention.start : mention.end] == mention.text
+        assert mention.text[-1] not in ".;,"  # edge punctuation is not part of a mention
+
+
+def test_a_posting_without_skills_gives_an_empty_valid_output() -> None:
+    for description in ("", "   ", "We are an equal opportunity employer."):
+        mentions = extract_mentions("", description)
+        assert mentions == []
+        output = skills_output(mentions, "", description)
+        assert output == {"skills": [], "ungrounded": []}
+        jsonschema.validate(output, SKILL_MENTIONS_SCHEMA)
+
+
+def test_the_output_has_one_entry_per_mention_with_its_evidence() -> None:
+    description = "Use Docker daily. We like docker. Deploy with Kubernetes."
+    mentions = [
+        Mention("Docker", "knowledge", 4, 10, "tagger"),
+        Mention("docker", "knowledge", 26, 32, "tagger"),
+        Mention("Kubernetes", "knowledge", 46, 56, "tagger"),
+    ]
+    output = skills_output(mentions, "", description)
+    jsonschema.validate(output, SKILL_MENTIONS_SCHEMA)
+    assert [(s["mention"], s["evidence"], s["start"]) for s in output["skills"]] == [
+        ("Docker", "Use Docker daily.", 4),
+        ("Kubernetes", "Deploy with Kubernetes.", 46),
+    ]
+
+
+def test_taxonomy_candidates_add_labels_the_tagger_missed() -> None:
+    matcher = TaxonomyMatcher.from_csv(DEMO_TAXONOMY_PATH)
+    extractor = SkillExtractor(SkillTagger.load(), matcher, "tagger+taxonomy")
+    text = "Nice to have: teamwork."
+    tagged = {m.text for m in SkillExtractor(SkillTagger.load(), None, "tagger").extract("", text)}
+    combined = extractor.extract("", text)
+    assert "teamwork" not in tagged
+    assert [(m.text, m.source) for m in combined if m.text == "teamwork"] == [("teamwork", "taxonomy")]
+
+
+def test_a_mode_without_what_it_needs_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="taxonomy"):
+        SkillExtractor(SkillTagger.load(), None, "tagger+taxonomy")
+    with pytest.raises(ValueError, match="mode"):
+        SkillExtractor(SkillTagger.load(), None, "magic")
