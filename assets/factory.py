@@ -152,14 +152,14 @@ def build_use_case_asset(use_case: UseCase, spec: WorkSpec) -> AssetsDefinition:
         output_required=False,
         backfill_policy=BackfillPolicy.multi_run(max_partitions_per_run=use_case.batch_size),
         check_specs=check_specs,
-        pool=None if use_case.is_script else "llm",
+        pool="llm" if use_case.uses_llm else None,
         kinds={"python"},
         group_name="enrichment",
         required_resource_keys={
             "app_db",
             "gym",
             *use_case.resources,
-            *(() if use_case.is_script else ("llm",)),
+            *(("llm",) if use_case.uses_llm else ()),
         },
         metadata={
             "model": model_label(use_case),
@@ -169,7 +169,7 @@ def build_use_case_asset(use_case: UseCase, spec: WorkSpec) -> AssetsDefinition:
     )
     def _use_case_asset(context: AssetExecutionContext, config: UseCaseRunConfig) -> Iterator[Any]:
         app_db: AppDatabase = context.resources.app_db
-        llm = None if use_case.is_script else context.resources.llm
+        llm = context.resources.llm if use_case.uses_llm else None
         outcome = yield from process_batch(context, use_case, spec, app_db, llm, force=config.force)
         context.log.info(
             f"{use_case.name}: finished: {len(outcome.done)} done, {len(outcome.unchanged)} unchanged input, "
@@ -181,7 +181,7 @@ def build_use_case_asset(use_case: UseCase, spec: WorkSpec) -> AssetsDefinition:
 
 def group_name_for(use_case: UseCase) -> str:
     """LLM use cases group by model (`gemma3:270m` -> `gemma3_270m`); a script is its own group."""
-    if use_case.is_script or not use_case.model:  # a script, or a chain of script steps only
+    if not use_case.uses_llm:  # a script, or a chain of script steps only
         return use_case.name
     return re.sub(r"[^a-z0-9]+", "_", use_case.model.lower()).strip("_")
 
@@ -205,7 +205,7 @@ def build_work_groups(built: Sequence[UseCaseDefinitions]) -> list[WorkGroup]:
         by_name.setdefault(name, []).append(item)
     groups = []
     for name, members in by_name.items():
-        model = None if members[0].use_case.is_script else members[0].use_case.model
+        model = members[0].use_case.model if members[0].use_case.uses_llm else None
         job = define_asset_job(
             f"{name}_batch_job",
             selection=batch_selection([member.asset for member in members]),

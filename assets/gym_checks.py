@@ -60,7 +60,7 @@ JUDGE_CHECK = "judge_grades"
 
 
 def is_judged(use_case: UseCase) -> bool:
-    return use_case.judge_view is not None and not use_case.is_script
+    return use_case.judge_view is not None and use_case.uses_llm
 
 
 def gym_check_specs(use_case: UseCase) -> list[AssetCheckSpec]:

@@ -3,6 +3,9 @@
 - PIPELINE_SUMMARY_STYLE: `plain` (default; one call) or `refined` (the multi-step
   extract -> grade -> improve -> final chain). Both are the `posting_summary` asset;
   switching changes its version, so every summary is redone in the new style.
+- PIPELINE_SKILLS_STYLE: `tagger` (default; the CRF tagger on a CPU), `tagger+llm` (the tagger's
+  unsure mentions verified by PIPELINE_SKILLS_VERIFY_MODEL; the default on Ollama when that is set)
+  or `llm` (the earlier prompt alone). See domain/use_cases/posting_skills.py.
 - PIPELINE_EXTRA_USE_CASES: comma-separated opt-in groups; `posting_assessment` adds
   three expert assessments and their synthesizer (fan-out and fan-in).
 """
@@ -10,7 +13,7 @@
 from __future__ import annotations
 
 from domain.language.declaration import UseCase
-from domain.use_cases.shipped import EXTRA_USE_CASES, SUMMARY_STYLES, USE_CASES
+from domain.use_cases.shipped import EXTRA_USE_CASES, SUMMARY_STYLES, USE_CASES, skills_use_case
 from pipeline_defs.settings import Settings
 
 
@@ -27,8 +30,14 @@ def declared_use_cases(settings: Settings) -> tuple[UseCase, ...]:
             f"PIPELINE_EXTRA_USE_CASES: no opt-in use cases {unknown[0]!r} "
             f"(choices: {', '.join(EXTRA_USE_CASES)})"
         )
-    summary = SUMMARY_STYLES[settings.summary_style]
-    chosen = [summary if use_case.name == summary.name else use_case for use_case in USE_CASES]
+    styled = {
+        use_case.name: use_case
+        for use_case in (
+            SUMMARY_STYLES[settings.summary_style],
+            skills_use_case(settings.skills_style, settings.skills_verify_model),
+        )
+    }
+    chosen = [styled.get(use_case.name, use_case) for use_case in USE_CASES]
     for name in dict.fromkeys(settings.extra_use_cases):
         chosen += EXTRA_USE_CASES[name]
     return tuple(chosen)

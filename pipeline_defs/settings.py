@@ -22,6 +22,8 @@ Everything a user may want to point elsewhere is one environment variable:
 | PIPELINE_REVIEW_BELOW        | ``3.0``: outputs the judge grades lower (mean of criteria) go to review |
 | PIPELINE_GOLD_SKILLSPAN      | unset; SkillSpan ``dev.json``: gold for postings keyed ``skillspan-...`` |
 | PIPELINE_SUMMARY_STYLE       | ``plain`` (one call); ``refined``: extract, grade, improve, final |
+| PIPELINE_SKILLS_STYLE        | ``tagger`` (CRF on a CPU); ``tagger+llm`` (see below); ``llm`` |
+| PIPELINE_SKILLS_VERIFY_MODEL | unset; set on Ollama: it verifies the tagger's mentions |
 | PIPELINE_EXTRA_USE_CASES     | unset; ``posting_assessment``: three experts and a synthesizer |
 """
 
@@ -34,6 +36,7 @@ from pathlib import Path
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_SENSOR_INTERVAL_SECONDS = 30
 DAGSTER_STORAGES = ("stock", "pooled")
+SKILLS_STYLES = ("tagger", "tagger+llm", "llm")  # domain/use_cases/shipped.py: skills_use_case
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,8 @@ class Settings:
     review_below: float = 3.0
     gold_skillspan_path: str = ""
     summary_style: str = "plain"  # see pipeline_defs/catalog.py
+    skills_style: str = "tagger"  # see pipeline_defs/catalog.py
+    skills_verify_model: str = ""
     dagster_storage: str = "stock"  # "stock" or "pooled": see pipeline_defs/dagster_storage.py
     extra_use_cases: tuple[str, ...] = ()
 
@@ -91,6 +96,13 @@ class Settings:
             raise ValueError(
                 f"PIPELINE_DAGSTER_STORAGE must be {' or '.join(DAGSTER_STORAGES)}, not {dagster_storage!r}"
             )
+        skills_style = env.get("PIPELINE_SKILLS_STYLE") or (
+            "tagger+llm" if backend == "ollama" and env.get("PIPELINE_SKILLS_VERIFY_MODEL") else "tagger"
+        )
+        if skills_style not in SKILLS_STYLES:
+            raise ValueError(
+                f"PIPELINE_SKILLS_STYLE must be one of {', '.join(SKILLS_STYLES)}, not {skills_style!r}"
+            )
         review_below = env.get("PIPELINE_REVIEW_BELOW") or "3.0"
         try:
             threshold = float(review_below)
@@ -116,6 +128,8 @@ class Settings:
             review_below=threshold,
             gold_skillspan_path=env.get("PIPELINE_GOLD_SKILLSPAN") or "",
             summary_style=env.get("PIPELINE_SUMMARY_STYLE") or "plain",
+            skills_style=skills_style,
+            skills_verify_model=env.get("PIPELINE_SKILLS_VERIFY_MODEL") or "",
             dagster_storage=dagster_storage,
             extra_use_cases=tuple(
                 name.strip()

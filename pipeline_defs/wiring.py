@@ -35,7 +35,7 @@ def batch_size_for(use_case: UseCase, settings: Settings) -> int | None:
     `OLLAMA_MIN_BATCH_SIZE` for a use case that calls Ollama (see docs/performance.md)."""
     if settings.batch_size_override:
         return settings.batch_size_override
-    if settings.llm_backend == "ollama" and not use_case.is_script:
+    if settings.llm_backend == "ollama" and use_case.uses_llm:
         return max(use_case.batch_size, OLLAMA_MIN_BATCH_SIZE)
     return None
 

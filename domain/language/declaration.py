@@ -150,6 +150,11 @@ class UseCase:
         return self.function is not None
 
     @property
+    def uses_llm(self) -> bool:
+        """Whether a run of this use case calls a model (a chain of script steps calls none)."""
+        return not self.is_script and bool(self.model)
+
+    @property
     def grammar_schema(self) -> Mapping[str, Any]:
         """The schema the model's output must follow (the generation grammar)."""
         return self.generation_schema or self.output_schema

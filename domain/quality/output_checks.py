@@ -130,9 +130,17 @@ def squash(text: str) -> str:
 
 
 def skills_in_posting(output: dict[str, Any], posting: Mapping[str, Any]) -> str | None:
-    """Every kept mention appears in the posting's title or text (modulo case and whitespace)."""
+    """Every kept mention is in the posting: at its offsets when it has them (`field`, `start`, `end`),
+    else anywhere in the title or text (modulo case and whitespace)."""
     text = squash(f"{posting.get('title') or ''}\n{posting.get('description') or ''}")
-    missing = [skill["mention"] for skill in output.get("skills", []) if squash(skill["mention"]) not in text]
+
+    def found(skill: Mapping[str, Any]) -> bool:
+        if "start" in skill:
+            source = str(posting.get(skill.get("field") or "description") or "")
+            return squash(source[skill["start"] : skill["end"]]) == squash(skill["mention"])
+        return squash(skill["mention"]) in text
+
+    missing = [skill["mention"] for skill in output.get("skills", []) if not found(skill)]
     if missing:
         return f"{len(missing)} mentions do not appear in the posting: {missing[:5]}"
     return None

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from domain.language.declaration import UseCase
 from domain.use_cases.posting_assessment import ASSESSMENT_USE_CASES
-from domain.use_cases.posting_skills import POSTING_SKILLS
+from domain.use_cases.posting_skills import MODEL, POSTING_SKILLS, POSTING_SKILLS_LLM, verified_skills
 from domain.use_cases.posting_summary import POSTING_SUMMARY
 from domain.use_cases.refined_summary import REFINED_POSTING_SUMMARY
 from domain.use_cases.skill_entities import SKILL_ENTITIES
@@ -15,3 +15,18 @@ from domain.use_cases.skill_entities import SKILL_ENTITIES
 USE_CASES: tuple[UseCase, ...] = (POSTING_SUMMARY, POSTING_SKILLS, SKILL_ENTITIES)
 SUMMARY_STYLES: dict[str, UseCase] = {"plain": POSTING_SUMMARY, "refined": REFINED_POSTING_SUMMARY}
 EXTRA_USE_CASES: dict[str, tuple[UseCase, ...]] = {"posting_assessment": ASSESSMENT_USE_CASES}
+
+
+def skills_use_case(style: str, verify_model: str = "") -> UseCase:
+    """posting_skills in the chosen style: `tagger` (CPU), `tagger+llm` (verified by `verify_model`),
+    `llm` (the earlier prompt alone)."""
+    if style == "tagger":
+        return POSTING_SKILLS
+    if style == "tagger+llm":
+        return verified_skills(verify_model or MODEL)
+    if style == "llm":
+        return POSTING_SKILLS_LLM
+    raise ValueError(f"PIPELINE_SKILLS_STYLE must be one of {', '.join(SKILLS_STYLES)}, not {style!r}")
+
+
+SKILLS_STYLES = ("tagger", "tagger+llm", "llm")

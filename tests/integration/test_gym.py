@@ -44,10 +44,12 @@ COPIED = (
     "Brightwave Energy is looking for a Data Engineer to build the pipelines that bring turbine telemetry."
 )
 LOOPING = "Build pipelines and build pipelines and build pipelines and build pipelines and build pipelines."
+AT_PYTHON = {"field": "description", "start": 131, "end": 137}
+AT_DBT = {"field": "description", "start": 163, "end": 166}
 GROUNDED = {
     "skills": [
-        {"mention": "Python", "kind": "knowledge", "evidence": "You write Python and SQL"},
-        {"mention": "dbt", "kind": "knowledge", "evidence": "run Dagster and dbt"},
+        {"mention": "Python", "kind": "knowledge", "evidence": "You write Python and SQL", **AT_PYTHON},
+        {"mention": "dbt", "kind": "knowledge", "evidence": "run Dagster and dbt", **AT_DBT},
     ],
     "ungrounded": ["Kubernetes"],
 }
@@ -90,7 +92,10 @@ GROUNDED = {
         (
             output_checks.skills_in_posting,
             GROUNDED,
-            {"skills": [{"mention": "Rust", "kind": "knowledge", "evidence": ""}], "ungrounded": []},
+            {
+                "skills": [{"mention": "Rust", "kind": "knowledge", "evidence": "", **AT_PYTHON}],
+                "ungrounded": [],
+            },
             "do not appear",
         ),
         (

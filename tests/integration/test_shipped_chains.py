@@ -291,7 +291,8 @@ def test_pipeline_run_does_the_experts_then_the_synthesizer_in_a_second_stage(
     synthesizer is a stage-2 group of its own: it runs after the experts, never skipped."""
     seed_postings(sqlite_url, tmp_path)
     fake.summaries.update({p["title"]: [f"{p['company']} is hiring a {p['title']}."] for p in POSTINGS})
-    settings = _settings(sqlite_url, extra_use_cases=("posting_assessment",))
+    # skills by the prompt, so they share the model's group (the CPU tagger is a group of its own)
+    settings = _settings(sqlite_url, extra_use_cases=("posting_assessment",), skills_style="llm")
     built = build_use_cases(settings)
     groups = build_work_groups(built)
     defs = build_definitions(settings, built=built, groups=groups, llm=ShippedPrompts())

@@ -19,7 +19,7 @@ from appdb.database import session_scope
 from appdb.models import Interaction, PostingSkillConcept, UseCaseOutput
 from assets.factory import build_work_groups
 from domain.language.llm_types import Generation
-from domain.use_cases.posting_skills import POSTING_SKILLS, ground_skill_mentions
+from domain.use_cases.posting_skills import POSTING_SKILLS_LLM, ground_skill_mentions
 from pipeline_defs.cli.in_process_runs import load_reference_data, run_pending
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
@@ -70,7 +70,8 @@ class FakeModel(LLMResource):
 def pipeline(app_db_url: str, tmp_path: Path, dagster_instance: DagsterInstance):  # noqa: ANN201
     FakeModel.loads.clear()
     seed_postings(app_db_url, tmp_path)
-    settings = replace(Settings.from_env(), database_url=app_db_url)
+    # the fake model extracts skills by title: the prompt style (the CPU tagger has its own tests)
+    settings = replace(Settings.from_env(), database_url=app_db_url, skills_style="llm")
     built = build_use_cases(settings)
     groups = build_work_groups(built)
     defs = build_definitions(settings, built=built, groups=groups, llm=FakeModel())
@@ -143,15 +144,16 @@ def test_grounding_drops_and_counts_mentions_not_in_the_posting() -> None:
             "keep the kitchen clean.",  # trailing punctuation trimmed
         ],
     }
-    POSTING_SKILLS.validate_generation(raw)
+    POSTING_SKILLS_LLM.validate_generation(raw)
     output = ground_skill_mentions(raw, inputs)
-    assert [(s["mention"], s["kind"]) for s in output["skills"]] == [
-        ("prepare meals", "skill"),
-        ("keep the kitchen clean", "skill"),
+    # each mention as the posting writes it, at its offsets (on word boundaries), once
+    assert [(s["mention"], s["kind"], s["start"]) for s in output["skills"]] == [
+        ("Prepare  MEALS", "skill", 0),
+        ("Keep the kitchen clean", "skill", 31),
     ]
     assert output["skills"][1]["evidence"] == "Keep the kitchen clean."
     assert output["ungrounded"] == ["French cuisine"]
-    POSTING_SKILLS.validate_output(output)
+    POSTING_SKILLS_LLM.validate_output(output)
     with pytest.raises(ValueError, match="none of the 1 mentions"):
         ground_skill_mentions({"knowledge": [], "skills": ["juggling"]}, inputs)
 

@@ -99,5 +99,12 @@ class GymFake(LLMResource):
 def gym_settings(url: str, **changes: Any) -> Settings:
     return replace(
         Settings.from_env(),
-        **{"database_url": url, "judge_sample": 3, "judge_model": "judge:test", **changes},
+        # the skills come from the fake model's prompt (PIPELINE_SKILLS_STYLE=llm), not the CPU tagger
+        **{
+            "database_url": url,
+            "judge_sample": 3,
+            "judge_model": "judge:test",
+            "skills_style": "llm",
+            **changes,
+        },
     )

@@ -27,17 +27,18 @@ def test_every_declared_use_case_has_its_asset_checks_job_and_sensor() -> None:
         assert AssetKey("postings") in node.parent_keys
         assert node.code_version == f"{use_case.version}@{model_label(use_case)}"  # both are its identity
         expected_checks = {"outputs_valid", "gold_agreement", *(check.name for check in use_case.checks)}
-        if use_case.judge_view is not None:
+        if use_case.judge_view is not None and use_case.uses_llm:
             expected_checks.add("judge_grades")
         assert {check.name for check in node.check_keys} == expected_checks
         assert repository.has_job(f"{use_case.name}_job")
-    # LLM use cases sharing a model are discovered and run together; a script use case alone.
+    # LLM use cases sharing a model are discovered and run together; a script use case (or a chain of
+    # script steps, as the skills tagger) alone, outside the `llm` pool.
     assert repository.get_sensor_def("gemma3_270m_discovery").job_name == "gemma3_270m_batch_job"
     assert repository.get_sensor_def("skill_entities_discovery").job_name == "skill_entities_batch_job"
+    assert repository.get_sensor_def("posting_skills_discovery").job_name == "posting_skills_batch_job"
     group_job = repository.get_job("gemma3_270m_batch_job")
     assert {key.to_user_string() for key in group_job.asset_layer.executable_asset_keys} == {
-        "posting_summary",
-        "posting_skills",
+        "posting_summary"
     }
     entities = graph.get(AssetKey("skill_entities"))
     assert {AssetKey("posting_skills"), AssetKey("skills_taxonomy")} <= entities.parent_keys

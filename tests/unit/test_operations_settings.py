@@ -51,7 +51,8 @@ def test_runs_on_ollama_hold_at_least_100_postings_unless_the_batch_size_is_set(
     monkeypatch.delenv("PIPELINE_BATCH_SIZE", raising=False)
     monkeypatch.setenv("PIPELINE_LLM_BACKEND", "embedded")
     declared = {item.use_case.name: item.batch_size for item in build_use_cases(Settings.from_env())}
-    assert declared == {"posting_summary": 25, "posting_skills": 25, "skill_entities": 100}
+    # the skills tagger is a CPU script (no model to share a run with): 100 postings a run anywhere
+    assert declared == {"posting_summary": 25, "posting_skills": 100, "skill_entities": 100}
 
     monkeypatch.setenv("PIPELINE_LLM_BACKEND", "ollama")
     on_ollama = build_use_cases(Settings.from_env())
@@ -61,7 +62,7 @@ def test_runs_on_ollama_hold_at_least_100_postings_unless_the_batch_size_is_set(
         "skill_entities": 100,
     }
     assert {item.asset.backfill_policy.max_partitions_per_run for item in on_ollama} == {100}
-    assert [group.batch_size for group in build_work_groups(on_ollama)] == [100, 100]
+    assert [group.batch_size for group in build_work_groups(on_ollama)] == [100, 100, 100]
 
     monkeypatch.setenv("PIPELINE_BATCH_SIZE", "40")
     assert {item.batch_size for item in build_use_cases(Settings.from_env())} == {40}
