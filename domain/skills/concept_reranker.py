@@ -196,11 +196,15 @@ class LinkerModel:
         return cls(models, float(data["threshold"]), dict(data.get("card", {})), prior)
 
 
+def load_linker_model(path: Path | None = None) -> LinkerModel:
+    """The shipped (or given) linker model, read once per process and path."""
+    return _load_linker_model(Path(path or DEFAULT_MODEL_PATH).resolve())
+
+
 @lru_cache(maxsize=4)
-def load_linker_model(path: Path = DEFAULT_MODEL_PATH) -> LinkerModel:
-    """The shipped (or given) linker model, read once per process."""
-    if not Path(path).is_file():
+def _load_linker_model(path: Path) -> LinkerModel:
+    if not path.is_file():
         raise FileNotFoundError(
             f"skill linker model not found: {path} (train it: python -m domain.skills.train_skill_linker)"
         )
-    return LinkerModel.from_json(Path(path).read_text(encoding="utf-8"))
+    return LinkerModel.from_json(path.read_text(encoding="utf-8"))
