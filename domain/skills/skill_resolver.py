@@ -318,7 +318,9 @@ class SkillResolver:
 
     def _best_linked(self, text: str, context: str | None) -> Resolution:
         concepts, probabilities, tiers = self.link(text, context)
-        if not len(concepts) or probabilities[0] < self.link_threshold:
+        # A mention that is the top concept's own label is never left unmatched (as in the rule-based
+        # stages): on a small taxonomy the ESCO-calibrated confidence can sit below the threshold.
+        if not len(concepts) or (probabilities[0] < self.link_threshold and not tiers[0]):
             return Resolution(text, None, None, 0.0, "unmatched")
         uri = self.concept_uris[concepts[0]]
         stage = {2: "exact", 1: "alt_label"}.get(int(tiers[0]), "learned")
