@@ -167,6 +167,7 @@ def check_results(use_case: UseCase, outcome: BatchOutcome) -> Iterator[AssetChe
             "skipped_held_elsewhere": outcome.skipped_held_elsewhere,
             "llm_seconds": round(outcome.llm_ms / 1000, 2),
             "failures": MetadataValue.json(dict(list(outcome.failed.items())[:50])),
+            **_figures(use_case, outcome),
         },
     )
     for check in use_case.checks:
@@ -188,3 +189,11 @@ def check_results(use_case: UseCase, outcome: BatchOutcome) -> Iterator[AssetChe
                 "failing_postings": MetadataValue.json(dict(list(failing.items())[:50])),
             },
         )
+
+
+def _figures(use_case: UseCase, outcome: BatchOutcome) -> dict[str, Any]:
+    """The use case's own figures over the outputs this run made, as numbers the UI plots."""
+    if use_case.run_figures is None or not outcome.outputs:
+        return {}
+    figures = use_case.run_figures(list(outcome.outputs.values()))
+    return {name: MetadataValue.float(float(value)) for name, value in figures.items()}

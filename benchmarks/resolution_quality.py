@@ -1,4 +1,9 @@
-"""ESCO linking benchmark: how well the skill resolver ranks ESCO concepts for annotated skill spans.
+"""ESCO linking benchmark of the rule-based resolver, per annotation row (kept to compare with old reports).
+
+The benchmark to read is benchmarks/linking_quality.py: it poses linking the way the field
+does (sentence level, end to end; span given; one query per distinct sentence or span) and
+measures the learned linker. This one counts every CSV row (rows the data set repeats count
+twice) and ranks with the rule-based stages only (fuzzy, or fuzzy fused with embeddings).
 
 Protocol (after Decorte et al. 2022): every annotated span of the TECH and HOUSE
 validation splits whose label is an ESCO skill is one query (the `sub_span` when the

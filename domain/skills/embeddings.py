@@ -381,3 +381,48 @@ def _is_cjk(code: int) -> bool:
             (0x2F800, 0x2FA1F),
         )
     )
+
+
+class RememberingEmbeddings:
+    """Wraps a backend so each distinct text is embedded once, and kept in `path` (.npz) between runs.
+
+    For training and benchmarks, which embed the same few thousand sentences run after run;
+    the product embeds through the resolver's own bounded memo instead.
+    """
+
+    def __init__(self, backend: EmbeddingBackend, path: Path | None = None) -> None:
+        self.backend = backend
+        self.path = path
+        self._vectors: dict[str, np.ndarray] = {}
+        if path is not None and path.is_file():
+            with np.load(path, allow_pickle=False) as stored:
+                texts = stored["texts"]
+                # Texts are stored as UTF-8 JSON bytes (a fixed-width string array pads every text).
+                names = texts.tolist() if texts.dtype.kind == "U" else json.loads(texts.tobytes().decode())
+                self._vectors = dict(zip(names, stored["vectors"], strict=True))
+
+    @property
+    def name(self) -> str:
+        return self.backend.name
+
+    @property
+    def model(self) -> str:
+        return self.backend.model
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        missing = [text for text in dict.fromkeys(texts) if text not in self._vectors]
+        if missing:
+            vectors = np.asarray(self.backend.embed(missing), np.float32)
+            self._vectors.update(zip(missing, vectors, strict=True))
+        return [self._vectors[text].tolist() for text in texts]
+
+    def save(self) -> None:
+        """Write every vector seen so far to `path` (nothing without a path)."""
+        if self.path is None or not self._vectors:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        partial = self.path.with_suffix(".tmp.npz")
+        texts = list(self._vectors)
+        encoded = np.frombuffer(json.dumps(texts).encode("utf-8"), dtype=np.uint8)
+        np.savez(partial, texts=encoded, vectors=np.stack([self._vectors[t] for t in texts]))
+        partial.replace(self.path)

@@ -1,10 +1,22 @@
 """Resolve free-text skill mentions to concepts of the loaded skills taxonomy.
 
-Stages, cheapest and surest first: exact match on a preferred label, exact match on an
+With an embedding backend and the learned linker (`domain/skills/concept_reranker.py`, on by
+default with MiniLM), a mention is linked in three steps: candidate concepts are gathered from
+the nearest labels of the mention and of its sentence (a usearch index, `concept_index.py`) and
+from exact label matches; the reranker scores each (meaning, spelling, label type, context);
+the best is the answer when its calibrated confidence reaches the model's threshold, else
+"unmatched". Stage "exact"/"alt_label" says the mention was that concept's label, "learned"
+that the reranker chose it. `link_sentence` ranks concepts for a whole sentence (the sentence
+itself, its n-grams that are labels, and any extracted mentions).
+
+Without them (no embeddings, or a backend the linker was not trained for) the rule-based
+stages run, cheapest and surest first: exact match on a preferred label, exact match on an
 alternative label, fuzzy string match (rapidfuzz) above `fuzzy_threshold`, cosine
 similarity of embeddings above `semantic_threshold` (only with an embedding backend),
-else "unmatched". A mention naming several skills ("Python and SQL") is split only when
-the whole is not a label itself ("health and safety", "CI/CD" stay whole).
+else "unmatched".
+
+Either way a mention naming several skills ("Python and SQL") is split only when the whole
+is not a label itself ("health and safety", "CI/CD" stay whole).
 """
 
 from __future__ import annotations
@@ -22,13 +34,20 @@ from rapidfuzz import fuzz, process
 from sqlalchemy.orm import Session
 
 from appdb.taxonomy import normalize_label, read_taxonomy_labels
+from domain.skills.concept_index import LabelVectorIndex
+from domain.skills.concept_reranker import CandidateSignals, LinkerModel
 from domain.skills.embeddings import EmbeddingBackend
 
-STAGES = ("exact", "alt_label", "fuzzy", "semantic", "unmatched")
+STAGES = ("exact", "alt_label", "fuzzy", "semantic", "learned", "unmatched")
 EXACT_CONFIDENCE = 1.0
 ALT_LABEL_CONFIDENCE = 0.95
 EMBEDDING_BACKENDS = ("none", "ollama", "minilm")
 DEFAULT_OLLAMA_HOST = "http://127.0.0.1:11434"
+# Candidates per query: concepts of the nearest labels of the mention and of its sentence.
+MENTION_NEIGHBOURS = 64
+CONTEXT_NEIGHBOURS = 32
+QUERY_MEMO_SIZE = 20_000  # query vectors kept (a sentence is embedded once for all its mentions)
+MAX_NGRAM_WORDS = 6  # link_sentence looks up every n-gram of up to this many words as a label
 
 # How label similarity (0-100) is scored, for both the fuzzy stage and `rank`. The default,
 # the mean of rapidfuzz's token_set_ratio and token_sort_ratio, ranked ESCO best of the
@@ -146,6 +165,8 @@ class SkillResolver:
         embeddings: EmbeddingBackend | None = None,
         scorer: str = DEFAULT_SCORER,
         vector_cache_dir: Path | None = None,
+        linker: LinkerModel | None = None,
+        link_threshold: float | None = None,
     ) -> None:
         if scorer not in FUZZY_SCORERS:
             raise ValueError(f"scorer must be one of {', '.join(FUZZY_SCORERS)}, not {scorer!r}")
@@ -154,6 +175,12 @@ class SkillResolver:
         self.embeddings = embeddings
         self.vector_cache_dir = vector_cache_dir
         self.scorer = scorer
+        if linker is not None and embeddings is None:
+            raise ValueError("the learned linker needs an embedding backend")
+        self.linker = linker
+        self.link_threshold = (
+            link_threshold if link_threshold is not None else (linker.threshold if linker else 1.0)
+        )
         self.concept_uris: list[str] = list(preferred_labels)
         self.preferred_labels = dict(preferred_labels)
         self._concept_index = {uri: index for index, uri in enumerate(self.concept_uris)}
@@ -197,6 +224,18 @@ class SkillResolver:
         # Labels with their words sorted, once, so token_sort_ratio is a plain (fast) ratio per query.
         self._sorted_keys = [_sorted_tokens(key) for key in self._fuzzy_keys]
         self._label_vectors: np.ndarray | None = None
+        self._label_ids = label_index  # normalized label -> label id
+        self._concept_ends = np.append(self._concept_starts[1:], len(self._pair_labels))
+        by_label = np.argsort(self._pair_labels, kind="stable")
+        self._label_pair_concepts = self._pair_concepts[by_label]
+        self._label_starts = np.searchsorted(
+            self._pair_labels[by_label], np.arange(len(self._label_texts) + 1)
+        )
+        self._index: LabelVectorIndex | None = None
+        self._concept_vectors: np.ndarray | None = None  # unit mean of each concept's label vectors
+        self._query_vectors: dict[str, np.ndarray] = {}
+        self._prior = np.zeros(len(self.concept_uris), dtype=np.float32)
+        self._prior_for: int | None = None
 
     @classmethod
     def from_session(cls, session: Session, **options: Any) -> SkillResolver:
@@ -217,16 +256,23 @@ class SkillResolver:
         normalized = normalize_label(text)
         return normalized in self._exact or normalized in self._alternative
 
-    def resolve(self, mention: str) -> list[Resolution]:
+    def resolve(self, mention: str, context: str | None = None) -> list[Resolution]:
         """Resolve one mention to one Resolution per skill it names (empty for a blank mention).
 
-        Order: the whole mention as a label; its parts, if every part is a label ("Python
-        and SQL"); the whole by fuzzy match (so "health and safety regulation" is not torn
-        apart); each part through all stages; the whole by semantic similarity.
+        context: the sentence the mention comes from; the learned linker weighs it (without
+        the linker it is not used).
+
+        Rule-based order: the whole mention as a label; its parts, if every part is a label
+        ("Python and SQL"); the whole by fuzzy match (so "health and safety regulation" is not
+        torn apart); each part through all stages; the whole by semantic similarity. With the
+        linker: the parts when every part is a label, else the whole, else (when the whole
+        stays below the threshold) each part.
         """
         text = mention.strip()
         if not normalize_label(text):
             return []
+        if self.linker is not None:
+            return self._resolve_linked(text, context)
         whole = self._match_exact(text)
         if whole is not None:
             return [whole]
@@ -241,6 +287,199 @@ class SkillResolver:
         if len(parts) > 1:
             return [self._resolve_part(part) for part in parts]
         return [self._match_semantic(text) or Resolution(text, None, None, 0.0, "unmatched")]
+
+    # --- the learned linker -------------------------------------------------------------
+
+    def _rank_linked(self, query: str, limit: int | None, context: str | None) -> list[tuple[str, float]]:
+        concepts, probabilities, _ = self.link(query, context)
+        ranked = [
+            (self.concept_uris[c], round(float(p), 6))
+            for c, p in zip(concepts.tolist(), probabilities.tolist(), strict=True)
+        ]
+        if limit is not None and len(ranked) >= limit:
+            return ranked[:limit]
+        # A full ranking reads every label anyway: the rest by exact cosine, best label first.
+        assert self._label_vectors is not None
+        cosine = self._label_vectors @ self._embed_queries([query])[0]
+        concept_scores = np.maximum.reduceat(cosine[self._pair_labels], self._concept_starts)
+        concept_scores[concepts] = np.inf
+        rest = np.argsort(-concept_scores, kind="stable")[len(concepts) :]
+        ranked += [(self.concept_uris[c], 0.0) for c in rest.tolist()]
+        return ranked if limit is None else ranked[:limit]
+
+    def _resolve_linked(self, text: str, context: str | None) -> list[Resolution]:
+        parts = split_mention(text, self.is_label)
+        if len(parts) > 1 and not self.is_label(text) and all(self.is_label(part) for part in parts):
+            return [self._best_linked(part, context) for part in parts]
+        whole = self._best_linked(text, context)
+        if whole.concept_uri is not None or len(parts) < 2:
+            return [whole]
+        return [self._best_linked(part, context) for part in parts]
+
+    def _best_linked(self, text: str, context: str | None) -> Resolution:
+        concepts, probabilities, tiers = self.link(text, context)
+        # A mention that is the top concept's own label is never left unmatched (as in the rule-based
+        # stages): on a small taxonomy the ESCO-calibrated confidence can sit below the threshold.
+        if not len(concepts) or (probabilities[0] < self.link_threshold and not tiers[0]):
+            return Resolution(text, None, None, 0.0, "unmatched")
+        uri = self.concept_uris[concepts[0]]
+        stage = {2: "exact", 1: "alt_label"}.get(int(tiers[0]), "learned")
+        return Resolution(text, uri, self.preferred_labels[uri], round(float(probabilities[0]), 4), stage)
+
+    def link(
+        self, text: str, context: str | None = None, kind: str | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Candidate concepts (indices) for `text`, best first, with probabilities and label tiers.
+
+        kind: which reranking model scores them: "mention" (with a context), "bare_mention"
+        (without) or "sentence" (the text is a whole sentence); by default from `context`.
+        """
+        if self.linker is None:
+            raise ValueError("no linker model: build the resolver with linker=load_linker_model()")
+        kind = kind or ("mention" if context and context.strip() != text.strip() else "bare_mention")
+        texts = [text] if kind != "mention" else [text, context or text]
+        vectors = self._embed_queries(texts)
+        signals, concepts, tiers = self.candidate_signals(
+            text, vectors[0], vectors[-1] if kind == "mention" else None
+        )
+        probabilities = self.linker.model(kind).probabilities(signals.features())
+        order = np.argsort(-probabilities, kind="stable")
+        return concepts[order], probabilities[order], tiers[order]
+
+    def candidate_signals(
+        self, text: str, query: np.ndarray, context: np.ndarray | None
+    ) -> tuple[CandidateSignals, np.ndarray, np.ndarray]:
+        """The candidate concepts of one query, their reranking signals and label tiers.
+
+        Candidates: the concepts of the `MENTION_NEIGHBOURS` labels nearest the query, of the
+        `CONTEXT_NEIGHBOURS` nearest the context, and those the query names exactly. Without a
+        context, the context signals repeat the query's (the models are trained that way).
+        """
+        index = self.label_index()
+        queries = np.stack([query] if context is None else [query, context])
+        label_ids, _ = index.search(queries, MENTION_NEIGHBOURS)
+        found = [label_ids[0][label_ids[0] >= 0]]
+        if context is not None:
+            found.append(label_ids[1][:CONTEXT_NEIGHBOURS][label_ids[1][:CONTEXT_NEIGHBOURS] >= 0])
+        normalized = normalize_label(text)
+        tier_of: dict[int, int] = {}
+        for uri in self._alternative.get(normalized, []):
+            tier_of[self._concept_index[uri]] = 1
+        for uri in self._exact.get(normalized, []):
+            tier_of[self._concept_index[uri]] = 2
+        concepts = np.unique(
+            np.concatenate(
+                [*(self._concepts_of_labels(ids) for ids in found), np.fromiter(tier_of, np.int64)]
+            )
+        )
+        # Every label of every candidate, as (candidate position, label id) pairs.
+        starts, ends = self._concept_starts[concepts], self._concept_ends[concepts]
+        owner = np.repeat(np.arange(len(concepts)), ends - starts)
+        labels = self._pair_labels[_ranges(starts, ends)]
+        vectors = self._label_vectors
+        assert vectors is not None
+        cos_mention = _group_max(vectors[labels] @ query, owner, len(concepts))
+        cos_context = (
+            cos_mention if context is None else _group_max(vectors[labels] @ context, owner, len(concepts))
+        )
+        key = _fuzzy_key(normalized)
+        fuzzy = np.zeros(len(concepts), np.float32)
+        if key:
+            label_scores = _token_set_sort_mean(
+                key, [self._fuzzy_keys[i] for i in labels], [self._sorted_keys[i] for i in labels]
+            )
+            fuzzy = _group_max(label_scores / np.float32(100.0), owner, len(concepts))
+        tiers = np.array([tier_of.get(int(c), 0) for c in concepts], dtype=np.int8)
+        prior = self._concept_prior()[concepts]
+        assert self._concept_vectors is not None
+        centroids = self._concept_vectors[concepts]
+        signals = CandidateSignals(
+            cos_mention=cos_mention,
+            cos_preferred=vectors[self._preferred_label_of[concepts]] @ query,
+            cos_context=cos_context,
+            cos_concept=centroids @ query,
+            cos_concept_context=centroids @ (query if context is None else context),
+            fuzzy=fuzzy,
+            tier=tiers,
+            prior=prior,
+        )
+        return signals, concepts, tiers
+
+    def link_sentence(self, sentence: str, mentions: Sequence[str] = ()) -> list[tuple[str, float]]:
+        """Concepts a sentence names, best first, as (concept URI, confidence).
+
+        Sources, each scored by the linker: the sentence as a query; every n-gram of the
+        sentence that is a taxonomy label (up to `MAX_NGRAM_WORDS` words); and `mentions`,
+        the skills an extractor found in it. A concept found by several keeps its best
+        confidence. Confidences below the threshold are kept (this is a ranking).
+        """
+        if not normalize_label(sentence):
+            return []
+        best: dict[int, float] = {}
+
+        def keep(concepts: np.ndarray, probabilities: np.ndarray) -> None:
+            for concept, probability in zip(concepts.tolist(), probabilities.tolist(), strict=True):
+                if probability > best.get(concept, -1.0):
+                    best[concept] = probability
+
+        keep(*self.link(sentence, kind="sentence")[:2])
+        queries = list(
+            dict.fromkeys([*self.label_ngrams(sentence), *(m.strip() for m in mentions if m.strip())])
+        )
+        for query in queries:
+            keep(*self.link(query, sentence, kind="mention")[:2])
+        ranked = sorted(best.items(), key=lambda item: -item[1])
+        return [(self.concept_uris[concept], probability) for concept, probability in ranked]
+
+    def label_ngrams(self, sentence: str) -> list[str]:
+        """The n-grams of `sentence` (up to `MAX_NGRAM_WORDS` words) that are labels, longest first."""
+        words = sentence.split()
+        found: list[str] = []
+        for size in range(min(MAX_NGRAM_WORDS, len(words)), 0, -1):
+            for start in range(len(words) - size + 1):
+                ngram = " ".join(words[start : start + size])
+                if self.is_label(ngram):
+                    found.append(normalize_label(ngram))
+        return list(dict.fromkeys(found))
+
+    def label_index(self) -> LabelVectorIndex:
+        """The nearest-neighbour index over label vectors, built (or read from the cache) on first use."""
+        if self._index is None:
+            assert self.embeddings is not None
+            if self._label_vectors is None:
+                self._label_vectors = self._embed_labels(self.embeddings)
+            self._index = LabelVectorIndex(self._label_vectors, cache_dir=self.vector_cache_dir)
+            sums = np.add.reduceat(self._label_vectors[self._pair_labels], self._concept_starts, axis=0)
+            self._concept_vectors = _unit_rows(sums)
+        return self._index
+
+    def _concept_prior(self) -> np.ndarray:
+        """The linker's training count of each concept (0 without a linker), matched by preferred label."""
+        key = id(self.linker)
+        if self._prior_for != key:
+            counts = self.linker.concept_prior if self.linker is not None else {}
+            self._prior = np.array(
+                [counts.get(self.preferred_labels[uri], 0) for uri in self.concept_uris], dtype=np.float32
+            )
+            self._prior_for = key
+        return self._prior
+
+    def _concepts_of_labels(self, label_ids: np.ndarray) -> np.ndarray:
+        if not len(label_ids):
+            return np.zeros(0, np.int64)
+        starts, ends = self._label_starts[label_ids], self._label_starts[label_ids + 1]
+        return self._label_pair_concepts[_ranges(starts, ends)]
+
+    def _embed_queries(self, texts: list[str]) -> np.ndarray:
+        """Unit vectors of `texts`; each distinct text embedded once while it stays in a bounded memo."""
+        assert self.embeddings is not None
+        missing = [text for text in dict.fromkeys(texts) if text not in self._query_vectors]
+        if missing:
+            if len(self._query_vectors) + len(missing) > QUERY_MEMO_SIZE:
+                self._query_vectors.clear()
+            vectors = _unit_rows(np.asarray(self.embeddings.embed(missing), np.float32))
+            self._query_vectors.update(zip(missing, vectors, strict=True))
+        return np.stack([self._query_vectors[text] for text in texts])
 
     def _resolve_part(self, text: str) -> Resolution:
         return (
@@ -351,10 +590,14 @@ class SkillResolver:
             partial.replace(cache_file)
         return vectors
 
-    def rank(self, query: str, limit: int | None = None) -> list[tuple[str, float]]:
+    def rank(
+        self, query: str, limit: int | None = None, context: str | None = None
+    ) -> list[tuple[str, float]]:
         """All concepts (or the first `limit`), best first, as (concept URI, score).
 
-        Order: concepts whose preferred label equals the query (score 1.0), then those
+        With the linker: its candidates by confidence, then (when more are asked for) every
+        other concept by cosine similarity to the query, with score 0.0. Without it, the
+        order is: concepts whose preferred label equals the query (score 1.0), then those
         with such an alternative label (0.95), then the rest by their best label's
         fuzzy score (0..1) or, with embeddings, the mean of fuzzy score and cosine
         similarity; ties go to the concept whose preferred label scores higher. A
@@ -363,6 +606,8 @@ class SkillResolver:
         normalized = normalize_label(query)
         if not normalized:
             return []
+        if self.linker is not None:
+            return self._rank_linked(query, limit, context)
         label_scores = self._label_scores(_fuzzy_key(normalized)) / np.float32(100.0)
         if self.embeddings is not None:
             # The mean, not the max: each signal alone promotes its own kind of wrong label
@@ -384,6 +629,29 @@ class SkillResolver:
             (self.concept_uris[i], confidence.get(int(tier[i]), float(concept_scores[i])))
             for i in order.tolist()
         ]
+
+
+def _ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """starts[0]..ends[0]-1, starts[1]..ends[1]-1, ... in one array, without a Python loop."""
+    lengths = ends - starts
+    offsets = np.repeat(starts - np.cumsum(np.r_[0, lengths[:-1]]), lengths)
+    return np.arange(int(lengths.sum())) + offsets
+
+
+def _group_max(values: np.ndarray, groups: np.ndarray, count: int) -> np.ndarray:
+    """The maximum of `values` per group (groups numbered 0..count-1, each non-empty)."""
+    out = np.full(count, -np.inf, dtype=np.float32)
+    np.maximum.at(out, groups, values.astype(np.float32))
+    return out
+
+
+def _token_set_sort_mean(key: str, keys: list[str], sorted_keys: list[str]) -> np.ndarray:
+    """The default fuzzy scorer (0-100) of `key` against a few labels."""
+    set_scores = process.cdist([key], keys, scorer=fuzz.token_set_ratio, processor=None, dtype=np.float32)[0]
+    sort_scores = process.cdist(
+        [_sorted_tokens(key)], sorted_keys, scorer=fuzz.ratio, processor=None, dtype=np.float32
+    )[0]
+    return (set_scores + sort_scores) / np.float32(2.0)
 
 
 def _unit_rows(matrix: np.ndarray) -> np.ndarray:

@@ -17,7 +17,7 @@ Which chain ships is a setting (`pipeline_defs/catalog.py`, PIPELINE_SKILLS_STYL
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from domain.language.declaration import UseCase
@@ -292,6 +292,20 @@ def skills_display(output: dict[str, Any]) -> str:
     return "; ".join(f"{s['mention']} ({s['kind']})" for s in output["skills"]) or "(no skills)"
 
 
+def skills_figures(outputs: Sequence[Mapping[str, Any]]) -> dict[str, float | int]:
+    """Per run, for the UI's plots: mentions per posting, the share of postings without any, the share
+    of skill (vs knowledge) mentions, and how many mentions a model invented (dropped, ungrounded)."""
+    counts = [len(output.get("skills") or []) for output in outputs]
+    mentions = sum(counts)
+    skills = sum(1 for output in outputs for s in output.get("skills") or [] if s.get("kind") == "skill")
+    return {
+        "mentions_per_posting": round(mentions / len(counts), 3) if counts else 0.0,
+        "share_postings_without_mentions": round(counts.count(0) / len(counts), 4) if counts else 0.0,
+        "share_skill_kind": round(skills / mentions, 4) if mentions else 0.0,
+        "ungrounded_dropped": sum(len(output.get("ungrounded") or []) for output in outputs),
+    }
+
+
 def skills_gold_items(output: dict[str, Any]) -> set[str]:
     """Compared with corrected skills as a set of mentions (modulo case and whitespace)."""
     return {output_checks.squash(skill["mention"]) for skill in output["skills"]}
@@ -340,6 +354,7 @@ POSTING_SKILLS = UseCase(
     gold_items=skills_gold_items,
     display=skills_display,
     review_edits={"skills": edit_skills},
+    run_figures=skills_figures,
 )
 
 
@@ -381,6 +396,7 @@ def verified_skills(model: str) -> UseCase:
         gold_items=skills_gold_items,
         display=skills_display,
         review_edits={"skills": edit_skills},
+        run_figures=skills_figures,
     )
 
 
@@ -402,4 +418,5 @@ POSTING_SKILLS_LLM = UseCase(
     gold_items=skills_gold_items,
     display=skills_display,
     review_edits={"skills": edit_skills},
+    run_figures=skills_figures,
 )

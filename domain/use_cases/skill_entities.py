@@ -10,6 +10,7 @@ from domain.language.declaration import UseCase
 from domain.language.declaration_parts import OutputCheck, ScriptContext
 from domain.quality import output_checks
 from domain.quality.corrections import CorrectionContext, CorrectionError, Edits
+from domain.skills.resolution_figures import resolution_figures
 from domain.skills.skill_resolver import STAGES as RESOLUTION_STAGES
 
 REVIEWED_STAGE = "review"  # a concept a reviewer chose (`pipeline review correct ID --concept ...`)
@@ -45,7 +46,8 @@ def resolve_skill_mentions(inputs: Mapping[str, Any], context: ScriptContext) ->
         resolver = context.resources.taxonomy.resolver(session)
     entities = []
     for skill in inputs["posting_skills"]["skills"]:
-        for resolution in resolver.resolve(skill["mention"]):
+        # the sentence the mention came from weighs in the learned linker's choice
+        for resolution in resolver.resolve(skill["mention"], context=skill.get("evidence")):
             entities.append(
                 {
                     "mention": resolution.mention,
@@ -107,7 +109,7 @@ def entities_gold_items(output: dict[str, Any]) -> set[str]:
 
 SKILL_ENTITIES = UseCase(
     name="skill_entities",
-    version="2026-11-22.1",
+    version="2026-11-23.1",
     description="Each skill mention resolved to a taxonomy concept (exact, alt label, fuzzy, semantic).",
     function=resolve_skill_mentions,
     resources=("taxonomy",),
@@ -125,6 +127,7 @@ SKILL_ENTITIES = UseCase(
         ),
     ),
     gold_items=entities_gold_items,
+    run_figures=resolution_figures,
     display=entities_display,
     review_edits={"concepts": edit_concepts},
 )

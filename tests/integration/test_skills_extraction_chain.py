@@ -77,6 +77,10 @@ def test_the_tagger_finds_mentions_at_their_offsets_and_traces_its_steps(
         statuses = {item.posting_key: item.status for item in session.scalars(select(WorkItem))}
     assert ("s-1", "candidates", "script") in steps and ("s-1", "final", "script") in steps
     assert statuses == {"s-1": "done", "s-2": "done"}  # no skills is an output, not an item error
+    # the run's figures, numeric metadata the asset's check history plots
+    [valid] = [e for e in result.get_asset_check_evaluations() if e.check_name == "outputs_valid"]
+    figures = {name: value.value for name, value in valid.metadata.items()}
+    assert figures["mentions_per_posting"] >= 2.0 and 0.0 <= figures["share_postings_without_mentions"] <= 0.5
 
 
 def test_a_posting_that_names_no_skill_gets_an_empty_valid_output(

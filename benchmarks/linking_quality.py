@@ -1,0 +1,331 @@
+"""ESCO linking posed the way the field poses it, on the Decorte et al. TECH and HOUSE validation splits.
+
+Three tasks (domain/skills/linking_evaluation.py), each query counted once:
+(a) sentence level, end to end: per distinct sentence, the concepts found in it are ranked by
+    confidence - (i) sentence retrieval alone (no extractor), (ii) gold spans as the mentions
+    (an upper bound for any extractor), and (iii) any `--extractor module:function`
+    (`extract(sentence) -> list[str]`). This is the figure to set beside ConTeXT-match.
+(b) span given: per distinct (sentence, span), rank all ESCO concepts (linking only).
+(c) resolution: share of spans resolved right / wrong / left unmatched at the shipped threshold,
+    and the coverage/precision curve over thresholds.
+Systems: "fuzzy" (rapidfuzz only: the pre-linker default), "fuzzy+minilm" (the pre-linker
+semantic option: fused fuzzy and cosine ranking, 0.75 semantic threshold) and "linker" (the
+learned linker, the new default). Also the label index: build time and recall against exact
+search at ESCO scale.
+
+    python -m benchmarks.linking_quality [--data-dir D] [--out DIR] [--systems fuzzy,fuzzy+minilm,linker]
+        [--model PATH] [--extractor module:function]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from appdb.database import dispose, session_scope
+from appdb.taxonomy import load_taxonomy
+from benchmarks.report import shared_data_dir, write_report
+from domain.skills import linking_evaluation as evaluation
+from domain.skills.concept_index import LabelVectorIndex
+from domain.skills.concept_reranker import DEFAULT_MODEL_PATH, load_linker_model
+from domain.skills.embeddings import MiniLMEmbeddings, RememberingEmbeddings
+from domain.skills.linking_data import ESCO_FILE, DecorteSplit, read_decorte_splits
+from domain.skills.skill_resolver import SkillResolver
+from pipeline_defs.settings import PROJECT_ROOT
+
+NAME = "linking_quality"
+SYSTEMS = ("fuzzy", "fuzzy+minilm", "linker")
+REFERENCE = {
+    "system": "ConTeXT-match (published), sentence level, TECH test split",
+    "mrr": 0.632,
+    "rp@1": 51.0,
+    "rp@5": 64.0,
+    "rp@10": 74.0,
+}
+RECALL_K = 64
+
+
+def load_extractor(spec: str) -> evaluation.Extractor:
+    """`module:function` -> the callable; a clear error when it cannot be found."""
+    module_name, _, function = spec.partition(":")
+    if not function:
+        raise ValueError(f"--extractor must be module:function, not {spec!r}")
+    extractor = getattr(importlib.import_module(module_name), function, None)
+    if not callable(extractor):
+        raise ValueError(f"{spec} is not a callable extract(sentence) -> list[str]")
+    return extractor
+
+
+def build_resolver(esco: Path, system: str, args: argparse.Namespace, embeddings: Any) -> SkillResolver:
+    with tempfile.TemporaryDirectory(prefix="linking-benchmark-") as tmp:
+        url = f"sqlite:///{Path(tmp) / 'taxonomy.db'}"
+        try:
+            with session_scope(url) as session:
+                load_taxonomy(session, esco)
+            with session_scope(url) as session:
+                return SkillResolver.from_session(
+                    session,
+                    embeddings=None if system == "fuzzy" else embeddings,
+                    vector_cache_dir=args.embedding_cache,
+                    linker=load_linker_model(args.model) if system == "linker" else None,
+                )
+        finally:
+            dispose(url)
+
+
+def index_figures(resolver: SkillResolver, splits: list[DecorteSplit], rebuild: bool) -> dict[str, Any]:
+    """Label index build (or cache load) time, and its recall@k and speed against exact search.
+
+    rebuild: also build a fresh index in memory (not cached), to time the build at this scale.
+    """
+    started = time.perf_counter()
+    index = resolver.label_index()
+    ready = time.perf_counter() - started
+    fresh_build = None
+    if rebuild:
+        fresh_build = round(LabelVectorIndex(index.vectors).build_seconds, 2)
+    texts = sorted(
+        {q.span for s in splits for q in s.span_queries}
+        | {q.sentence for s in splits for q in s.sentence_queries}
+    )
+    queries = resolver._embed_queries(texts)
+    started = time.perf_counter()
+    for row in queries:
+        approximate, _ = index.search(row, RECALL_K)
+    approximate_seconds = (time.perf_counter() - started) / len(queries)
+    approximate, _ = index.search(queries, RECALL_K)
+    started = time.perf_counter()
+    for row in queries:
+        index.exact_search(row, RECALL_K)
+    exact_seconds = (time.perf_counter() - started) / len(queries)
+    exact, _ = index.exact_search(queries, RECALL_K)
+    recall = np.mean([len(set(a) & set(e)) / RECALL_K for a, e in zip(approximate, exact, strict=True)])
+    return {
+        "labels": len(index),
+        "kind": "exact" if index.exact else "usearch HNSW (f16 graph, f32 rescoring)",
+        "ready_seconds": round(ready, 2),
+        "build_seconds": round(index.build_seconds, 2),
+        "fresh_build_seconds": fresh_build,
+        "loaded_from_cache": index.loaded_from_cache,
+        "queries": len(queries),
+        f"recall@{RECALL_K}": round(float(recall), 4),
+        "seconds_per_query": round(approximate_seconds, 5),
+        "exact_seconds_per_query": round(exact_seconds, 5),
+    }
+
+
+def run(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    root = shared_data_dir(args.data_dir)
+    splits = read_decorte_splits(root)
+    extractors: dict[str, evaluation.Extractor | None] = {
+        "no_extractor": evaluation.no_extractor,
+        "gold_spans": None,
+    }
+    if args.extractor:
+        extractors[args.extractor] = load_extractor(args.extractor)
+    embeddings = RememberingEmbeddings(
+        MiniLMEmbeddings(), args.embedding_cache / "linking-benchmark-queries.npz"
+    )
+    results: dict[str, Any] = {
+        "protocol": "Decorte et al. 2022 TECH and HOUSE validation splits; rank all ESCO v1.1.1 skills; "
+        "one query per distinct sentence / (sentence, span); LABEL NOT PRESENT and UNDERSPECIFIED excluded",
+        "splits": {
+            s.name: {
+                "rows": s.rows,
+                "span_queries": len(s.span_queries),
+                "sentence_queries": len(s.sentence_queries),
+            }
+            for s in splits
+        },
+        "systems": {},
+        "reference": REFERENCE,
+    }
+    for system in args.systems:
+        started = time.perf_counter()
+        resolver = build_resolver(root / ESCO_FILE, system, args, embeddings)
+        build_seconds = time.perf_counter() - started
+        entry: dict[str, Any] = {"resolver_build_seconds": round(build_seconds, 2)}
+        if system != "fuzzy":
+            entry["index"] = index_figures(resolver, splits, args.time_index_build)
+        if system == "linker":
+            assert resolver.linker is not None
+            entry["threshold"] = resolver.link_threshold
+            entry["model_card"] = {
+                k: resolver.linker.card.get(k) for k in ("training_data", "hyper_parameters")
+            }
+        for split in splits:
+            print(f"{system}: {split.name}", flush=True)
+            row: dict[str, Any] = {"span_given": evaluation.span_given(resolver, split)}
+            for name, extract in extractors.items():
+                row[f"sentence_level_{name}"] = evaluation.sentence_level(resolver, split, extract)
+            row["resolution"] = evaluation.resolution_shares(resolver, split)
+            if system == "linker":
+                answers = evaluation.top_answers(resolver, split)
+                row["coverage_curve"] = evaluation.coverage_curve(answers)
+            entry[split.name] = row
+        results["systems"][system] = entry
+        embeddings.save()
+    return results, render_markdown(results, list(extractors))
+
+
+def render_markdown(results: dict[str, Any], extractors: list[str]) -> str:
+    systems = results["systems"]
+    lines = [
+        "# ESCO linking on the Decorte et al. validation splits (TECH, HOUSE)",
+        "",
+        results["protocol"] + ".",
+        "",
+        "## (a) Sentence level, end to end (set beside ConTeXT-match)",
+        "",
+        "| system | mentions | split | sentences | MRR | RP@1 | RP@5 | RP@10 | s/sentence |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for system, entry in systems.items():
+        for name in extractors:
+            for split in ("tech", "house"):
+                m = entry[split][f"sentence_level_{name}"]
+                lines.append(
+                    f"| {system} | {name} | {split} validation | {m['queries']} | {m['mrr']:.3f} | "
+                    f"{m['rp@1']:.1f} | {m['rp@5']:.1f} | {m['rp@10']:.1f} | {m['seconds_per_query']:.3f} |"
+                )
+    ref = results["reference"]
+    lines += [
+        f"| {ref['system']} | - | tech **test** | - | {ref['mrr']:.3f} | {ref['rp@1']:.1f} | "
+        f"{ref['rp@5']:.1f} | {ref['rp@10']:.1f} | - |",
+        "",
+        "## (b) Span given (linking only)",
+        "",
+        "| system | split | spans | MRR | RP@1 | RP@5 | RP@10 | s/span |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for system, entry in systems.items():
+        for split in ("tech", "house"):
+            m = entry[split]["span_given"]
+            lines.append(
+                f"| {system} | {split} validation | {m['queries']} | {m['mrr']:.3f} | {m['rp@1']:.1f} | "
+                f"{m['rp@5']:.1f} | {m['rp@10']:.1f} | {m['seconds_per_query']:.3f} |"
+            )
+    lines += [
+        "",
+        "## (c) resolve() at the shipped threshold",
+        "",
+        "Spans with an ESCO label: right concept / wrong concept / unmatched; spans annotated"
+        " LABEL NOT PRESENT (LNP): share left unmatched.",
+        "",
+        "| system | split | spans | right | wrong | unmatched | mean confidence | LNP unmatched | s/span |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for system, entry in systems.items():
+        for split in ("tech", "house"):
+            m = entry[split]["resolution"]
+            confidence = "-" if m["mean_confidence"] is None else f"{m['mean_confidence']:.2f}"
+            lines.append(
+                f"| {system} | {split} validation | {m['spans']} | {100 * m['right']:.1f}% | "
+                f"{100 * m['wrong']:.1f}% | {100 * m['unmatched']:.1f}% | {confidence} | "
+                f"{100 * m['label_not_present_left_unmatched']:.0f}% of {m['label_not_present_spans']} | "
+                f"{m['seconds_per_span']:.3f} |"
+            )
+    if "linker" in systems:
+        entry = systems["linker"]
+        lines += [
+            "",
+            "Coverage/precision of the linker's best answer over thresholds "
+            f"(shipped: {entry['threshold']:.3f}):",
+            "",
+            "| threshold | "
+            + " | ".join(f"{s} right | {s} wrong | {s} unmatched | {s} precision" for s in ("tech", "house"))
+            + " |",
+            "|---:|" + "---:|" * 8,
+        ]
+        for position, point in enumerate(entry["tech"]["coverage_curve"]):
+            cells = []
+            for split in ("tech", "house"):
+                p = entry[split]["coverage_curve"][position]
+                cells.append(
+                    f"{100 * p['right']:.1f}% | {100 * p['wrong']:.1f}% | {100 * p['unmatched']:.1f}% | "
+                    f"{100 * p['precision']:.1f}%"
+                )
+            lines.append(f"| {point['threshold']:.1f} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "## Label index",
+        "",
+        "| system | labels | kind | ready (s) | from cache | build (s) | "
+        f"recall@{RECALL_K} | s/query | exact s/query |",
+        "|---|---:|---|---:|---|---:|---:|---:|---:|",
+    ]
+    for system, entry in systems.items():
+        if "index" in entry:
+            i = entry["index"]
+            lines.append(
+                f"| {system} | {i['labels']} | {i['kind']} | {i['ready_seconds']} | "
+                f"{i['loaded_from_cache']} | {i['fresh_build_seconds'] or i['build_seconds'] or '-'} | "
+                f"{i[f'recall@{RECALL_K}']:.3f} | "
+                f"{i['seconds_per_query']:.4f} | "
+                f"{i['exact_seconds_per_query']:.4f} |"
+            )
+    lines += [
+        "",
+        "Ours is measured on the validation splits (the linker's L2 penalty and threshold were selected"
+        " on them, so these figures are somewhat optimistic); ConTeXT-match on the TECH test split, which"
+        " is not in shared/.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.linking_quality", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "--data-dir", help="the shared data folder (default $PIPELINE_SHARED_DATA or ../shared/data)"
+    )
+    parser.add_argument("--out", type=Path, default=None, help="where to write the report (default results/)")
+    parser.add_argument(
+        "--systems",
+        type=lambda text: [s.strip() for s in text.split(",") if s.strip()],
+        default=list(SYSTEMS),
+        help=f"comma-separated, from {', '.join(SYSTEMS)} (default all)",
+    )
+    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL_PATH, help="the linker model JSON")
+    parser.add_argument("--extractor", default="", help="module:function, extract(sentence) -> list[str]")
+    parser.add_argument(
+        "--time-index-build",
+        action="store_true",
+        help="also build the label index afresh to time it (minutes)",
+    )
+    parser.add_argument(
+        "--embedding-cache",
+        type=Path,
+        default=PROJECT_ROOT / "data" / "embedding_cache",
+        help="label vectors, label index and query vectors are kept here (default data/embedding_cache)",
+    )
+    args = parser.parse_args(argv)
+    unknown = [s for s in args.systems if s not in SYSTEMS]
+    if unknown:
+        parser.error(f"unknown systems {', '.join(unknown)}: choose from {', '.join(SYSTEMS)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        results, markdown = run(args)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    json_path, markdown_path = write_report(NAME, results, markdown, args.out)
+    print(markdown)
+    print(f"written: {json_path} and {markdown_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

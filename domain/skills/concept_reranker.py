@@ -1,0 +1,210 @@
+"""The learned stage of skill linking: a logistic reranker over a query's candidate concepts.
+
+For one query (a skill mention in its sentence, or a whole sentence) the resolver gathers
+candidate concepts (nearest labels of the mention and of the sentence, exact label matches)
+and describes each by a few numbers (`FEATURES`): how close the mention and the sentence are to
+the concept's labels, in meaning (MiniLM cosine) and in spelling (rapidfuzz), whether the
+mention *is* one of its labels, and how each ranks among the candidates. A logistic model turns
+those into the probability that the concept is meant; its Platt-scaled output is the
+`confidence` a Resolution carries. Three models, same features, one per kind of query:
+"mention" (a mention with its sentence), "bare_mention" (a mention alone, as skill_entities
+sends today) and "sentence" (the sentence is the query).
+
+Trained by `python -m domain.skills.train_skill_linker` on SkillSkape train only; the weights
+and their card (data, licence, hyper-parameters, validation scores) ship as
+`domain/skills/models/skill_linker.json`. NumPy only: a dozen weights need no framework.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+FEATURES = (
+    "cos_mention",  # best cosine of the mention to one of the concept's labels
+    "cos_mention_gap",  # that minus the best candidate's (how far from the top)
+    "cos_preferred",  # cosine of the mention to the preferred label
+    "cos_context",  # best cosine of the sentence to one of the concept's labels
+    "cos_context_gap",
+    "cos_concept",  # cosine of the mention to the concept's mean label vector (its meaning overall)
+    "cos_concept_context",  # cosine of the sentence to it
+    "fuzzy",  # best rapidfuzz similarity (0-1) of the mention to one of the labels
+    "fuzzy_gap",
+    "exact",  # the mention is the concept's preferred label
+    "alt_label",  # the mention is one of its alternative labels
+    "log_rank_mention",  # log(1 + rank) among the candidates, by cos_mention
+    "log_rank_context",  # log(1 + rank) by cos_context
+    "log_prior",  # log(1 + how often the concept is a skill of a SkillSkape train sentence)
+)
+QUERY_KINDS = ("mention", "bare_mention", "sentence")
+DEFAULT_MODEL_PATH = Path(__file__).with_name("models") / "skill_linker.json"
+
+
+@dataclass(frozen=True)
+class CandidateSignals:
+    """Per-candidate raw signals, aligned arrays; `features()` turns them into the model's inputs."""
+
+    cos_mention: np.ndarray
+    cos_preferred: np.ndarray
+    cos_context: np.ndarray
+    cos_concept: np.ndarray
+    cos_concept_context: np.ndarray
+    fuzzy: np.ndarray
+    tier: np.ndarray  # 2: exact preferred label, 1: alternative label, 0: neither
+    prior: np.ndarray  # training-set frequency of the concept (see `LinkerModel.concept_prior`)
+
+    def features(self) -> np.ndarray:
+        """One row per candidate, columns in `FEATURES` order."""
+        rank_mention = np.argsort(np.argsort(-self.cos_mention, kind="stable"), kind="stable")
+        rank_context = np.argsort(np.argsort(-self.cos_context, kind="stable"), kind="stable")
+        return np.stack(
+            [
+                self.cos_mention,
+                self.cos_mention - self.cos_mention.max(),
+                self.cos_preferred,
+                self.cos_context,
+                self.cos_context - self.cos_context.max(),
+                self.cos_concept,
+                self.cos_concept_context,
+                self.fuzzy,
+                self.fuzzy - self.fuzzy.max(),
+                (self.tier == 2).astype(np.float32),
+                (self.tier == 1).astype(np.float32),
+                np.log1p(rank_mention),
+                np.log1p(rank_context),
+                np.log1p(self.prior),
+            ],
+            axis=1,
+        ).astype(np.float64)
+
+
+@dataclass(frozen=True)
+class LogisticModel:
+    """Standardized features -> logit -> Platt scaling (a * logit + b) -> probability."""
+
+    mean: np.ndarray
+    scale: np.ndarray
+    weights: np.ndarray
+    bias: float
+    platt: tuple[float, float] = (1.0, 0.0)
+
+    def logits(self, features: np.ndarray) -> np.ndarray:
+        return ((features - self.mean) / self.scale) @ self.weights + self.bias
+
+    def probabilities(self, features: np.ndarray) -> np.ndarray:
+        a, b = self.platt
+        return 1.0 / (1.0 + np.exp(-(a * self.logits(features) + b)))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "features": list(FEATURES),
+            "mean": self.mean.round(6).tolist(),
+            "scale": self.scale.round(6).tolist(),
+            "weights": self.weights.round(6).tolist(),
+            "bias": round(float(self.bias), 6),
+            "platt": [round(float(v), 6) for v in self.platt],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LogisticModel:
+        if list(data["features"]) != list(FEATURES):
+            raise ValueError(
+                f"the linker model was trained on features {data['features']}, this code computes "
+                f"{list(FEATURES)}: retrain it (python -m domain.skills.train_skill_linker)"
+            )
+        return cls(
+            np.asarray(data["mean"], np.float64),
+            np.asarray(data["scale"], np.float64),
+            np.asarray(data["weights"], np.float64),
+            float(data["bias"]),
+            (float(data["platt"][0]), float(data["platt"][1])),
+        )
+
+
+def fit_logistic(features: np.ndarray, labels: np.ndarray, l2: float = 1e-3) -> LogisticModel:
+    """L2-regularized logistic regression by Newton's method (a dozen features: converges in ~10 steps)."""
+    mean = features.mean(axis=0)
+    scale = features.std(axis=0) + 1e-6
+    design = np.hstack([(features - mean) / scale, np.ones((len(features), 1))])
+    weights = np.zeros(design.shape[1])
+    penalty = np.full(design.shape[1], l2)
+    penalty[-1] = 0.0
+    for _ in range(100):
+        probabilities = 1.0 / (1.0 + np.exp(-design @ weights))
+        gradient = design.T @ (probabilities - labels) / len(labels) + penalty * weights
+        curvature = probabilities * (1 - probabilities)
+        hessian = (design * curvature[:, None]).T @ design / len(labels) + np.diag(penalty + 1e-9)
+        step = np.linalg.solve(hessian, gradient)
+        weights -= step
+        if np.abs(step).max() < 1e-7:
+            break
+    return LogisticModel(mean, scale, weights[:-1], float(weights[-1]))
+
+
+def fit_platt(logits: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
+    """Platt scaling (a, b) fitted on held-out logits, so confidences match observed frequencies there."""
+    design = np.stack([logits, np.ones_like(logits)], axis=1)
+    weights = np.array([1.0, 0.0])
+    for _ in range(100):
+        probabilities = 1.0 / (1.0 + np.exp(-design @ weights))
+        gradient = design.T @ (probabilities - labels) / len(labels)
+        hessian = (design * (probabilities * (1 - probabilities))[:, None]).T @ design / len(labels)
+        step = np.linalg.solve(hessian + 1e-9 * np.eye(2), gradient)
+        weights -= step
+        if np.abs(step).max() < 1e-9:
+            break
+    return float(weights[0]), float(weights[1])
+
+
+@dataclass(frozen=True)
+class LinkerModel:
+    """The three reranking models, the confidence below which resolve() answers "unmatched", the card,
+    and how often each concept (by preferred label) is a skill in the training sentences (a prior)."""
+
+    models: dict[str, LogisticModel]
+    threshold: float
+    card: dict[str, Any]
+    concept_prior: dict[str, int] = field(default_factory=dict)  # preferred label -> training count
+
+    def model(self, kind: str) -> LogisticModel:
+        return self.models[kind]
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "card": self.card,
+                "threshold": self.threshold,
+                "models": {kind: model.to_dict() for kind, model in self.models.items()},
+                "concept_prior": dict(sorted(self.concept_prior.items())),
+            },
+            indent=1,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> LinkerModel:
+        data = json.loads(text)
+        missing = [kind for kind in QUERY_KINDS if kind not in data.get("models", {})]
+        if missing:
+            raise ValueError(f"the linker model has no {', '.join(missing)} model")
+        models = {kind: LogisticModel.from_dict(data["models"][kind]) for kind in QUERY_KINDS}
+        prior = {str(label): int(count) for label, count in data.get("concept_prior", {}).items()}
+        return cls(models, float(data["threshold"]), dict(data.get("card", {})), prior)
+
+
+def load_linker_model(path: Path | None = None) -> LinkerModel:
+    """The shipped (or given) linker model, read once per process and path."""
+    return _load_linker_model(Path(path or DEFAULT_MODEL_PATH).resolve())
+
+
+@lru_cache(maxsize=4)
+def _load_linker_model(path: Path) -> LinkerModel:
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"skill linker model not found: {path} (train it: python -m domain.skills.train_skill_linker)"
+        )
+    return LinkerModel.from_json(path.read_text(encoding="utf-8"))

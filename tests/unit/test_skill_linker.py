@@ -1,0 +1,217 @@
+"""The learned linker: the shipped model, its threshold, the sentence as context, sentence-level linking."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from appdb.taxonomy import normalize_label
+from domain.skills import concept_reranker
+from domain.skills.concept_reranker import DEFAULT_MODEL_PATH, FEATURES, LinkerModel, load_linker_model
+from domain.skills.embeddings import (
+    MINILM_INSTALL_HINT,
+    MINILM_PACKAGE,
+    MiniLMEmbeddings,
+    RememberingEmbeddings,
+)
+from domain.skills.resolution_figures import resolution_figures
+from domain.skills.skill_resolver import SkillResolver, TaxonomyLabelEntry
+from pipeline_defs import settings as settings_module
+from resources.taxonomy_resource import TaxonomyResource
+
+needs_minilm = pytest.mark.skipif(
+    importlib.util.find_spec(MINILM_PACKAGE) is None,
+    reason=f"embedded model not installed: {MINILM_INSTALL_HINT}",
+)
+URI = "http://example.org/skill/"
+CONCEPTS = [
+    ("python", "Python (computer programming)", ["Python"]),
+    ("sql", "SQL", ["structured query language"]),
+    ("postgresql", "PostgreSQL", ["Postgres"]),
+    ("customer-service", "customer service", ["customer support"]),
+    ("3d-modelling", "3D modelling", ["3D modeling", "create 3D models"]),
+    ("statistical-modelling", "statistical modelling", ["statistical modeling", "build statistical models"]),
+    ("health-and-safety", "health and safety", []),
+    ("teamwork", "work in teams", ["teamwork", "collaborate in teams"]),
+    ("cooking", "prepare meals", ["cooking"]),
+]
+
+
+@pytest.fixture(scope="module")
+def linked() -> SkillResolver:
+    labels, preferred = [], {}
+    for slug, label, alternatives in CONCEPTS:
+        preferred[URI + slug] = label
+        labels.append(TaxonomyLabelEntry(URI + slug, label, normalize_label(label), True))
+        labels += [TaxonomyLabelEntry(URI + slug, alt, normalize_label(alt), False) for alt in alternatives]
+    return SkillResolver(labels, preferred, embeddings=MiniLMEmbeddings(), linker=load_linker_model())
+
+
+def slugs(ranking: list[tuple[str, float]]) -> list[str]:
+    return [uri.removeprefix(URI) for uri, _ in ranking]
+
+
+def test_the_shipped_model_is_read_once_and_carries_its_card(monkeypatch: pytest.MonkeyPatch) -> None:
+    concept_reranker._load_linker_model.cache_clear()
+    reads = []
+    original = LinkerModel.from_json.__func__
+    monkeypatch.setattr(
+        LinkerModel, "from_json", classmethod(lambda cls, text: reads.append(1) or original(cls, text))
+    )
+
+    class NamedLikeMiniLM:
+        name, model = "minilm", "all-MiniLM-L6-v2"
+
+    resource = TaxonomyResource(embedding_backend="minilm")
+    first = resource.linker(NamedLikeMiniLM())
+    assert first is not None and resource.linker(NamedLikeMiniLM()) is first is load_linker_model()
+    assert len(reads) == 1
+    card = first.card
+    assert "MIT" in card["training_data"]["train"] and "European Union" in card["training_data"]["taxonomy"]
+    assert 0.0 < first.threshold < 1.0
+    assert {"tech", "house"} <= set(card["validation_scores"])
+    assert DEFAULT_MODEL_PATH.stat().st_size < 1_000_000  # a small artefact
+
+    class OtherModel:
+        name, model = "ollama", "nomic-embed-text"
+
+    assert resource.linker(OtherModel()) is None  # trained on MiniLM cosines: not used for others
+    assert TaxonomyResource(linker_model="none").linker(NamedLikeMiniLM()) is None
+    concept_reranker._load_linker_model.cache_clear()
+
+
+def test_a_model_for_other_features_or_no_model_is_a_clear_error(tmp_path: Path) -> None:
+    data = json.loads(DEFAULT_MODEL_PATH.read_text())
+    data["models"]["mention"]["features"] = ["cos_mention", "something_else"]
+    stale = tmp_path / "stale.json"
+    stale.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="retrain it"):
+        concept_reranker.load_linker_model(stale)
+    with pytest.raises(FileNotFoundError, match="train_skill_linker"):
+        concept_reranker.load_linker_model(tmp_path / "missing.json")
+    assert len(FEATURES) == len(data["models"]["sentence"]["weights"])
+
+
+@needs_minilm
+def test_a_label_resolves_as_itself_and_a_paraphrase_through_the_learned_stage(linked: SkillResolver) -> None:
+    [python] = linked.resolve("Python")
+    assert (python.concept_uri, python.stage) == (URI + "python", "alt_label")
+    assert linked.link_threshold <= python.confidence <= 1.0
+    assert [(r.concept_uri, r.stage) for r in linked.resolve("SQL and Postgres")] == [
+        (URI + "sql", "exact"),
+        (URI + "postgresql", "alt_label"),
+    ]
+    # On this nine-concept taxonomy confidences sit low (the model is calibrated on ESCO), so the
+    # learned stage is shown without the threshold.
+    [helping] = lenient(linked).resolve("helping customers with their questions", "Our agents love helping.")
+    assert (helping.concept_uri, helping.stage) == (URI + "customer-service", "learned")
+
+
+@needs_minilm
+def test_below_the_threshold_a_mention_is_unmatched(linked: SkillResolver) -> None:
+    [unknown] = linked.resolve("underwater basket weaving")
+    assert (unknown.concept_uri, unknown.stage, unknown.confidence) == (None, "unmatched", 0.0)
+    concepts, probabilities, _ = linked.link("underwater basket weaving")
+    assert 0.0 < probabilities[0] < linked.link_threshold
+    [forced] = lenient(linked).resolve("underwater basket weaving")
+    assert forced.concept_uri == linked.concept_uris[concepts[0]] and forced.stage == "learned"
+
+
+def lenient(resolver: SkillResolver) -> SkillResolver:
+    """The same resolver with threshold 0: every mention gets its best candidate."""
+    labels = [
+        TaxonomyLabelEntry(URI + slug, label, normalize_label(label), position == 0)
+        for slug, preferred, alternatives in CONCEPTS
+        for position, label in enumerate([preferred, *alternatives])
+    ]
+    return SkillResolver(
+        labels,
+        resolver.preferred_labels,
+        embeddings=resolver.embeddings,
+        linker=resolver.linker,
+        link_threshold=0.0,
+    )
+
+
+@needs_minilm
+def test_the_sentence_decides_what_an_ambiguous_mention_means(linked: SkillResolver) -> None:
+    games = "You will be modelling characters and environments for our video games."
+    churn = "You will be modelling customer churn with regression in R."
+    assert slugs(linked.rank("modelling", limit=1, context=games)) == ["3d-modelling"]
+    assert slugs(linked.rank("modelling", limit=1, context=churn)) == ["statistical-modelling"]
+    [in_games] = lenient(linked).resolve("modelling", games)
+    [in_churn] = lenient(linked).resolve("modelling", churn)
+    assert (in_games.concept_uri, in_churn.concept_uri) == (
+        URI + "3d-modelling",
+        URI + "statistical-modelling",
+    )
+
+
+@needs_minilm
+def test_a_sentence_is_linked_without_any_extracted_mention(linked: SkillResolver) -> None:
+    ranking = slugs(linked.link_sentence("We write Python and query Postgres every day."))
+    assert set(ranking[:2]) == {"python", "postgresql"}
+    assert linked.label_ngrams("We write Python and query Postgres every day.") == ["python", "postgres"]
+    concepts, _, _ = linked.link("collaborating with your team", "Great people around you.")
+    assert linked.concept_uris[concepts[0]] == URI + "teamwork"
+    with_mentions = slugs(linked.link_sentence("Great people around you.", ["collaborating with your team"]))
+    alone = slugs(linked.link_sentence("Great people around you."))
+    assert with_mentions.index("teamwork") < alone.index("teamwork")  # the mention lifts its concept
+    assert linked.link_sentence("  ") == []
+    assert len(linked.rank("python")) == len(CONCEPTS)  # a full ranking: candidates, then the rest
+
+
+def test_resolution_figures_of_a_run() -> None:
+    outputs = [
+        {
+            "entities": [
+                {"concept_uri": "a", "confidence": 0.9, "stage": "exact"},
+                {"concept_uri": None, "confidence": 0.0, "stage": "unmatched"},
+            ]
+        },
+        {"entities": [{"concept_uri": "b", "confidence": 0.5, "stage": "learned"}]},
+        {"entities": []},
+    ]
+    figures = resolution_figures(outputs)
+    assert figures["mentions"] == 3
+    assert figures["share_resolved"] == pytest.approx(2 / 3, abs=1e-4)
+    assert figures["share_unmatched"] == pytest.approx(1 / 3, abs=1e-4)
+    assert figures["mean_confidence"] == pytest.approx(0.7)
+    assert figures["share_learned"] == pytest.approx(1 / 3, abs=1e-4)
+    assert resolution_figures([])["share_resolved"] == 0.0
+
+
+def test_semantic_linking_is_the_default_when_minilm_is_installed(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.delenv("PIPELINE_EMBEDDING_BACKEND", raising=False)
+    caplog.set_level(logging.INFO, logger=settings_module.__name__)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object())
+    assert settings_module.Settings.from_env().embedding_backend == "minilm"
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    assert settings_module.Settings.from_env().embedding_backend == "none"
+    assert "using minilm" in caplog.text and "using none" in caplog.text
+    monkeypatch.setenv("PIPELINE_EMBEDDING_BACKEND", "none")
+    assert settings_module.Settings.from_env().embedding_backend == "none"
+
+
+def test_training_texts_are_embedded_once_and_kept_between_runs(tmp_path: Path) -> None:
+    class Counting:
+        name, model = "counting", "length-2"
+        calls: list[list[str]] = []
+
+        def embed(self, texts: list[str]) -> list[list[float]]:
+            self.calls.append(list(texts))
+            return [[float(len(text)), 1.0] for text in texts]
+
+    backend = Counting()
+    first = RememberingEmbeddings(backend, tmp_path / "vectors.npz")
+    assert first.embed(["Python", "naïve Bayes", "Python"]) == [[6.0, 1.0], [11.0, 1.0], [6.0, 1.0]]
+    first.save()
+    second = RememberingEmbeddings(backend, tmp_path / "vectors.npz")
+    assert second.embed(["naïve Bayes", "SQL"]) == [[11.0, 1.0], [3.0, 1.0]]
+    assert backend.calls == [["Python", "naïve Bayes"], ["SQL"]]
