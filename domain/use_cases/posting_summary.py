@@ -17,35 +17,54 @@ from domain.quality import output_checks
 
 SUMMARY_PROMPT = """\
 Job postings, each followed by a short factual summary in JSON: one or two sentences \
-saying who hires, for what role, where, and the main requirements.
+saying who hires, for what role, where, and the main requirements. A summary states only \
+what its posting says: no company size, founding year, certification, place or employer \
+that the posting does not name. Each posting's text comes first, between the lines \
+<posting> and </posting>; the title, company and location after it belong to that posting.
 
+<posting>
+Nordwind Logistics moves 40,000 parcels a day across northern Europe. Our data platform \
+team is looking for a Senior Data Engineer to build and run batch and streaming pipelines \
+in Python, Spark and Airflow on AWS. You have 5+ years of experience with SQL and data \
+modelling, you care about data quality, and you enjoy mentoring. Hybrid, 3 days in the office.
+</posting>
 Title: Senior Data Engineer
 Company: Nordwind Logistics
 Location: Hamburg, Germany
-Posting: Nordwind Logistics moves 40,000 parcels a day across northern Europe. Our data \
-platform team is looking for a Senior Data Engineer to build and run batch and streaming \
-pipelines in Python, Spark and Airflow on AWS. You have 5+ years of experience with SQL \
-and data modelling, you care about data quality, and you enjoy mentoring. Hybrid, 3 days \
-in the office.
 Summary: {"summary": "Nordwind Logistics is hiring a Senior Data Engineer in Hamburg to \
 build batch and streaming pipelines with Python, Spark and Airflow on AWS; it asks for 5+ \
 years of SQL and data modelling."}
 
+<posting>
+Join our acute medical ward as a Registered Nurse on permanent night shifts. You will \
+assess and monitor patients, administer medication, keep accurate care records and work \
+closely with doctors and healthcare assistants. NMC registration is required; experience \
+in acute care is an advantage.
+</posting>
 Title: Registered Nurse, Night Shift
 Company: St. Mary's Community Hospital
 Location: Leeds, UK
-Posting: Join our acute medical ward as a Registered Nurse on permanent night shifts. \
-You will assess and monitor patients, administer medication, keep accurate care records \
-and work closely with doctors and healthcare assistants. NMC registration is required; \
-experience in acute care is an advantage.
 Summary: {"summary": "St. Mary's Community Hospital in Leeds seeks an NMC-registered \
 nurse for night shifts on an acute medical ward, assessing patients, giving medication \
 and keeping care records."}
 
+<posting>
+We are a friendly team. Our bakery needs a Payroll Administrator to run the monthly \
+payroll in Sage and answer staff questions about pay slips. You have payroll experience \
+and good Excel skills.
+</posting>
+Title: Payroll Administrator
+Company: Harbour Foods
+Location: Cork, Ireland
+Summary: {"summary": "Harbour Foods is hiring a Payroll Administrator in Cork to run the \
+monthly payroll in Sage and answer pay questions; payroll experience and Excel are required."}
+
+<posting>
+{description}
+</posting>
 Title: {title}
 Company: {company}
 Location: {location}
-Posting: {description}
 Summary:"""
 
 SUMMARY_SCHEMA: dict[str, Any] = {
@@ -83,7 +102,7 @@ def summary_gold_items(output: dict[str, Any]) -> set[str]:
 
 POSTING_SUMMARY = UseCase(
     name="posting_summary",
-    version="2026-11-22.1",
+    version="2026-12-01.1",
     model="gemma3:270m",
     description="A one- or two-sentence factual summary of each posting.",
     prompt=SUMMARY_PROMPT,
@@ -110,6 +129,13 @@ POSTING_SUMMARY = UseCase(
             f"{output_checks.COPY_NGRAM}-word sequences verbatim).",
             # a near-copy is a lazy but usable summary: reviewed, not blocked
             output_checks.summary_not_a_copy,
+        ),
+        OutputCheck(
+            "summary_faithful",
+            "No summary states a number, date, code, name, place or role its posting does not support "
+            "(normalized matching, then MiniLM similarity for reworded names).",
+            output_checks.summary_faithful,
+            blocking=True,
         ),
         OutputCheck(
             "summary_not_degenerate",
