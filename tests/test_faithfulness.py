@@ -124,12 +124,14 @@ def test_the_blocking_check_names_the_unsupported_phrase(monkeypatch: pytest.Mon
     blocked = output_checks.first_blocking_failure(POSTING_SUMMARY.checks, invented, POSTING)
     assert blocked is not None and blocked.check == "summary_faithful"
     assert "'10 employees'" in blocked.reason
-    assert output_checks.first_blocking_failure(POSTING_SUMMARY.checks, {"summary": FAITHFUL}, POSTING) is None
+    faithful = {"summary": FAITHFUL}
+    assert output_checks.first_blocking_failure(POSTING_SUMMARY.checks, faithful, POSTING) is None
 
 
-def test_claims_skip_grammatical_sentence_starts() -> None:
+def test_claims_skip_grammatical_sentence_starts_and_generic_roles() -> None:
     claims = [claim.text for claim in extract_claims("We're hiring. The team in Berlin uses SQL.")]
     assert claims == ["SQL", "Berlin"]
+    assert extract_claims("A company hires someone for a role with clear duties.") == []
 
 
 # --- the deterministic judge ---------------------------------------------------------------------

@@ -70,7 +70,7 @@ ROLE_FILLER = {
 }  # fmt: skip
 HIRING_VERB = re.compile(
     r"\b(?:hiring|hires|hire|seeks|seeking|looking for|recruiting|recruits|needs|wants|searching for|"
-    r"offers|is after)\s+(?:an?|the|one|two|several|some|new)?\s*"
+    r"offers|is after)\s+(?:(?:an?|the|one|two|several|some|new)\s+)?"
     r"(?P<role>(?:[\w+#/'’-]+\s+){0,4}?[\w+#/'’-]+?)"
     r"(?=\s+(?:to|in|at|for|with|who|on|from|based|and|working|near)\b|\s*[,.;:()]|\s*$)",
     re.IGNORECASE,
@@ -78,12 +78,11 @@ HIRING_VERB = re.compile(
 LAYOUT_LABEL = re.compile(r"^[ \t]*(Title|Company|Location|Posting|Summary)[ \t]*:[ \t]*(.*)$", re.MULTILINE)
 
 _NUMBER = re.compile(
-    r"(?P<currency>[$€£]\s?)?(?P<value>\d+(?:[.,]\d+)*)(?P<suffix>\s?(?:k|K|m|M)\b|\s?%|\+)?"
+    r"(?P<currency>[$€£]\s?)?(?P<value>\d+(?:[.,]\d+)*)(?P<suffix>\s?[kK]\b|\s?%|\+)?"
     r"(?=(?P<rest>(?:[\s-]+[\w’']+){0,2}))"
 )
 _CODE = re.compile(r"\b(?:[A-Z][A-Za-z]*[A-Z][A-Za-z]*|[A-Z]\+[A-Z])(?:[\s-]?\d+(?:[.:]\d+)*)?(?![\w+])")
-_CAPITALIZED = re.compile(r"[A-Z][\w’'.-]*|\d+[\w-]*|&")
-_TOKEN = re.compile(r"[a-z0-9]+(?:\+)?")
+_TOKEN = re.compile(r"\d+\.\d+|[a-z0-9]+\+?")
 _SENTENCE = re.compile(r"(?<=[.!?;:])\s+|\n+")
 
 
@@ -125,14 +124,13 @@ def fold(text: str) -> str:
 
 
 def _number_value(value: str, suffix: str = "") -> str:
-    """'40,000' -> '40000', '3.5' -> '3.5', '50' + 'k' -> '50000'; the canonical form of a number."""
+    """'40,000' -> '40000', '3.50' -> '3.5', '50' + 'k' -> '50000': the canonical form of a number."""
     if re.fullmatch(r"\d{1,3}(?:,\d{3})+", value) or re.fullmatch(r"\d{1,3}(?:\.\d{3}){2,}", value):
         value = re.sub(r"[.,]", "", value)
     value = value.replace(",", ".")
-    multiplier = {"k": 1000, "m": 1_000_000}.get(suffix.strip().lower())
-    if multiplier:
+    if suffix.strip().lower() == "k":
         try:
-            number = float(value) * multiplier
+            number = float(value) * 1000
         except ValueError:
             return value
         return str(int(number)) if number.is_integer() else str(number)
@@ -143,7 +141,7 @@ def tokens(text: str) -> list[str]:
     """Normalized words: folded, numbers canonical ("40,000" and "forty thousand" aside, "five" = "5")."""
     folded = fold(text)
     folded = re.sub(
-        r"\d+(?:[.,]\d+)*(?:\s?[km]\b)?",
+        r"\d+(?:[.,]\d+)*(?:\s?k\b)?",
         lambda m: " " + _number_value(*_split_suffix(m.group(0))) + " ",
         folded,
     )
@@ -152,7 +150,7 @@ def tokens(text: str) -> list[str]:
 
 
 def _split_suffix(number: str) -> tuple[str, str]:
-    match = re.fullmatch(r"(\d+(?:[.,]\d+)*)\s?([km]?)", number)
+    match = re.fullmatch(r"(\d+(?:[.,]\d+)*)\s?(k?)", number)
     return (match.group(1), match.group(2)) if match else (number, "")
 
 

@@ -65,10 +65,15 @@ def needs_review(grades: Mapping[str, int], review_below: float) -> bool:
 def key_facts(posting: Mapping[str, Any]) -> dict[str, list[str]]:
     """What a complete summary carries: stems naming the role, company and place, and the main
     requirements' terms (numbers, codes and names in the posting's requirement sentences)."""
-    title = re.split(r"\s[-–(]|\(|,", str(posting.get("title") or ""))[0]
+
+    def field(name: str) -> str:
+        value = str(posting.get(name) or "")
+        return "" if value.strip().lower() == "not stated" else value
+
+    title = re.split(r"\s[-–(]|\(|,", field("title"))[0]
     role = [stem(w) for w in content_tokens(title) if w not in _TITLE_QUALIFIERS]
-    company = [stem(w) for w in content_tokens(str(posting.get("company") or ""))][:1]
-    place = [stem(w) for w in content_tokens(str(posting.get("location") or "").split(",")[0])][:2]
+    company = [stem(w) for w in content_tokens(field("company"))][:1]
+    place = [stem(w) for w in content_tokens(field("location").split(",")[0])][:2]
     requirements: list[str] = []
     for sentence in re.split(r"(?<=[.!?;])\s+", str(posting.get("description") or "")):
         if REQUIREMENT_CUE.search(sentence):

@@ -102,7 +102,7 @@ def summary_gold_items(output: dict[str, Any]) -> set[str]:
 
 POSTING_SUMMARY = UseCase(
     name="posting_summary",
-    version="2026-12-01.1",
+    version="2026-11-23.1",
     model="gemma3:270m",
     description="A one- or two-sentence factual summary of each posting.",
     prompt=SUMMARY_PROMPT,
