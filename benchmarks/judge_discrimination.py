@@ -144,7 +144,11 @@ def values_of(posting: Mapping[str, Any]) -> dict[str, str]:
 
 
 def summarize(
-    generate: CachedGenerator, use_case: UseCase, posting: Mapping[str, Any], retries: bool
+    generate: CachedGenerator,
+    use_case: UseCase,
+    posting: Mapping[str, Any],
+    retries: bool,
+    retry_temperature: float = RETRY_TEMPERATURE,
 ) -> list[dict[str, Any]]:
     """The attempts at one posting's summary: each with its text (or error) and what blocked it."""
     values = values_of(posting)
@@ -154,7 +158,7 @@ def summarize(
         options = dict(use_case.options)
         if attempt > 1:  # the simulated retry: the reason in the prompt, a new seed, some temperature
             prompt = retry_prompt(prompt, attempts[-1]["blocked_phrases"])
-            options.update(seed=attempt, temperature=RETRY_TEMPERATURE)
+            options.update(seed=attempt, temperature=retry_temperature)
         text = generate(use_case.model, prompt, use_case.grammar_schema, options)
         record: dict[str, Any] = {"attempt": attempt, "summary": None, "error": None, "blocked_phrases": []}
         try:
@@ -304,6 +308,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=25, help="demo postings to summarize (default 25)")
     parser.add_argument("--llm-limit", type=int, default=8, help="postings the LLM judge grades (default 8)")
     parser.add_argument("--judges", default="deterministic,exact-only,llm", help="judges to run")
+    parser.add_argument(
+        "--retry-temperature",
+        type=float,
+        default=RETRY_TEMPERATURE,
+        help=f"sampling temperature of the simulated retries (default {RETRY_TEMPERATURE})",
+    )
     parser.add_argument("--no-cache", action="store_true", help="generate again instead of reusing results/")
     parser.add_argument("--out", help="results folder (default results/)")
     args = parser.parse_args(argv)
@@ -326,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     real: dict[str, dict[str, Any]] = {}
     for number, posting in enumerate(postings, start=1):
         before = summarize(generate, PREVIOUS_SUMMARY, posting, retries=False)[0]
-        after = summarize(generate, POSTING_SUMMARY, posting, retries=True)
+        after = summarize(generate, POSTING_SUMMARY, posting, True, args.retry_temperature)
         real[posting["key"]] = {"before": before, "after": after}
         print(
             f"{number} {posting['key']}: {len(after)} attempt(s); {after[-1]['error'] or 'stored'}",
@@ -339,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     injected_runs = {
         posting["key"]: {
             "before": summarize(generate, PREVIOUS_SUMMARY, posting, retries=False)[0],
-            "after": summarize(generate, POSTING_SUMMARY, posting, retries=True),
+            "after": summarize(generate, POSTING_SUMMARY, posting, True, args.retry_temperature),
         }
         for posting in injected
     }
@@ -348,14 +358,14 @@ def main(argv: list[str] | None = None) -> int:
     # 2. cases for the judges: real (first attempt of today's prompt), planted, injected
     cases: list[tuple[str, Mapping[str, Any], str]] = []
     for posting in postings:
+        before = real[posting["key"]]["before"]["summary"]
+        if before is not None:
+            label = reading_label(readings, "before", posting, before)
+            cases.append((f"real, previous prompt ({label})", posting, before))
         first = real[posting["key"]]["after"][0]["summary"]
         if first is None:
             continue
-        reading = readings.get("after", {}).get(posting["key"], {})
-        label = (
-            "unread" if reading.get("summary") != first else ("invents" if reading["invents"] else "faithful")
-        )
-        cases.append((f"real ({label})", posting, first))
+        cases.append((f"real ({reading_label(readings, 'after', posting, first)})", posting, first))
         others = [other for other in postings if other is not posting]
         cases += [
             (f"invented: {kind}", posting, text)
@@ -398,6 +408,7 @@ def main(argv: list[str] | None = None) -> int:
         "judge_model": settings.judge_model,
         "postings": len(postings),
         "review_below": settings.review_below,
+        "retry_temperature": args.retry_temperature,
         "embeddings": "MiniLM" if checker.embedder is not None else "none (exact only)",
         "faithfulness": faithfulness_counts,
         "injected": {
@@ -414,6 +425,14 @@ def main(argv: list[str] | None = None) -> int:
     json_path, markdown_path = write_report("judge_discrimination", results, markdown, out_dir)
     print(f"wrote {json_path} and {markdown_path}")
     return 0
+
+
+def reading_label(readings: dict[str, Any], prompt: str, posting: Mapping[str, Any], summary: str) -> str:
+    """What a reader found in this exact summary: faithful, invents, or unread."""
+    reading = readings.get(prompt, {}).get(posting["key"], {})
+    if reading.get("summary") != summary:
+        return "unread"
+    return "invents" if reading["invents"] else "faithful"
 
 
 def count_unsupported(
@@ -471,7 +490,8 @@ def render(results: dict[str, Any]) -> str:
         f"| before (previous prompt, no faithfulness check: all stored) | {len(before)} of {total}: "
         f"{', '.join(before) or '-'} |",
         f"| after, first attempt (today's prompt) | {len(first)} of {total}: {', '.join(first) or '-'} |",
-        f"| after, stored (blocked ones retried, simulated) | {len(stored)} of {counts['after_stored']} "
+        f"| after, stored (blocked ones retried, simulated, temperature {results['retry_temperature']:g}) | "
+        f"{len(stored)} of {counts['after_stored']} "
         f"stored; still blocked after {ATTEMPTS} attempts: {', '.join(blocked) or 'none'} |",
         "",
         f"Found by the checker ({results['embeddings']}). A reader found inventions the checker does not "

@@ -53,6 +53,11 @@ def test_a_faithful_summary_passes_through_normalization() -> None:
     assert EXACT.unsupported("It handles 40000 readings a second and wants 5+ years of SQL.", POSTING) == []
 
 
+def test_a_name_written_apart_or_joined_is_the_same_name() -> None:
+    posting = dict(POSTING, company="CityCare Pharmacy", description="CityCare Pharmacy seeks a pharmacist.")
+    assert EXACT.unsupported("City Care is looking for a pharmacist.", posting) == []
+
+
 def test_a_number_of_the_posting_counting_something_else_is_unsupported() -> None:
     assert EXACT.unsupported("Brightwave Energy has 300 employees.", POSTING) == ["'300 employees'"]
 

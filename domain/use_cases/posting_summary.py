@@ -15,56 +15,50 @@ from domain.language.declaration import UseCase
 from domain.language.declaration_parts import OutputCheck
 from domain.quality import output_checks
 
+# The posting's text stands between <posting> and </posting> lines, so a description cannot close its
+# record with a "Summary:" line and open another. Measured on the 25 demo postings (first attempts with a
+# fact the posting does not support, embedded Gemma 3 270M): this prompt 2, the previous one 2; with each
+# record's fields after its text 4, and with that plus an instruction against invented facts and a third
+# example 5. Putting the fields after the text kept the model on the real posting when a description
+# injects a few-shot record (3 of 3, where this prompt followed the injected record 3 of 3, each then
+# blocked by summary_faithful), but it invented more on ordinary postings, which are most of them.
 SUMMARY_PROMPT = """\
 Job postings, each followed by a short factual summary in JSON: one or two sentences \
-saying who hires, for what role, where, and the main requirements. A summary states only \
-what its posting says: no company size, founding year, certification, place or employer \
-that the posting does not name. Each posting's text comes first, between the lines \
-<posting> and </posting>; the title, company and location after it belong to that posting.
+saying who hires, for what role, where, and the main requirements.
 
-<posting>
-Nordwind Logistics moves 40,000 parcels a day across northern Europe. Our data platform \
-team is looking for a Senior Data Engineer to build and run batch and streaming pipelines \
-in Python, Spark and Airflow on AWS. You have 5+ years of experience with SQL and data \
-modelling, you care about data quality, and you enjoy mentoring. Hybrid, 3 days in the office.
-</posting>
 Title: Senior Data Engineer
 Company: Nordwind Logistics
 Location: Hamburg, Germany
+<posting>
+Nordwind Logistics moves 40,000 parcels a day across northern Europe. Our data \
+platform team is looking for a Senior Data Engineer to build and run batch and streaming \
+pipelines in Python, Spark and Airflow on AWS. You have 5+ years of experience with SQL \
+and data modelling, you care about data quality, and you enjoy mentoring. Hybrid, 3 days \
+in the office.
+</posting>
 Summary: {"summary": "Nordwind Logistics is hiring a Senior Data Engineer in Hamburg to \
 build batch and streaming pipelines with Python, Spark and Airflow on AWS; it asks for 5+ \
 years of SQL and data modelling."}
 
-<posting>
-Join our acute medical ward as a Registered Nurse on permanent night shifts. You will \
-assess and monitor patients, administer medication, keep accurate care records and work \
-closely with doctors and healthcare assistants. NMC registration is required; experience \
-in acute care is an advantage.
-</posting>
 Title: Registered Nurse, Night Shift
 Company: St. Mary's Community Hospital
 Location: Leeds, UK
+<posting>
+Join our acute medical ward as a Registered Nurse on permanent night shifts. \
+You will assess and monitor patients, administer medication, keep accurate care records \
+and work closely with doctors and healthcare assistants. NMC registration is required; \
+experience in acute care is an advantage.
+</posting>
 Summary: {"summary": "St. Mary's Community Hospital in Leeds seeks an NMC-registered \
 nurse for night shifts on an acute medical ward, assessing patients, giving medication \
 and keeping care records."}
 
-<posting>
-We are a friendly team. Our bakery needs a Payroll Administrator to run the monthly \
-payroll in Sage and answer staff questions about pay slips. You have payroll experience \
-and good Excel skills.
-</posting>
-Title: Payroll Administrator
-Company: Harbour Foods
-Location: Cork, Ireland
-Summary: {"summary": "Harbour Foods is hiring a Payroll Administrator in Cork to run the \
-monthly payroll in Sage and answer pay questions; payroll experience and Excel are required."}
-
-<posting>
-{description}
-</posting>
 Title: {title}
 Company: {company}
 Location: {location}
+<posting>
+{description}
+</posting>
 Summary:"""
 
 SUMMARY_SCHEMA: dict[str, Any] = {
