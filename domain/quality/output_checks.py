@@ -22,6 +22,7 @@ from typing import Any
 import jsonschema
 
 from domain.language.declaration_parts import validate_json
+from domain.quality import faithfulness
 
 CheckFunction = Callable[[dict[str, Any], Mapping[str, Any]], str | None]
 
@@ -33,6 +34,7 @@ MIN_WORDS_FOR_COPY = 12
 DEGENERATE_NGRAM = 3
 MAX_REPEATED_SHARE = 0.3
 MIN_WORDS_FOR_REPEATS = 9
+MAX_QUOTED = 5
 
 _WORD = re.compile(r"\w+(?:[-'’]\w+)*", re.UNICODE)
 
@@ -103,6 +105,17 @@ def summary_not_degenerate(output: dict[str, Any], posting: Mapping[str, Any]) -
         return (
             f"summary repeats itself: {share:.0%} of its {DEGENERATE_NGRAM}-word sequences are repeats "
             f"(at most {MAX_REPEATED_SHARE:.0%})"
+        )
+    return None
+
+
+def summary_faithful(output: dict[str, Any], posting: Mapping[str, Any]) -> str | None:
+    """Every number, code, name and role the summary states is supported by the posting
+    (`faithfulness.py`); the reason quotes each unsupported phrase, so a retry can be told."""
+    unsupported = faithfulness.default_checker().unsupported(str(output.get("summary", "")), posting)
+    if unsupported:
+        return f"summary states what the posting does not: {', '.join(unsupported[:MAX_QUOTED])}" + (
+            f" and {len(unsupported) - MAX_QUOTED} more" if len(unsupported) > MAX_QUOTED else ""
         )
     return None
 

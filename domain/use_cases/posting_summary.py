@@ -16,6 +16,13 @@ from domain.language.declaration_parts import OutputCheck
 from domain.quality import output_checks
 from domain.quality.corrections import CorrectionContext, Edits
 
+# The posting's text stands between <posting> and </posting> lines, so a description cannot close its
+# record with a "Summary:" line and open another. Measured on the 25 demo postings (first attempts with a
+# fact the posting does not support, embedded Gemma 3 270M): this prompt 2, the previous one 2; with each
+# record's fields after its text 4, and with that plus an instruction against invented facts and a third
+# example 5. Putting the fields after the text kept the model on the real posting when a description
+# injects a few-shot record (3 of 3, where this prompt followed the injected record 3 of 3, each then
+# blocked by summary_faithful), but it invented more on ordinary postings, which are most of them.
 SUMMARY_PROMPT = """\
 Job postings, each followed by a short factual summary in JSON: one or two sentences \
 saying who hires, for what role, where, and the main requirements.
@@ -23,11 +30,13 @@ saying who hires, for what role, where, and the main requirements.
 Title: Senior Data Engineer
 Company: Nordwind Logistics
 Location: Hamburg, Germany
-Posting: Nordwind Logistics moves 40,000 parcels a day across northern Europe. Our data \
+<posting>
+Nordwind Logistics moves 40,000 parcels a day across northern Europe. Our data \
 platform team is looking for a Senior Data Engineer to build and run batch and streaming \
 pipelines in Python, Spark and Airflow on AWS. You have 5+ years of experience with SQL \
 and data modelling, you care about data quality, and you enjoy mentoring. Hybrid, 3 days \
 in the office.
+</posting>
 Summary: {"summary": "Nordwind Logistics is hiring a Senior Data Engineer in Hamburg to \
 build batch and streaming pipelines with Python, Spark and Airflow on AWS; it asks for 5+ \
 years of SQL and data modelling."}
@@ -35,10 +44,12 @@ years of SQL and data modelling."}
 Title: Registered Nurse, Night Shift
 Company: St. Mary's Community Hospital
 Location: Leeds, UK
-Posting: Join our acute medical ward as a Registered Nurse on permanent night shifts. \
+<posting>
+Join our acute medical ward as a Registered Nurse on permanent night shifts. \
 You will assess and monitor patients, administer medication, keep accurate care records \
 and work closely with doctors and healthcare assistants. NMC registration is required; \
 experience in acute care is an advantage.
+</posting>
 Summary: {"summary": "St. Mary's Community Hospital in Leeds seeks an NMC-registered \
 nurse for night shifts on an acute medical ward, assessing patients, giving medication \
 and keeping care records."}
@@ -46,7 +57,9 @@ and keeping care records."}
 Title: {title}
 Company: {company}
 Location: {location}
-Posting: {description}
+<posting>
+{description}
+</posting>
 Summary:"""
 
 SUMMARY_SCHEMA: dict[str, Any] = {
@@ -89,7 +102,7 @@ def summary_gold_items(output: dict[str, Any]) -> set[str]:
 
 POSTING_SUMMARY = UseCase(
     name="posting_summary",
-    version="2026-11-22.1",
+    version="2026-11-23.1",
     model="gemma3:270m",
     description="A one- or two-sentence factual summary of each posting.",
     prompt=SUMMARY_PROMPT,
@@ -116,6 +129,13 @@ POSTING_SUMMARY = UseCase(
             f"{output_checks.COPY_NGRAM}-word sequences verbatim).",
             # a near-copy is a lazy but usable summary: reviewed, not blocked
             output_checks.summary_not_a_copy,
+        ),
+        OutputCheck(
+            "summary_faithful",
+            "No summary states a number, date, code, name, place or role its posting does not support "
+            "(normalized matching, then MiniLM similarity for reworded names).",
+            output_checks.summary_faithful,
+            blocking=True,
         ),
         OutputCheck(
             "summary_not_degenerate",

@@ -130,6 +130,7 @@ def test_blocking_checks_guard_what_flows_downstream() -> None:
     blocking = {c.name for use_case in USE_CASES for c in use_case.checks if c.blocking}
     assert blocking == {
         "summary_not_empty",
+        "summary_faithful",
         "summary_not_degenerate",
         "skills_schema_valid",
         "skills_in_posting",
