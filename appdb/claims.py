@@ -343,3 +343,19 @@ def requeue_failed(
         )
         requeued += result.rowcount
     return requeued
+
+
+def earlier_failures(session: Session, use_case: str, keys: Sequence[str]) -> dict[str, tuple[int, str]]:
+    """(attempts spent, last error) of those of `keys` that failed before: a retry should not repeat it."""
+    found: dict[str, tuple[int, str]] = {}
+    for start in range(0, len(keys), CHUNK):
+        rows = session.execute(
+            select(WorkItem.posting_key, WorkItem.attempts, WorkItem.last_error).where(
+                WorkItem.use_case == use_case,
+                WorkItem.posting_key.in_(list(keys[start : start + CHUNK])),
+                WorkItem.attempts > 0,
+                WorkItem.last_error.is_not(None),
+            )
+        )
+        found.update((key, (attempts, error)) for key, attempts, error in rows)
+    return found

@@ -22,6 +22,7 @@ from appdb.models import (
     Correction,
     OutputGrade,
     Posting,
+    ReferenceData,
     ReviewItem,
     TaxonomyConcept,
     UseCaseOutput,
@@ -408,3 +409,25 @@ def concept_label(session: Session, uri: str) -> str | None:
     """The preferred label of a concept of the loaded taxonomy; None when the URI is not one."""
     concept = session.get(TaxonomyConcept, uri)
     return concept.preferred_label if concept is not None else None
+
+
+def judge_verdict(session: Session, judge: str, rubric_version: str) -> tuple[bool, str] | None:
+    """Whether an LLM judge passed its calibration set under this rubric (and why), when it was tried."""
+    row = session.get(ReferenceData, _verdict_name(judge, rubric_version))
+    return (row.content_hash == "passed", row.source) if row is not None else None
+
+
+def record_judge_verdict(
+    session: Session, judge: str, rubric_version: str, passed: bool, message: str
+) -> None:
+    """Remember a judge's calibration verdict: the calibration costs dozens of calls, once per judge."""
+    name = _verdict_name(judge, rubric_version)
+    row = session.get(ReferenceData, name) or ReferenceData(name=name)
+    row.content_hash, row.source, row.updated_at = ("passed" if passed else "refused"), message, utcnow()
+    session.add(row)
+
+
+def _verdict_name(judge: str, rubric_version: str) -> str:
+    """The reference-data row of a judge's verdict (not an input of any use case)."""
+    digest = hashlib.sha256(f"{judge}|{rubric_version}".encode()).hexdigest()[:16]
+    return f"judge_calibration:{digest}"

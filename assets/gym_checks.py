@@ -39,10 +39,10 @@ from dagster._core.definitions.unresolved_asset_job_definition import Unresolved
 
 from appdb import inputs, interactions, review
 from assets.batch_state import BatchRun
-from assets.llm_calls import LLMRequest, generate_in_order
+from assets.llm_calls import LLMRequest, call_llm, generate_in_order
 from assets.outputs import record_call
 from assets.run_tags import WORK_GROUP_TAG
-from domain.language.declaration import UseCase
+from domain.language.declaration import SCRIPT_BACKEND, UseCase
 from domain.language.llm_types import BackendUnavailable, Generation
 from domain.quality.gold import (
     SKILLSPAN_KEY_PREFIX,
@@ -52,7 +52,16 @@ from domain.quality.gold import (
     score_skillspan,
     whole_output,
 )
-from domain.quality.judge_rubric import JUDGE_OPTIONS, JUDGE_SUFFIX, Rubric, judge_text, overall
+from domain.quality.judge_calibration import calibrate_judge, llm_grader
+from domain.quality.judge_rubric import (
+    DETERMINISTIC_JUDGE,
+    JUDGE_OPTIONS,
+    JUDGE_SUFFIX,
+    Rubric,
+    judge_text,
+    overall,
+)
+from domain.quality.quality_signals import needs_review
 from resources.app_database import AppDatabase
 from resources.gym_resource import GymResource
 
@@ -60,7 +69,9 @@ JUDGE_CHECK = "judge_grades"
 
 
 def is_judged(use_case: UseCase) -> bool:
-    return use_case.judge_view is not None and use_case.uses_llm
+    """An output the judge can read, and a judge that can grade it: a deterministic grader the use case
+    declares, or an LLM (only use cases that call one have it in their runs)."""
+    return use_case.judge_view is not None and (use_case.quality_grade is not None or use_case.uses_llm)
 
 
 def gym_check_specs(use_case: UseCase) -> list[AssetCheckSpec]:
@@ -122,39 +133,44 @@ def flag_check_failures(run: BatchRun) -> int:
 
 
 def judge_batch(run: BatchRun, gym: GymResource) -> AssetCheckResult:
-    """Grade a sample of the outputs this run made; the `judge_grades` check result."""
-    use_case, outcome, llm = run.use_case, run.outcome, run.llm
+    """Grade the outputs this run made; the `judge_grades` check result.
+
+    The deterministic judge (the default: quality signals, `domain/quality/quality_signals.py`)
+    grades every new output; an LLM judge (PIPELINE_JUDGE_MODEL) grades a sample, and only once it
+    passed its calibration set; a refused judge falls back to the deterministic one.
+    """
+    use_case, outcome = run.use_case, run.outcome
     rubric = gym.rubric()
+    judge, refusal = _choose_judge(run, gym, rubric)
     with run.app_db.session() as session:
         rows = inputs.existing_outputs(session, use_case.name, outcome.done)
         graded = review.graded_input_hashes(session, use_case.name, [row.input_hash for row in rows.values()])
     pool = [key for key in outcome.done if key in rows and rows[key].input_hash not in graded]
-    size = min(gym.judge_sample, len(pool)) if llm is not None else 0
-    sample = sorted(random.Random(f"{run.run_id}/{use_case.name}").sample(pool, size), key=pool.index)
-    requests = []
-    for key in sample:
-        prompt = rubric.prompt(
-            use_case.name, judge_text(outcome.postings[key]), use_case.judge_view(rows[key].value)
-        )
-        requests.append((key, LLMRequest(gym.judge_model, prompt, "", rubric.schema, JUDGE_OPTIONS)))
+    if judge is None or gym.judge_sample == 0:
+        sample = []
+    elif judge == DETERMINISTIC_JUDGE:
+        sample = pool  # cheap: every new output
+    else:
+        size = min(gym.judge_sample, len(pool))
+        sample = sorted(random.Random(f"{run.run_id}/{use_case.name}").sample(pool, size), key=pool.index)
     grades: dict[str, dict[str, int]] = {}
     errors: dict[str, str] = {}
     flagged = 0
-    for (key, request), result in zip(requests, _judge_calls(llm, requests), strict=False):
+    for key, prompt, result in _judgements(run, judge, rubric, [(key, rows[key].value) for key in sample]):
         row = rows[key]
-        graded_result = _read_grades(rubric, result)
+        graded_result = result if isinstance(result, dict) else _read_grades(rubric, result)
         with run.app_db.session() as session:
             interaction_id = record_call(
                 session,
                 run,
                 key,
                 use_case=f"{use_case.name}{JUDGE_SUFFIX}",
-                model=gym.judge_model,
-                backend=llm.backend_name,
-                prompt=request.prompt,
+                model=judge,
+                backend=SCRIPT_BACKEND if judge == DETERMINISTIC_JUDGE else run.llm.backend_name,
+                prompt=prompt,
                 system_prompt="",
                 options={
-                    **JUDGE_OPTIONS,
+                    **({} if judge == DETERMINISTIC_JUDGE else JUDGE_OPTIONS),
                     "rubric_version": rubric.version,
                     "graded_interaction": row.interaction_id,
                 },
@@ -176,21 +192,21 @@ def judge_batch(run: BatchRun, gym: GymResource) -> AssetCheckResult:
                 posting_key=key,
                 use_case_version=row.use_case_version,
                 input_hash=row.input_hash,
-                judge_model=gym.judge_model,
+                judge_model=judge,
                 rubric_version=rubric.version,
                 scores=graded_result["grades"],
                 overall=score,
                 interaction_id=interaction_id,
                 run_id=run.run_id,
             )
-            if score < gym.review_below:
+            if needs_review(graded_result["grades"], gym.review_below):  # any criterion below it
                 flagged += 1
                 review.flag_for_review(
                     session,
                     use_case=use_case.name,
                     posting_key=key,
                     use_case_version=use_case.version,
-                    reason=f"judge {gym.judge_model} graded {score:.1f} (below {gym.review_below:g}): "
+                    reason=f"judge {judge} graded {score:.1f} (a criterion below {gym.review_below:g}): "
                     + ", ".join(f"{name} {grade}" for name, grade in graded_result["grades"].items()),
                     score=score,
                     output=row.value,
@@ -202,10 +218,74 @@ def judge_batch(run: BatchRun, gym: GymResource) -> AssetCheckResult:
     if grades:
         mean = sum(overall(g) for g in grades.values()) / len(grades)
         run.log.info(
-            f"{use_case.name}: judge {gym.judge_model} graded {len(grades)} outputs, mean {mean:.2f}; "
-            f"{flagged} below {gym.review_below:g}"
+            f"{use_case.name}: judge {judge} graded {len(grades)} outputs, mean {mean:.2f}; "
+            f"{flagged} with a criterion below {gym.review_below:g}"
         )
-    return judge_check_result(rubric, gym, grades, errors, flagged, len(pool), current)
+    return judge_check_result(rubric, gym, judge, refusal, grades, errors, flagged, len(pool), current)
+
+
+def _choose_judge(run: BatchRun, gym: GymResource, rubric: Rubric) -> tuple[str | None, str | None]:
+    """(the judge to use, or None for none; why the configured LLM judge was refused, if it was)."""
+    deterministic = DETERMINISTIC_JUDGE if run.use_case.quality_grade is not None else None
+    if gym.judge_model == DETERMINISTIC_JUDGE or run.llm is None:
+        return deterministic, None
+    if not gym.calibrate_judge:
+        return gym.judge_model, None
+    with run.app_db.session() as session:
+        verdict = review.judge_verdict(session, gym.judge_model, rubric.version)
+    if verdict is None:
+        calibration = calibrate_judge(gym.judge_model, _llm_grader(run, gym, rubric))
+        verdict = (calibration.passed, calibration.message())
+        with run.app_db.session() as session:
+            review.record_judge_verdict(session, gym.judge_model, rubric.version, *verdict)
+        run.log.info(f"judge {gym.judge_model}: {verdict[1]}")
+    passed, message = verdict
+    if passed:
+        return gym.judge_model, None
+    run.log.warning(f"{message}; {'the deterministic judge grades instead' if deterministic else 'no judge'}")
+    return deterministic, message
+
+
+def _llm_grader(run: BatchRun, gym: GymResource, rubric: Rubric) -> Any:
+    """The configured LLM judge as a grader for its calibration set, through the one LLM caller."""
+
+    def generate(prompt: str, schema: dict[str, Any]) -> str:
+        result = call_llm(run.llm, LLMRequest(gym.judge_model, prompt, "", schema, JUDGE_OPTIONS))
+        if isinstance(result, Exception):
+            raise result
+        return result.text
+
+    return llm_grader(generate, rubric, run.use_case.name)
+
+
+def _judgements(
+    run: BatchRun, judge: str | None, rubric: Rubric, outputs: Sequence[tuple[str, Any]]
+) -> Iterator[tuple[str, str, Generation | Exception | dict[str, Any]]]:
+    """(key, what the judge was shown, its answer) per output: deterministic grades, or LLM answers."""
+    use_case, postings = run.use_case, run.outcome.postings
+    if judge == DETERMINISTIC_JUDGE:
+        for key, value in outputs:
+            shown = use_case.judge_view(value)
+            try:
+                yield key, shown, {"status": "ok", "grades": use_case.quality_grade(postings[key], value)}
+            except Exception as exc:  # a bug in a grader is this grade's error, never a failed run
+                yield key, shown, {"status": "item_error", "error": f"{type(exc).__name__}: {exc}"}
+        return
+    requests = [
+        (
+            key,
+            LLMRequest(
+                judge,
+                rubric.prompt(use_case.name, judge_text(postings[key]), use_case.judge_view(value)),
+                "",
+                rubric.schema,
+                JUDGE_OPTIONS,
+            ),
+        )
+        for key, value in outputs
+    ]
+    for (key, request), result in zip(requests, _judge_calls(run.llm, requests), strict=False):
+        yield key, request.prompt, result
 
 
 def _judge_calls(llm: Any, requests: Sequence[tuple[str, LLMRequest]]) -> Iterator[Generation | Exception]:
@@ -231,6 +311,8 @@ def _read_grades(rubric: Rubric, result: Generation | Exception) -> dict[str, An
 def judge_check_result(
     rubric: Rubric,
     gym: GymResource,
+    judge: str | None,
+    refusal: str | None,
     grades: Mapping[str, Mapping[str, int]],
     errors: Mapping[str, str],
     flagged: int,
@@ -239,7 +321,7 @@ def judge_check_result(
 ) -> AssetCheckResult:
     """The `judge_grades` result: this run's mean grade per criterion (numeric, plotted in the UI)."""
     metadata: dict[str, Any] = {
-        "judge_model": gym.judge_model,
+        "judge_model": judge or "none",
         "rubric_version": rubric.version,
         "new_outputs": candidates,
         "graded": len(grades),
@@ -261,6 +343,8 @@ def judge_check_result(
         metadata["current_overall"] = MetadataValue.float(round(current.overall, 3))
     if errors:
         metadata["errors"] = MetadataValue.json(dict(errors))
+    if refusal:
+        metadata["judge_refused"] = refusal
     if gym.judge_sample == 0:
         metadata["note"] = "judge turned off (PIPELINE_JUDGE_SAMPLE=0)"
     elif not grades and not errors:

@@ -16,7 +16,7 @@ from typing import Any
 
 from dagster import AssetMaterialization
 
-from appdb import inputs
+from appdb import claims, inputs
 from assets.batch_state import BatchRun
 from assets.llm_calls import LLMRequest, generate_in_order
 from assets.outputs import (
@@ -31,7 +31,7 @@ from domain.language.declaration import model_label
 from domain.language.declaration_parts import ScriptContext
 from domain.language.llm_types import BackendUnavailable, Generation, ItemError
 from domain.language.output_parsing import BlockedOutput, parse_output
-from domain.language.templates import POSTING_VARIABLES, TemplateVariableError
+from domain.language.templates import POSTING_VARIABLES, TemplateVariableError, retry_options, retry_prompt
 
 PROGRESS_EVERY_SECONDS = 5.0
 
@@ -43,6 +43,7 @@ class PreparedCall:
     system_prompt: str
     input_hash: str
     truncated: dict[str, int]
+    options: dict[str, Any]
 
 
 def run_single_calls(run: BatchRun, held: Sequence[str]) -> Iterator[AssetMaterialization]:
@@ -54,6 +55,7 @@ def run_single_calls(run: BatchRun, held: Sequence[str]) -> Iterator[AssetMateri
         postings, values = inputs.load_posting_inputs(session, held, POSTING_VARIABLES, use_case.upstream)
         existing = inputs.existing_outputs(session, use_case.name, held)
         references = inputs.reference_hashes(session, use_case.reference_inputs)
+        failed_before = claims.earlier_failures(session, use_case.name, held) if use_case.uses_llm else {}
     run.outcome.postings, run.outcome.inputs = postings, values
     prepared: list[PreparedCall] = []
     for key in held:
@@ -66,7 +68,11 @@ def run_single_calls(run: BatchRun, held: Sequence[str]) -> Iterator[AssetMateri
         if previous is not None and previous.input_hash == input_hash and not run.force:
             keep_unchanged(run, key, previous)
             continue
-        prepared.append(PreparedCall(key, prompt, system_prompt, input_hash, truncated))
+        options = dict(use_case.options)
+        if key in failed_before:  # a retry varies: the earlier error in the prompt, another seed
+            attempts, error = failed_before[key]
+            prompt, options = retry_prompt(prompt, error), retry_options(options, attempts)
+        prepared.append(PreparedCall(key, prompt, system_prompt, input_hash, truncated, options))
 
     progress = Progress(run, len(prepared))
     results = _call_script_all(run, prepared) if run.llm is None else _generate_all(run, prepared)
@@ -90,7 +96,7 @@ def _generate_all(
         (
             item,
             LLMRequest(
-                use_case.model, item.prompt, item.system_prompt, use_case.grammar_schema, use_case.options
+                use_case.model, item.prompt, item.system_prompt, use_case.grammar_schema, item.options
             ),
         )
         for item in prepared
@@ -131,7 +137,7 @@ def _store_result(
         except ItemError as exc:
             error = str(exc)
             parsed = exc.value if isinstance(exc, BlockedOutput) else None  # kept in the trace
-    options = {**use_case.options}
+    options = dict(item.options)
     if item.truncated:
         options["truncated_chars"] = item.truncated
     with run.app_db.session() as session:

@@ -16,7 +16,7 @@ Everything a user may want to point elsewhere is one environment variable:
 | PIPELINE_EMBEDDING_BACKEND   | ``minilm`` if installed (``make`` does it), else ``none``; or ``ollama`` |
 | PIPELINE_EMBEDDING_MODEL     | ``nomic-embed-text``                     |
 | PIPELINE_SENSOR_INTERVAL_SECONDS | ``30``: how often each discovery sensor looks for work |
-| PIPELINE_JUDGE_MODEL         | ``gemma3:270m`` (the embedded model): the gym's judge |
+| PIPELINE_JUDGE_MODEL         | ``deterministic`` (quality signals); an LLM judge, used once calibrated |
 | PIPELINE_JUDGE_SAMPLE        | ``2`` outputs graded per use case and run; ``0`` turns the judge off |
 | PIPELINE_JUDGE_RUBRIC        | unset (the built-in rubric); a JSON file with criteria and examples |
 | PIPELINE_REVIEW_BELOW        | ``3.0``: outputs the judge grades lower (mean of criteria) go to review |
@@ -54,7 +54,8 @@ class Settings:
     embedding_backend: str = "none"
     embedding_model: str = "nomic-embed-text"
     sensor_interval_seconds: int = DEFAULT_SENSOR_INTERVAL_SECONDS
-    judge_model: str = "gemma3:270m"
+    judge_model: str = "deterministic"
+    judge_calibration: bool = True
     judge_sample: int = 2
     judge_rubric_path: str = ""
     review_below: float = 3.0
@@ -124,7 +125,8 @@ class Settings:
             embedding_backend=embedding_backend,
             embedding_model=env.get("PIPELINE_EMBEDDING_MODEL") or "nomic-embed-text",
             sensor_interval_seconds=int(interval) if interval else DEFAULT_SENSOR_INTERVAL_SECONDS,
-            judge_model=env.get("PIPELINE_JUDGE_MODEL") or "gemma3:270m",
+            judge_model=env.get("PIPELINE_JUDGE_MODEL") or "deterministic",
+            judge_calibration=(env.get("PIPELINE_JUDGE_CALIBRATION") or "on") != "off",
             judge_sample=int(judge_sample),
             judge_rubric_path=env.get("PIPELINE_JUDGE_RUBRIC") or "",
             review_below=threshold,

@@ -61,6 +61,7 @@ def build_gym_resource(settings: Settings) -> GymResource:
     return GymResource(
         judge_model=settings.judge_model,
         judge_sample=settings.judge_sample,
+        calibrate_judge=settings.judge_calibration,
         rubric_path=settings.judge_rubric_path,
         review_below=settings.review_below,
         gold_skillspan_path=settings.gold_skillspan_path,

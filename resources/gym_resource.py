@@ -13,13 +13,16 @@ from domain.quality.judge_rubric import Rubric, load_rubric
 
 
 class GymResource(ConfigurableResource):
-    """judge_model grades judge_sample outputs per use case and run (0: no judge) under the
-    rubric; outputs graded below review_below go to review. gold_skillspan_path: SkillSpan
+    """judge_model: "deterministic" (quality signals, every new output) or an LLM the backend serves,
+    which grades judge_sample outputs per use case and run (0: no judge) under the rubric once it
+    passed its calibration set (calibrate_judge; a refused judge falls back to "deterministic").
+    Outputs with a criterion graded below review_below go to review. gold_skillspan_path: SkillSpan
     JSON lines used as public gold of gold_skillspan_use_case for postings ingested as
     `skillspan-<source>-<idx>`. The gold check passes while F1 is at least gold_min_f1."""
 
-    judge_model: str = "gemma3:270m"
+    judge_model: str = "deterministic"
     judge_sample: int = Field(default=2, ge=0)
+    calibrate_judge: bool = True
     rubric_path: str = ""
     review_below: float = Field(default=3.0, ge=1.0, le=5.0)
     gold_skillspan_path: str = ""

@@ -73,6 +73,8 @@ class UseCase:
     display: `display(output) -> text`: an output in one line, as review lists show it (default: JSON).
     review_edits: the corrections a reviewer may make, by kind ("summary", "skills", "concepts"):
         `hook(output, Edits, CorrectionContext) -> corrected output` (`domain/quality/corrections.py`).
+    quality_grade: `quality_grade(posting, output) -> {criterion: 1..5}`: the deterministic judge's
+        grades of one output (the gym's default judge; an LLM judge grades through `judge_view`).
     run_figures: `run_figures(outputs) -> {name: number}` over the outputs one run made: numeric
         metadata of the run's `outputs_valid` check, which the UI plots over runs.
     """
@@ -105,6 +107,7 @@ class UseCase:
     display: Callable[[dict[str, Any]], str] | None = None
     review_edits: Mapping[str, Callable[..., dict[str, Any]]] = field(default_factory=dict)
     run_figures: Callable[[Sequence[dict[str, Any]]], Mapping[str, float | int]] | None = None
+    quality_grade: Callable[[Mapping[str, Any], dict[str, Any]], dict[str, int]] | None = None
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z][a-z0-9_]*", self.name):

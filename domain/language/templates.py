@@ -62,3 +62,25 @@ def _lookup(values: Mapping[str, Any], variable: str) -> str:
     if isinstance(value, str):
         return value
     return json.dumps(value, ensure_ascii=False)
+
+
+RETRY_NOTE_CHARS = 300
+RETRY_MIN_TEMPERATURE = 0.4
+
+
+def retry_prompt(prompt: str, error: str) -> str:
+    """The prompt of a retry: the earlier answer's error, right before the answer's cue (the last line,
+    such as `Summary:`), so the model does not make the same mistake; at temperature 0 with the same
+    seed it otherwise answers the same again."""
+    head, _, cue = prompt.rstrip("\n").rpartition("\n")
+    note = (
+        f"(An earlier answer for this posting was rejected: {' '.join(error.split())[:RETRY_NOTE_CHARS]}. "
+        "Answer again without that mistake.)"
+    )
+    return f"{head}\n{note}\n{cue}" if head else f"{note}\n{cue}"
+
+
+def retry_options(options: Mapping[str, Any], attempts: int) -> dict[str, Any]:
+    """Generation options of the retry after `attempts` failures: another seed, and some temperature."""
+    temperature = max(float(options.get("temperature", 0.0)), RETRY_MIN_TEMPERATURE)
+    return {**options, "seed": attempts, "temperature": temperature}

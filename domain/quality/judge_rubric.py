@@ -23,6 +23,8 @@ from typing import Any
 GRADES = (1, 2, 3, 4, 5)
 POSTING_CHARS = 1500
 JUDGE_SUFFIX = ":judge"
+DETERMINISTIC_JUDGE = "deterministic"
+"""The default judge: grades from quality signals (`quality_signals.py`), no model; see docs/gym.md."""
 JUDGE_OPTIONS: dict[str, Any] = {"temperature": 0.0, "max_tokens": 40, "repeat_penalty": 1.0}
 
 

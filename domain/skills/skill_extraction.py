@@ -133,3 +133,9 @@ def extract_mentions(title: str, description: str, extractor: SkillExtractor | N
             _default = SkillExtractor.load()
         extractor = _default
     return extractor.extract(title, description)
+
+
+def sentence_mentions(sentence: str) -> list[str]:
+    """The tagger's mentions of one sentence, as text: the extractor the linking benchmark plugs in
+    (`python -m benchmarks.linking_quality --extractor domain.skills.skill_extraction:sentence_mentions`)."""
+    return [mention.text for mention in extract_mentions("", sentence)]

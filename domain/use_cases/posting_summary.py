@@ -15,6 +15,7 @@ from domain.language.declaration import UseCase
 from domain.language.declaration_parts import OutputCheck
 from domain.quality import output_checks
 from domain.quality.corrections import CorrectionContext, Edits
+from domain.quality.quality_signals import deterministic_judge
 
 # The posting's text stands between <posting> and </posting> lines, so a description cannot close its
 # record with a "Summary:" line and open another. Measured on the 25 demo postings (first attempts with a
@@ -95,6 +96,11 @@ def edit_summary(output: dict[str, Any], edits: Edits, context: CorrectionContex
     return {**output, "summary": " ".join(str(edits.summary).split())}
 
 
+def summary_quality(posting: Mapping[str, Any], output: dict[str, Any]) -> dict[str, int]:
+    """The deterministic judge's grades of a summary: faithful, complete, concise (1-5)."""
+    return deterministic_judge(posting, str(output["summary"]))
+
+
 def summary_gold_items(output: dict[str, Any]) -> set[str]:
     """Compared with a corrected summary as a bag of words (precision/recall of its words)."""
     return set(output_checks.words(str(output["summary"])))
@@ -148,5 +154,6 @@ POSTING_SUMMARY = UseCase(
     judge_view=summary_for_judge,
     gold_items=summary_gold_items,
     display=summary_for_judge,
+    quality_grade=summary_quality,
     review_edits={"summary": edit_summary},
 )

@@ -193,5 +193,7 @@ REFINED_POSTING_SUMMARY = UseCase(
     preview_field="summary",
     checks=POSTING_SUMMARY.checks,
     display=POSTING_SUMMARY.display,
+    quality_grade=POSTING_SUMMARY.quality_grade,
+    judge_view=POSTING_SUMMARY.judge_view,
     review_edits=POSTING_SUMMARY.review_edits,
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from dagster import AssetCheckSeverity, AssetKey, DagsterInstance
@@ -15,6 +16,7 @@ from sqlalchemy import select
 from appdb import discovery, review
 from appdb.database import session_scope
 from appdb.models import Interaction, OutputGrade, ReviewItem, UseCaseOutput
+from domain.language.llm_types import Generation
 from domain.language.output_parsing import first_blocking_failure
 from domain.quality import output_checks
 from domain.quality.judge_rubric import DEFAULT_RUBRIC, RubricError, load_rubric
@@ -30,6 +32,7 @@ from resources.app_database import AppDatabase
 from tests.support.gym_fakes import (
     GOOD_SUMMARY,
     GYM_POSTINGS,
+    HIGH_GRADES,
     LOOP,
     LOW_GRADES,
     POSTING,
@@ -472,3 +475,53 @@ def test_stale_batches_never_span_a_posting_without_output() -> None:
         ["f"],
     ]
     assert plan_batches(["a", "f"], [], order, batch_size=10) == [["a", "f"]]  # current ones are skipped
+
+
+# --- the judge on every backend: deterministic by default, an LLM judge only once calibrated -------
+
+
+class FlatteringJudge(GymFake):
+    """Summarizes like GymFake, and as a judge grades everything 5: it cannot tell good from bad."""
+
+    calls: ClassVar[list[str]] = []
+
+    def _generate(self, handle, model, prompt, system_prompt, schema, options) -> Generation:  # noqa: ANN001
+        if prompt.endswith("Grades:"):
+            FlatteringJudge.calls.append(model)
+            return Generation(json.dumps(HIGH_GRADES | {"faithful": 5, "complete": 5}), 50, 10, 1.0)
+        return super()._generate(handle, model, prompt, system_prompt, schema, options)
+
+
+def test_the_default_judge_is_deterministic_and_grades_every_new_output(
+    sqlite_url: str, tmp_path: Path, dagster_instance: DagsterInstance
+) -> None:
+    seed_postings(sqlite_url, tmp_path, GYM_POSTINGS)
+    settings = gym_settings(sqlite_url, judge_model="deterministic", judge_sample=1)
+    result = run_use_case(build_definitions(settings, llm=GymFake()), dagster_instance, ["g-1", "g-2", "g-3"])
+    judge = _evaluations(result)["judge_grades"]
+    assert judge.metadata["judge_model"].value == "deterministic"
+    assert judge.metadata["graded"].value == 2  # every stored output, not a sample of one
+    with session_scope(sqlite_url) as session:
+        grades = {g.posting_key: g for g in session.scalars(select(OutputGrade))}
+        call = session.scalars(
+            select(Interaction).where(Interaction.use_case == "posting_summary:judge")
+        ).first()
+    assert set(grades) == {"g-1", "g-2"} and grades["g-1"].judge_model == "deterministic"
+    assert grades["g-1"].scores["faithful"] == 5 and call.backend == "script"  # traced like any judge
+
+
+def test_an_llm_judge_that_fails_its_calibration_is_refused_and_the_deterministic_one_grades(
+    sqlite_url: str, tmp_path: Path, dagster_instance: DagsterInstance
+) -> None:
+    FlatteringJudge.calls.clear()
+    seed_postings(sqlite_url, tmp_path, GYM_POSTINGS)
+    settings = gym_settings(sqlite_url, judge_model="flatterer:1b", judge_calibration=True)
+    defs = build_definitions(settings, llm=FlatteringJudge())
+    result = run_use_case(defs, dagster_instance, ["g-1", "g-2"])
+    judge = _evaluations(result)["judge_grades"]
+    assert "judge flatterer:1b refused" in judge.metadata["judge_refused"].value
+    assert judge.metadata["judge_model"].value == "deterministic"
+    calibration_calls = len(FlatteringJudge.calls)
+    assert calibration_calls >= 20  # its calibration set, every case asked
+    run_use_case(defs, dagster_instance, ["g-3"])  # the verdict is remembered: no second calibration
+    assert len(FlatteringJudge.calls) == calibration_calls

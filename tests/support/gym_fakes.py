@@ -99,11 +99,13 @@ class GymFake(LLMResource):
 def gym_settings(url: str, **changes: Any) -> Settings:
     return replace(
         Settings.from_env(),
-        # the skills come from the fake model's prompt (PIPELINE_SKILLS_STYLE=llm), not the CPU tagger
+        # the skills come from the fake model's prompt (PIPELINE_SKILLS_STYLE=llm), not the CPU tagger;
+        # the fake judge is for the LLM judge's mechanics, not a calibrated judge: calibration off
         **{
             "database_url": url,
             "judge_sample": 3,
             "judge_model": "judge:test",
+            "judge_calibration": False,
             "skills_style": "llm",
             **changes,
         },
