@@ -46,7 +46,10 @@ def build_definitions(
         asset_checks=gold_checks,
         jobs=[*(item.job for item in built), *(group.job for group in groups), skills_taxonomy_job, gym_job],
         sensors=[
-            *(build_discovery_sensor(group, settings.sensor_interval_seconds) for group in groups),
+            *(
+                build_discovery_sensor(group, settings.sensor_interval_seconds, settings.resolved_hosts())
+                for group in groups
+            ),
             skills_taxonomy_sensor,
             build_gym_sensor(gym_job),
         ],
