@@ -50,7 +50,9 @@ def test_only_finished_postings_are_retired_and_their_outputs_stay(
 
 
 def test_retire_command_dry_run_and_a_bad_date(
-    tmp_path: Path, monkeypatch, capsys  # noqa: ANN001
+    tmp_path: Path,
+    monkeypatch,
+    capsys,  # noqa: ANN001
 ) -> None:
     monkeypatch.setenv("PIPELINE_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))

@@ -1,0 +1,99 @@
+"""Several model servers: runs pinned per host, spread by slots; a dead host pauses only itself."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from dagster import SensorResult, build_sensor_context
+from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+from pytest_httpserver import HTTPServer
+from sqlalchemy import select
+
+from appdb import pauses
+from appdb.database import session_scope
+from appdb.models import WorkItem
+from assets.factory import build_work_groups
+from domain.use_cases.posting_summary import POSTING_SUMMARY
+from pipeline_defs.definitions import build_definitions
+from pipeline_defs.settings import Settings
+from pipeline_defs.wiring import build_llm_resource, build_use_cases
+from resources.app_database import AppDatabase
+from resources.llm_hosts import LLM_HOST_TAG, parse_hosts
+from sensors.discovery_sensor import build_discovery_sensor
+from tests.support.fakes import FakeOllama
+from tests.support.postings import seed_postings
+
+DEAD = "http://127.0.0.1:9"
+POSTINGS = [{"key": f"k-{i:02d}", "title": f"Job {i}", "description": f"Do task {i}."} for i in range(6)]
+
+
+def _settings(url: str, hosts: str) -> Settings:
+    return replace(
+        Settings.from_env(),
+        database_url=url,
+        llm_backend="ollama",
+        llm_hosts=tuple(hosts.split(";")),
+        batch_size_override=1,
+    )
+
+
+def _tick(settings: Settings, instance) -> list[str | None]:  # noqa: ANN001
+    [group] = build_work_groups(build_use_cases(settings, [POSTING_SUMMARY]))
+    sensor = build_discovery_sensor(group, hosts=settings.resolved_hosts())
+    context = build_sensor_context(
+        instance=instance, resources={"app_db": AppDatabase(url=settings.database_url)}
+    )
+    result = sensor(context)
+    assert isinstance(result, SensorResult), result
+    return [request.tags.get(LLM_HOST_TAG) for request in result.run_requests]
+
+
+def _run_pinned(defs, instance, keys: list[str], host: str):  # noqa: ANN001, ANN202
+    known = set(instance.get_dynamic_partitions("postings"))
+    instance.add_dynamic_partitions("postings", [key for key in keys if key not in known])
+    tags = {
+        ASSET_PARTITION_RANGE_START_TAG: keys[0],
+        ASSET_PARTITION_RANGE_END_TAG: keys[-1],
+        "pipeline/source": "test",
+        LLM_HOST_TAG: host,
+    }
+    job = defs.resolve_job_def("posting_summary_job")
+    return job.execute_in_process(instance=instance, tags=tags, raise_on_error=False)
+
+
+def test_runs_are_spread_over_the_hosts_by_slots_and_skip_hosts_without_the_model(
+    sqlite_url: str, tmp_path: Path, dagster_instance
+) -> None:
+    seed_postings(sqlite_url, tmp_path, POSTINGS)
+    settings = _settings(
+        sqlite_url, "http://a:1 parallel=4;http://b:1 parallel=2;http://c:1 parallel=8 models=qwen3:8b"
+    )
+    pinned = _tick(settings, dagster_instance)
+    assert sorted(pinned) == ["http://a:1"] * 4 + ["http://b:1"] * 2  # by slots; c lacks gemma3:270m
+
+
+def test_a_dead_host_pauses_itself_only_its_claims_return_unspent_and_the_others_take_its_postings(
+    httpserver: HTTPServer, sqlite_url: str, tmp_path: Path, dagster_instance
+) -> None:
+    fake = FakeOllama(httpserver)
+    alive = httpserver.url_for("/").rstrip("/")
+    seed_postings(sqlite_url, tmp_path, POSTINGS[:3])
+    settings = _settings(sqlite_url, f"{alive} parallel=2;{DEAD} parallel=2")
+    defs = build_definitions(settings, use_cases=[POSTING_SUMMARY], llm=build_llm_resource(settings))
+    keys = [row["key"] for row in POSTINGS[:3]]
+
+    failed = _run_pinned(defs, dagster_instance, keys, DEAD)
+    assert not failed.success and not fake.requests  # the dead host's run never reached the live one
+    with session_scope(sqlite_url) as session:
+        items = session.scalars(select(WorkItem)).all()
+        paused = pauses.active_pauses(session)
+    assert [(item.status, item.attempts) for item in items] == [("pending", 0)] * 3
+    assert list(paused) == [parse_hosts([DEAD])[0].pause_key]  # the host, not posting_summary
+
+    assert _tick(settings, dagster_instance) == [alive] * 3  # its postings go to the live host
+    done = _run_pinned(defs, dagster_instance, keys, alive)
+    assert done.success and len(fake.generations) == 3
+    with session_scope(sqlite_url) as session:
+        items = session.scalars(select(WorkItem)).all()
+    assert [(item.status, item.attempts) for item in items] == [("done", 0)] * 3
