@@ -332,6 +332,7 @@ def _watch(
 
 
 def _runs_summary(runs: list[dict[str, Any]], ingested: float) -> dict[str, Any]:
+    runs = [run for run in runs if run.get("startTime") is None or run["startTime"] >= ingested]
     by_job: dict[str, int] = {}
     statuses: dict[str, int] = {}
     for run in runs:
