@@ -31,6 +31,7 @@ from appdb import claims, discovery, inputs, pauses
 from assets.batch_state import BatchOutcome, BatchRun
 from assets.chain_runner import run_chain
 from assets.gym_checks import after_batch
+from assets.host_turns import host_turn
 from assets.provenance import provenance_for, with_provenance
 from assets.run_tags import run_source
 from assets.single_call import run_single_calls
@@ -96,10 +97,11 @@ def _process_held(run: BatchRun, held: list[str]) -> Iterator[AssetMaterializati
     """Single calls or a chain over the held postings, with the claims given back if the run stops."""
     run.remaining = set(held)
     try:
-        if run.use_case.steps is not None:  # a multi-step use case: run by step, in waves
-            yield from run_chain(run, held)
-        else:
-            yield from run_single_calls(run, held)
+        with host_turn(run):  # several runs per host: one after another, each started and ready
+            if run.use_case.steps is not None:  # a multi-step use case: run by step, in waves
+                yield from run_chain(run, held)
+            else:
+                yield from run_single_calls(run, held)
     except BackendUnavailable as exc:
         raise _trip_breaker(run, exc) from exc
     except BaseException:

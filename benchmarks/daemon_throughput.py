@@ -39,6 +39,7 @@ from typing import Any
 
 from sqlalchemy import create_engine, func, select, text
 
+from appdb.database import normalize_url
 from appdb.models import Interaction, UseCaseOutput, WorkItem
 from benchmarks.report import write_report
 from pipeline_defs.settings import PROJECT_ROOT
@@ -106,6 +107,7 @@ def simulated_hosts(count: int, latency_ms: float, parallel: int) -> Iterator[li
 @contextmanager
 def postgres_databases(admin_url: str, count: int) -> Iterator[list[str]]:
     """Fresh PostgreSQL databases, dropped afterwards."""
+    admin_url = normalize_url(admin_url)  # psycopg2: with SQLAlchemy 2.1 a bare postgresql:// picks psycopg 3
     engine = create_engine(admin_url, isolation_level="AUTOCOMMIT")
     names = [f"bench_daemon_{uuid.uuid4().hex[:8]}" for _ in range(count)]
     base = admin_url.rsplit("/", 1)[0]
@@ -287,7 +289,7 @@ def _watch(
     args: argparse.Namespace, app_url: str, hosts: list[subprocess.Popen], ingested: float
 ) -> dict[str, Any]:
     """Poll the application database until every output is current (or the timeout)."""
-    engine = create_engine(app_url)
+    engine = create_engine(normalize_url(app_url))
     expected = args.postings * len(USE_CASES)
     first: dict[str, float] = {}
     killed_at = None
@@ -399,7 +401,7 @@ def _server_figures(
 
 def _integrity(app_url: str, postings: int) -> dict[str, Any]:
     """Duplicates (more than one stored answer per posting and use case) and attempts spent."""
-    engine = create_engine(app_url)
+    engine = create_engine(normalize_url(app_url))
     try:
         with engine.connect() as conn:
             ok = conn.execute(

@@ -97,3 +97,45 @@ def test_a_dead_host_pauses_itself_only_its_claims_return_unspent_and_the_others
     with session_scope(sqlite_url) as session:
         items = session.scalars(select(WorkItem)).all()
     assert [(item.status, item.attempts) for item in items] == [("done", 0)] * 3
+
+
+def test_a_run_waits_ready_for_a_turn_at_its_host_and_sends_as_soon_as_one_frees(
+    httpserver: HTTPServer, sqlite_url: str, tmp_path: Path
+) -> None:
+    """Runs started ahead wait for a turn (the host pool), so steps follow each other with no idle gap."""
+    from dagster._core.test_utils import instance_for_test
+
+    with instance_for_test() as instance:  # SQLite storage: it enforces pools (the in-memory one does not)
+        _wait_for_a_turn(httpserver, sqlite_url, tmp_path, instance)
+
+
+def _wait_for_a_turn(httpserver: HTTPServer, sqlite_url: str, tmp_path: Path, dagster_instance) -> None:  # noqa: ANN001
+    import threading
+    import time
+
+    from assets.host_turns import HOST_TURNS, host_pool
+
+    fake = FakeOllama(httpserver)
+    alive = httpserver.url_for("/").rstrip("/")
+    seed_postings(sqlite_url, tmp_path, POSTINGS[:2])
+    settings = _settings(sqlite_url, f"{alive} parallel=2;{DEAD} parallel=2")
+    defs = build_definitions(settings, use_cases=[POSTING_SUMMARY], llm=build_llm_resource(settings))
+    storage = dagster_instance.event_log_storage
+    storage.set_concurrency_slots(host_pool(alive), HOST_TURNS)
+    for other in range(HOST_TURNS):  # every turn taken by other runs' steps
+        assert storage.claim_concurrency_slot(
+            host_pool(alive), f"other-{other}", "posting_summary"
+        ).is_claimed
+    outcome = {}
+    worker = threading.Thread(
+        target=lambda: outcome.update(result=_run_pinned(defs, dagster_instance, ["k-00", "k-01"], alive))
+    )
+    worker.start()
+    time.sleep(3)
+    assert not fake.requests and worker.is_alive()  # started, batch claimed, waiting for its turn
+    storage.free_concurrency_slot_for_step("other-0", "posting_summary")
+    freed = time.monotonic()
+    worker.join(timeout=60)
+    assert outcome["result"].success and len(fake.generations) == 2
+    assert time.monotonic() - freed < 30
+    assert storage.get_concurrency_info(host_pool(alive)).active_slot_count == HOST_TURNS - 1  # its turn back
