@@ -34,6 +34,9 @@ class OpenAICompatibleResource(LLMResource):
     api_key: sent as a bearer token when set (hosted APIs, a LiteLLM proxy with keys).
     api: "completions" (the prompt as it is, right for base models) or "chat".
     model_names: a use case's model name -> the server's (e.g. gemma3:270m -> google/gemma-3-270m).
+    schema_format: "json_schema" (OpenAI's structured outputs: vLLM, llama.cpp's llama-server, LiteLLM) or
+        "json_object" ({"type": "json_object", "schema": ...}: llama-cpp-python's `llama_cpp.server`,
+        which rejects json_schema).
     extra_body: fields added to every request, for server-specific sampling options
         (e.g. {"repetition_penalty": 1.15} on vLLM, {"repeat_penalty": 1.15, "top_k": 40} on llama-server).
     timeout_seconds / probe_timeout_seconds: as for Ollama: a read timeout is the item's fault only while
@@ -44,6 +47,7 @@ class OpenAICompatibleResource(LLMResource):
     api_key: str = ""
     api: str = "completions"
     model_names: dict[str, str] = {}
+    schema_format: str = "json_schema"
     extra_body: dict[str, Any] = {}
     timeout_seconds: float = 120.0
     probe_timeout_seconds: float = 5.0
@@ -100,7 +104,9 @@ class OpenAICompatibleResource(LLMResource):
         body.update({_OPTION_NAMES[name]: value for name, value in options.items() if name in _OPTION_NAMES})
         if options.get("stop"):
             body["stop"] = list(options["stop"])
-        if schema is not None:
+        if schema is not None and self.schema_format == "json_object":
+            body["response_format"] = {"type": "json_object", "schema": schema}
+        elif schema is not None:
             body["response_format"] = {
                 "type": "json_schema",
                 "json_schema": {"name": "output", "schema": schema, "strict": True},

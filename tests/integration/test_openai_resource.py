@@ -154,3 +154,13 @@ def test_requests_in_flight_follow_the_slots_llama_server_reports(httpserver: HT
     pinned = _resource(httpserver, hosts=[f"{httpserver.url_for('/v1')} parallel=3"])
     pinned.ensure_loaded("gemma3:270m")
     assert pinned.in_flight_limit == 3  # the operator's word wins
+
+
+def test_json_object_schema_format_for_llama_cpp_python_server(httpserver: HTTPServer) -> None:
+    """llama-cpp-python's server rejects response_format json_schema (HTTP 500, seen by hand); it takes
+    {"type": "json_object", "schema": ...} instead."""
+    fake = FakeOpenAI(httpserver)
+    _resource(httpserver, api="chat", schema_format="json_object").generate(
+        "gemma3:270m", "Title: Cook", "", SCHEMA, {}
+    )
+    assert fake.requests[0]["response_format"] == {"type": "json_object", "schema": SCHEMA}
