@@ -31,6 +31,7 @@ from appdb import claims, discovery, inputs, pauses
 from assets.batch_state import BatchOutcome, BatchRun
 from assets.chain_runner import run_chain
 from assets.gym_checks import after_batch
+from assets.host_turns import host_turn
 from assets.provenance import provenance_for, with_provenance
 from assets.run_tags import run_source
 from assets.single_call import run_single_calls
@@ -96,10 +97,11 @@ def _process_held(run: BatchRun, held: list[str]) -> Iterator[AssetMaterializati
     """Single calls or a chain over the held postings, with the claims given back if the run stops."""
     run.remaining = set(held)
     try:
-        if run.use_case.steps is not None:  # a multi-step use case: run by step, in waves
-            yield from run_chain(run, held)
-        else:
-            yield from run_single_calls(run, held)
+        with host_turn(run):  # several runs per host: one after another, each started and ready
+            if run.use_case.steps is not None:  # a multi-step use case: run by step, in waves
+                yield from run_chain(run, held)
+            else:
+                yield from run_single_calls(run, held)
     except BackendUnavailable as exc:
         raise _trip_breaker(run, exc) from exc
     except BaseException:
@@ -112,17 +114,22 @@ def _process_held(run: BatchRun, held: list[str]) -> Iterator[AssetMaterializati
 
 def _trip_breaker(run: BatchRun, exc: BackendUnavailable) -> Failure:
     """The circuit breaker: stop at the first infrastructure error, spend no attempts, and pause the
-    use case so the sensor requests no runs until the resume time."""
+    use case so the sensor requests no runs until the resume time. With several hosts only the run's
+    host is paused: the sensor gives its postings to the others."""
     name = run.use_case.name
+    host = run.llm.pinned_host if run.llm is not None and run.llm.several_hosts else None
+    paused = host.pause_key if host is not None else name
     with run.app_db.session() as session:
         released = claims.release_items(session, name, sorted(run.remaining), run.run_id)
         resume_at = pauses.pause_use_cases(
-            session, [name], f"{run.backend} backend unavailable: {exc}", policy=run.use_case.retry
+            session, [paused], f"{run.backend} backend unavailable: {exc}", policy=run.use_case.retry
         )
     return Failure(
         description=(
-            f"{name}: the LLM backend is unavailable, run stopped and {name} paused "
-            f"until {resume_at:%Y-%m-%d %H:%M:%S} UTC (`pipeline resume` to retry sooner): {exc}"
+            f"{name}: the LLM backend is unavailable, run stopped and {paused} paused "
+            f"until {resume_at:%Y-%m-%d %H:%M:%S} UTC (`pipeline resume` to retry sooner)"
+            + (": its postings go to the other hosts" if host is not None else "")
+            + f": {exc}"
         ),
         metadata={
             "done_before_stop": len(run.outcome.done),

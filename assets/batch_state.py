@@ -101,5 +101,6 @@ class BatchRun:
     def note_served(self) -> None:
         """After the run's first stored output the backend serves again: reset the breaker's trip count."""
         if len(self.outcome.done) == 1:
+            host = self.llm.pinned_host if self.llm is not None and self.llm.several_hosts else None
             with self.app_db.session() as session:
-                pauses.clear_pause(session, self.use_case.name)
+                pauses.clear_pause(session, host.pause_key if host is not None else self.use_case.name)

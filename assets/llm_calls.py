@@ -1,6 +1,6 @@
 """The one place that calls the LLM: single calls, chain steps and the judge all go through here.
 
-Requests go out in order with up to `llm.max_in_flight` open at once, and results come back in order. A
+Requests go out in order with up to `llm.in_flight_limit` open at once, and results come back in order. A
 request is sent as soon as a slot frees, before the caller stores the previous result, so the bookkeeping
 of each item (output, interaction, Dagster event) overlaps the next call instead of leaving the backend
 idle: even with one request in flight the backend stays busy. After a `BackendUnavailable` nothing more
@@ -55,8 +55,8 @@ def call_llm(llm: LLMResource, request: LLMRequest) -> Generation | Exception:
 def generate_in_order(
     llm: LLMResource, requests: Iterable[tuple[Item, LLMRequest]]
 ) -> Iterator[tuple[Item, Generation | Exception]]:
-    """Each item's outcome, in the order given, with up to `llm.max_in_flight` requests open."""
-    slots = max(1, llm.max_in_flight)
+    """Each item's outcome, in the order given, with up to `llm.in_flight_limit` requests open."""
+    slots = llm.in_flight_limit
     with ThreadPoolExecutor(max_workers=slots) as pool:
         pending = iter(requests)
         window: deque[tuple[Item, Future]] = deque(

@@ -15,7 +15,8 @@ prompt (so grounding keeps them); any other schema gets an object with the requi
 properties filled with empty values of their type.
 
 GET /stats returns what it served (loads, generations, peak concurrency) as JSON;
-POST /stats/reset zeroes it. Figures measured against this server are *simulated*
+GET /stats/timeline the wall-clock start and end of every generation (to find the idle gaps);
+POST /stats/reset zeroes both. Figures measured against this server are *simulated*
 backend figures: they show the orchestration around the LLM, not a model's speed.
 """
 
@@ -57,6 +58,7 @@ class SimulatedOllama:
     def reset(self) -> None:
         with self.lock:
             self.loads: dict[str, int] = {}
+            self.timeline: list[tuple[float, float]] = []
             self.generations = 0
             self.active = 0
             self.peak_active = 0
@@ -77,12 +79,14 @@ class SimulatedOllama:
             with self.lock:
                 self.active += 1
                 self.peak_active = max(self.peak_active, self.active)
+            started = time.time()
             try:
                 time.sleep(self.latency_s)
             finally:
                 with self.lock:
                     self.active -= 1
                     self.generations += 1
+                    self.timeline.append((started, time.time()))
         return answer_for(prompt, schema)
 
     def load(self, model: str) -> None:
@@ -162,6 +166,9 @@ def make_handler(state: SimulatedOllama) -> type[BaseHTTPRequestHandler]:
                 self._send({"version": "0.6.5"})
             elif self.path == "/stats":
                 self._send(state.stats())
+            elif self.path == "/stats/timeline":
+                with state.lock:
+                    self._send({"generations": state.timeline})
             elif self.path == "/":
                 self.send_response(200)
                 self.send_header("Content-Length", "17")

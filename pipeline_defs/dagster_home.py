@@ -5,9 +5,9 @@ PIPELINE_DAGSTER_STORAGE=stock (the default on the embedded model) Dagster's sto
 are used as they are; with `pooled` (the default on Ollama) the run and event log storages are
 the pooled variants in `pipeline_defs.dagster_storage` (same tables and files, connections kept
 open), which cut the per-partition cost of a batch run several times over
-(docs/dagster-storage.md). LLM steps share one concurrency pool (`llm`, one step at a time by
-default) so concurrent runs do not fight over one model; run monitoring frees the slots of runs
-that died.
+(docs/dagster-storage.md). On the embedded model LLM steps share one concurrency pool (`llm`, one
+step at a time) so concurrent runs do not fight over the CPU; on a model server the run queue limits
+the runs per host instead (`run_limits`). Run monitoring frees the slots of runs that died.
 """
 
 from __future__ import annotations
@@ -20,15 +20,35 @@ from typing import Any
 from appdb.database import normalize_url
 from pipeline_defs.dagster_storage import DEFAULT_EVENT_BATCH_SIZE
 from pipeline_defs.settings import Settings
+from resources.llm_hosts import LLM_HOST_TAG
 
 LLM_POOL_LIMIT = 1
 MAX_CONCURRENT_RUNS = 4
+SCRIPT_RUNS_ROOM = 2  # places for script runs (skill resolution) beside the LLM runs on a server backend
+DEQUEUE_INTERVAL_SECONDS = 1
 FREE_SLOTS_AFTER_RUN_END_SECONDS = 60
 STORAGE_MODULE = "pipeline_defs.dagster_storage"
 STOCK_NOTE = "PIPELINE_DAGSTER_STORAGE=pooled writes the pooled ones; see docs/dagster-storage.md"
 
 
+def run_limits(settings: Settings) -> tuple[int, int, int | None]:
+    """(max concurrent runs, `llm` pool limit, runs per host or None).
+
+    The embedded model runs in each run's process: one LLM step at a time (the pool), or runs would
+    fight over the CPU. A model server serves every run from one loaded model: there the run queue
+    limits the runs per host (PIPELINE_RUNS_PER_HOST, by the host tag the sensor sets), so the next
+    runs have started, claimed their batch and sent their requests while one finishes, and the
+    server's slots never idle between steps; the pool is then as wide as the queue (never the limit:
+    a step waiting on it polls every second or more). Script runs get room beside them."""
+    if not settings.server_backend:
+        return MAX_CONCURRENT_RUNS, LLM_POOL_LIMIT, None
+    hosts = max(1, len(settings.resolved_hosts()))
+    runs = hosts * settings.runs_per_host + SCRIPT_RUNS_ROOM
+    return runs, runs, settings.runs_per_host
+
+
 def dagster_yaml(settings: Settings) -> str:
+    max_runs, pool_limit, per_host = run_limits(settings)
     lines = [
         "# Written by `pipeline`; edit freely, it is not overwritten.",
         "telemetry:",
@@ -37,9 +57,21 @@ def dagster_yaml(settings: Settings) -> str:
         "  enabled: false",
         "concurrency:",
         "  runs:",
-        f"    max_concurrent_runs: {MAX_CONCURRENT_RUNS}",
+        f"    max_concurrent_runs: {max_runs}",
+    ]
+    if per_host is not None:
+        lines += [
+            "    tag_concurrency_limits:",
+            f"      - key: {json.dumps(LLM_HOST_TAG)}",
+            "        value: {applyLimitPerUniqueValue: true}",
+            f"        limit: {per_host}",
+        ]
+    lines += [
         "  pools:",
-        f"    default_limit: {LLM_POOL_LIMIT}",
+        f"    default_limit: {pool_limit}",
+        # Queued runs start within a second of a free place (Dagster's default looks every 5 s).
+        "run_queue:",
+        f"  dequeue_interval_seconds: {DEQUEUE_INTERVAL_SECONDS}",
         # A run whose worker died keeps its pool slot (one slot: every LLM step would wait
         # forever). The discovery sensor marks such runs failed when their claims expire;
         # monitoring then frees their slots, and fails runs that never get started.

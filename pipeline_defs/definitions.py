@@ -11,6 +11,7 @@ from dagster import Definitions
 from assets.factory import UseCaseDefinitions, WorkGroup, build_work_groups
 from assets.gym_checks import build_gold_check, build_gym_job
 from assets.postings_asset import postings
+from assets.retention import build_retirement
 from assets.taxonomy_asset import skills_taxonomy
 from domain.language.declaration import UseCase
 from pipeline_defs.settings import Settings
@@ -41,12 +42,23 @@ def build_definitions(
     groups = groups if groups is not None else build_work_groups(built)
     gold_checks = [build_gold_check(item.use_case) for item in built]
     gym_job = build_gym_job(gold_checks)
+    retire_job, retire_schedule = build_retirement([item.spec for item in built], settings.retire_after_days)
     return Definitions(
         assets=[postings, skills_taxonomy, *(item.asset for item in built)],
         asset_checks=gold_checks,
-        jobs=[*(item.job for item in built), *(group.job for group in groups), skills_taxonomy_job, gym_job],
+        jobs=[
+            *(item.job for item in built),
+            *(group.job for group in groups),
+            skills_taxonomy_job,
+            gym_job,
+            retire_job,
+        ],
+        schedules=[retire_schedule],
         sensors=[
-            *(build_discovery_sensor(group, settings.sensor_interval_seconds) for group in groups),
+            *(
+                build_discovery_sensor(group, settings.sensor_interval_seconds, settings.resolved_hosts())
+                for group in groups
+            ),
             skills_taxonomy_sensor,
             build_gym_sensor(gym_job),
         ],

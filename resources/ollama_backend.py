@@ -31,6 +31,9 @@ _OPTION_NAMES = {
     "stop": "stop",
     "num_ctx": "num_ctx",
 }
+# Options Ollama fixes when it loads a model: a call whose values differ from the loaded model's makes
+# Ollama reload it, so the warm-up sends the same ones the calls will.
+LOAD_TIME_OPTIONS = ("num_ctx", "num_batch", "num_gpu", "main_gpu", "num_thread", "use_mmap", "low_vram")
 
 
 @functools.cache
@@ -52,7 +55,8 @@ class OllamaResource(LLMResource):
     unload_after_run: free the GPU at the end of each run (keep_alive=0).
     raw: send prompts without the model's chat template (right for base models and
         the few-shot completion prompts of the shipped use cases).
-    options: extra Ollama options applied to every call (e.g. num_ctx, num_gpu).
+    options: extra Ollama options applied to every call (e.g. num_ctx, num_gpu); the load-time ones
+        (`LOAD_TIME_OPTIONS`) go with the warm-up too, or the first real call would reload the model.
     """
 
     host: str = "http://127.0.0.1:11434"
@@ -67,12 +71,24 @@ class OllamaResource(LLMResource):
     def backend_name(self) -> str:
         return "ollama"
 
+    @property
+    def url(self) -> str:
+        """The server this run talks to: its pinned host (several hosts), else `host`."""
+        pinned = self.pinned_host
+        return pinned.url if pinned is not None else self.host
+
     def _client(self) -> ollama.Client:
-        return ollama.Client(host=self.host, timeout=self.timeout_seconds, verify=_tls_context())
+        return ollama.Client(host=self.url, timeout=self.timeout_seconds, verify=_tls_context())
 
     def _load(self, model: str) -> ollama.Client:
         client = self._client()
-        self._call(model, lambda: client.generate(model=model, prompt="", keep_alive=self.keep_alive))
+        load_options = {name: value for name, value in self.options.items() if name in LOAD_TIME_OPTIONS}
+        self._call(
+            model,
+            lambda: client.generate(
+                model=model, prompt="", keep_alive=self.keep_alive, options=load_options or None
+            ),
+        )
         return client
 
     def _generate(
@@ -124,8 +140,7 @@ class OllamaResource(LLMResource):
             return request()
         except ConnectionError as exc:
             raise BackendUnavailable(
-                f"cannot reach Ollama at {self.host} (model {model}): is `ollama serve` running there? "
-                f"({exc})"
+                f"cannot reach Ollama at {self.url} (model {model}): is `ollama serve` running there? ({exc})"
             ) from exc
         except httpx.TimeoutException as exc:
             # Only a response that never came (read timeout) can be the item's fault, and only
@@ -137,24 +152,24 @@ class OllamaResource(LLMResource):
             ):
                 raise ItemError(
                     f"generation timed out after {self.timeout_seconds:g}s while the server was up "
-                    f"(Ollama at {self.host}, model {model})"
+                    f"(Ollama at {self.url}, model {model})"
                 ) from exc
             raise BackendUnavailable(
-                f"Ollama at {self.host} did not answer within {self.timeout_seconds:g}s (model {model})"
+                f"Ollama at {self.url} did not answer within {self.timeout_seconds:g}s (model {model})"
             ) from exc
         except httpx.HTTPError as exc:
             raise BackendUnavailable(
-                f"HTTP error talking to Ollama at {self.host} (model {model}): {exc}"
+                f"HTTP error talking to Ollama at {self.url} (model {model}): {exc}"
             ) from exc
         except ollama.ResponseError as exc:
             if exc.status_code == 404:
                 raise BackendUnavailable(
-                    f"model {model!r} is not available on the Ollama server at {self.host}: "
+                    f"model {model!r} is not available on the Ollama server at {self.url}: "
                     f"run `ollama pull {model}` there ({exc.error})"
                 ) from exc
             if exc.status_code >= 500 or exc.status_code < 0:
                 raise BackendUnavailable(
-                    f"Ollama at {self.host} failed serving {model}: {exc.error} (HTTP {exc.status_code})"
+                    f"Ollama at {self.url} failed serving {model}: {exc.error} (HTTP {exc.status_code})"
                 ) from exc
             raise ItemError(
                 f"Ollama rejected the request for {model}: {exc.error} (HTTP {exc.status_code})"
@@ -163,7 +178,7 @@ class OllamaResource(LLMResource):
     def _server_answers(self) -> bool:
         """Whether the server answers a cheap request within `probe_timeout_seconds`."""
         try:
-            with ollama.Client(host=self.host, timeout=self.probe_timeout_seconds) as client:
+            with ollama.Client(host=self.url, timeout=self.probe_timeout_seconds) as client:
                 client.list()
         except (ConnectionError, httpx.HTTPError):
             return False

@@ -48,6 +48,8 @@ from assets.run_tags import (
     partition_range_tags,
 )
 from resources.app_database import AppDatabase
+from resources.llm_hosts import LLMHost
+from sensors.host_pinning import pin_requests, usable_hosts
 
 DEFAULT_INTERVAL_SECONDS = 30
 _LOOKUP_CHUNK = 500  # partition keys per lookup query on SQLite
@@ -202,9 +204,11 @@ def fail_dead_runs(instance: DagsterInstance, run_ids: Sequence[str]) -> list[st
 
 
 def build_discovery_sensor(
-    group: WorkGroup, interval_seconds: int = DEFAULT_INTERVAL_SECONDS
+    group: WorkGroup, interval_seconds: int = DEFAULT_INTERVAL_SECONDS, hosts: Sequence[LLMHost] = ()
 ) -> SensorDefinition:
-    """The group's sensor; it ticks every `interval_seconds` (PIPELINE_SENSOR_INTERVAL_SECONDS)."""
+    """The group's sensor; it ticks every `interval_seconds` (PIPELINE_SENSOR_INTERVAL_SECONDS). With
+    `hosts` (a server backend) each LLM run is pinned to one of them (`sensors/host_pinning.py`)."""
+    hosts = hosts if group.model else ()  # a script group calls no model server
     members = ", ".join(group.use_case_names)
     interval = interval_seconds
 
@@ -232,10 +236,17 @@ def build_discovery_sensor(
             if previous.get("marker") == marker and previous.get("pending") == 0:
                 return SkipReason(f"{group.name}: no change since the last tick, and no work then")
             plan = plan_runs(session, context.instance, group)
+            open_hosts = usable_hosts(hosts, group.model, pauses.active_pauses(session)) if hosts else []
         for name, why in plan.paused.items():
             context.log.warning(f"{name} is paused, no runs requested for it: {why}")
         cursor = json.dumps({"marker": marker, "pending": len(plan.pending)})
         requests = plan.run_requests(group)
+        if hosts and not open_hosts:
+            context.log.warning(
+                f"{group.name}: every host serving {group.model} is paused or lists other models"
+            )
+            requests = []
+        requests = pin_requests(requests, open_hosts, context.instance, ACTIVE_STATUSES)
         per_use_case = ", ".join(f"{name} {count}" for name, count in plan.pending_by_use_case.items())
         context.log.info(
             f"{group.name}: {len(plan.pending)} postings pending ({per_use_case}), {plan.in_flight} already "

@@ -15,6 +15,7 @@ pipeline resume [--use-case NAME]      end pauses now
 pipeline ui [--port N]           start `dagster dev` on 127.0.0.1 with the project's DAGSTER_HOME
 pipeline review [...]            the gym: quality figures, review items, accept/reject/correct
 pipeline reprocess --stale [--use-case NAME] [--dry-run]   redo only outdated outputs
+pipeline retire --finished-before DATE [--dry-run]   delete finished postings' Dagster partitions
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pipeline_defs.cli import (
     discover_command,
     ingest_command,
     reprocess_command,
+    retire_command,
     review_commands,
     run_commands,
     setup_commands,
@@ -44,6 +46,7 @@ COMMAND_MODULES = (
     discover_command,
     review_commands,
     reprocess_command,
+    retire_command,
 )
 
 

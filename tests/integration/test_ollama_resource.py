@@ -47,6 +47,20 @@ def test_warm_up_then_generate_with_keep_alive_format_and_options(httpserver: HT
     assert (first.prompt_tokens, first.completion_tokens) == (412, 31)
 
 
+def test_warm_up_sends_the_load_time_options_of_the_calls_so_the_model_is_not_reloaded(
+    httpserver: HTTPServer,
+) -> None:
+    """Ollama reloads a model when a call's num_ctx (or num_gpu, ...) differs from the loaded one's."""
+    fake = FakeOllama(httpserver)
+    llm = OllamaResource(
+        host=httpserver.url_for("/").rstrip("/"), options={"num_ctx": 8192, "num_gpu": 99, "top_k": 20}
+    )
+    llm.generate("gemma3:270m", "Title: Baker\nSummary:", "", None, {})
+    [warmup], [call] = fake.warmups, fake.generations
+    assert warmup["options"] == {"num_ctx": 8192, "num_gpu": 99}
+    assert {name: call["options"][name] for name in ("num_ctx", "num_gpu")} == warmup["options"]
+
+
 def test_missing_model_names_host_model_and_pull_command(httpserver: HTTPServer) -> None:
     FakeOllama(httpserver, models=())
     host = httpserver.url_for("/").rstrip("/")

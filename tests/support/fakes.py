@@ -4,6 +4,7 @@ of real llama.cpp model loads."""
 from __future__ import annotations
 
 import json
+import time
 
 import llama_cpp
 import pytest
@@ -67,3 +68,45 @@ def counting_model_loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(llama_cpp, "Llama", CountingLlama)
     return loads
+
+
+class FakeOpenAI:
+    """Answers like an OpenAI-compatible server (vLLM, llama-server): GET /v1/models, POST
+    /v1/completions and /v1/chat/completions; a `response_format` schema with a summary gets a summary.
+    `fail_with` (status, body) makes every generation answer that error instead; `delay_seconds` slows it."""
+
+    def __init__(self, server: HTTPServer, models: tuple[str, ...] = ("gemma3:270m",)) -> None:
+        self.requests: list[dict] = []
+        self.models = models
+        self.fail_with: tuple[int, dict] | None = None
+        self.delay_seconds = 0.0
+        server.expect_request("/v1/models", method="GET").respond_with_json(
+            {"object": "list", "data": [{"id": model, "object": "model"} for model in models]}
+        )
+        for path in ("/v1/completions", "/v1/chat/completions"):
+            server.expect_request(path, method="POST").respond_with_handler(self.handle)
+
+    def handle(self, request: Request) -> Response:
+        body = json.loads(request.data)
+        self.requests.append(
+            {**body, "path": request.path, "authorization": request.headers.get("Authorization")}
+        )
+        time.sleep(self.delay_seconds)
+        if self.fail_with is not None:
+            status, error = self.fail_with
+            return Response(json.dumps(error), status=status, content_type="application/json")
+        if body["model"] not in self.models:
+            error = {"error": {"message": f"The model `{body['model']}` does not exist.", "code": 404}}
+            return Response(json.dumps(error), status=404, content_type="application/json")
+        prompt = body.get("prompt") or body["messages"][-1]["content"]
+        title = prompt.rsplit("Title: ", 1)[-1].split("\n", 1)[0]
+        text = json.dumps({"summary": f"A company hires a {title} for the work described."})
+        if request.path.endswith("/chat/completions"):
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+        else:
+            choice = {"index": 0, "text": text, "finish_reason": "stop"}
+        usage = {"prompt_tokens": 412, "completion_tokens": 31, "total_tokens": 443}
+        return Response(
+            json.dumps({"id": "cmpl-1", "object": "text_completion", "choices": [choice], "usage": usage}),
+            content_type="application/json",
+        )

@@ -21,7 +21,7 @@ from pipeline_defs.wiring import build_use_cases
 
 def test_sensor_interval_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PIPELINE_SENSOR_INTERVAL_SECONDS", raising=False)
-    assert Settings.from_env().sensor_interval_seconds == 30
+    assert Settings.from_env().sensor_interval_seconds == 5  # the daemon's own loop: work found within 5 s
     monkeypatch.setenv("PIPELINE_SENSOR_INTERVAL_SECONDS", "5")
     defs = build_definitions(Settings.from_env())
     discovery_sensors = [sensor for sensor in defs.sensors if sensor.name.endswith("_discovery")]
@@ -83,6 +83,46 @@ def test_generated_dagster_yaml_limits_llm_steps_and_runs(
         # slots held by a run that died are freed once the run is marked failed
         assert instance.run_monitoring_enabled
         assert instance.run_monitoring_settings["free_slots_after_run_end_seconds"] == 60
+
+
+def test_on_model_servers_the_run_queue_limits_runs_per_host_and_script_runs_get_room(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "unused"))
+    monkeypatch.setenv(
+        "PIPELINE_LLM_HOSTS", "http://a:11434 parallel=4; http://b:11434 parallel=2 models=m:1"
+    )
+    monkeypatch.setenv("PIPELINE_RUNS_PER_HOST", "3")
+    settings = replace(Settings.from_env(), dagster_home=tmp_path / "home", dagster_postgres_url=None)
+    assert settings.llm_backend == "ollama" and [h.parallel for h in settings.resolved_hosts()] == [4, 2]
+    ensure_dagster_home(settings)
+    with DagsterInstance.from_config(str(tmp_path / "home")) as instance:
+        config = instance.get_concurrency_config()
+        assert config.run_queue_config.max_concurrent_runs == 2 * 3 + 2
+        assert config.pool_config.default_pool_limit == 8  # never the binding limit
+        [limit] = config.run_queue_config.tag_concurrency_limits
+        assert limit == {"key": "pipeline/llm_host", "value": {"applyLimitPerUniqueValue": True}, "limit": 3}
+        assert instance.run_coordinator.dequeue_interval_seconds == 1
+
+
+def test_in_flight_requests_default_to_the_servers_parallel_slots(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipeline_defs.wiring import build_llm_resource
+
+    monkeypatch.setenv("OLLAMA_HOST", "http://gpu:11434")
+    monkeypatch.delenv("PIPELINE_LLM_HOSTS", raising=False)
+    monkeypatch.delenv("OLLAMA_NUM_PARALLEL", raising=False)
+    assert build_llm_resource(Settings.from_env()).in_flight_limit == 4  # Ollama's own default
+    monkeypatch.setenv("OLLAMA_NUM_PARALLEL", "6")
+    llm = build_llm_resource(Settings.from_env())
+    assert llm.in_flight_limit == 6 and llm.hosts == ["http://gpu:11434 parallel=6"]
+    monkeypatch.setenv("PIPELINE_LLM_HOSTS", "http://a:1 parallel=2; http://b:1")
+    assert [h.parallel for h in Settings.from_env().resolved_hosts()] == [2, 6]
+    monkeypatch.setenv("PIPELINE_LLM_HOSTS", "gpu-a:11434")
+    with pytest.raises(ValueError, match="must start with its URL"):
+        Settings.from_env()
+    monkeypatch.setenv("PIPELINE_LLM_HOSTS", "http://a:1 slots=2")
+    with pytest.raises(ValueError, match="is not `parallel=N`"):
+        Settings.from_env()
 
 
 def test_a_dead_run_gives_its_llm_pool_slot_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
