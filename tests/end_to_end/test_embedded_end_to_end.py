@@ -38,14 +38,14 @@ def test_embedded_model_summarizes_a_batch_in_one_run_and_trace_shows_the_exact_
     assert len(loads) == 1
     assert len(dagster_instance.get_run_records()) == 1
     events = result.get_asset_materialization_events()
-    assert sorted(event.partition for event in events) == keys
+    assert events and {event.partition for event in events} <= set(keys)
     metadata = events[0].event_specific_data.materialization.metadata
     assert metadata["model"].value == "gemma3:270m" and metadata["backend"].value == "embedded"
     assert metadata["prompt_tokens"].value > 100 and metadata["preview"].value
     with session_scope(sqlite_url) as session:
         outputs = {row.posting_key: row for row in session.scalars(select(UseCaseOutput))}
         interactions = {row.posting_key: row for row in session.scalars(select(Interaction))}
-    assert sorted(outputs) == keys and all(len(o.value["summary"]) > 10 for o in outputs.values())
+    assert "p-2" in outputs and all(len(o.value["summary"]) > 10 for o in outputs.values())
     for posting in POSTINGS:
         interaction = interactions[posting["key"]]
         expected_prompt, _, _ = POSTING_SUMMARY.render(
@@ -53,12 +53,12 @@ def test_embedded_model_summarizes_a_batch_in_one_run_and_trace_shows_the_exact_
         )
         assert interaction.prompt == expected_prompt
         assert posting["description"] in interaction.prompt and "{description}" not in interaction.prompt
-        assert (interaction.status, interaction.backend, interaction.run_id) == (
-            "ok",
-            "embedded",
-            result.run_id,
-        )
-        assert interaction.parsed_output == outputs[posting["key"]].value
+        assert (interaction.backend, interaction.run_id) == ("embedded", result.run_id)
+        if posting["key"] in outputs:
+            assert interaction.status == "ok" and interaction.parsed_output == outputs[posting["key"]].value
+        else:  # the 270M model copied a fact from its few-shot examples: blocked, the phrase named
+            assert interaction.status == "item_error"
+            assert interaction.error.startswith("blocked by check summary_faithful: summary states")
 
     monkeypatch.setenv("PIPELINE_DATABASE_URL", sqlite_url)
     report = tmp_path / "trace.md"
@@ -78,7 +78,11 @@ def test_embedded_model_extracts_grounded_skills_in_the_same_run_as_the_summary(
 
     loads = counting_model_loads(monkeypatch)
     seed_postings(sqlite_url, tmp_path, POSTINGS[:1])
-    defs = build_definitions(replace(Settings.from_env(), database_url=sqlite_url, llm_backend="embedded"))
+    # the embedded model's own skills prompt (the default is the CPU tagger, tested elsewhere)
+    settings = replace(
+        Settings.from_env(), database_url=sqlite_url, llm_backend="embedded", skills_style="llm"
+    )
+    defs = build_definitions(settings)
     dagster_instance.add_dynamic_partitions("postings", ["p-1"])
     result = defs.resolve_job_def("gemma3_270m_batch_job").execute_in_process(
         instance=dagster_instance,
@@ -101,15 +105,23 @@ def test_embedded_model_extracts_grounded_skills_in_the_same_run_as_the_summary(
 def test_embedded_model_judges_its_own_summary_with_grammar_valid_grades_and_no_second_load(
     sqlite_url: str, tmp_path: Path, dagster_instance, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The gym's default judge is the embedded base model: grades 1-5 per criterion, same loaded model."""
+    """The embedded base model as an LLM judge (calibration off: it fails its calibration set, so by
+    default it is refused): grammar-valid grades 1-5 per criterion, from the model the run loaded."""
     from appdb.models import OutputGrade
 
     loads = counting_model_loads(monkeypatch)
-    seed_postings(sqlite_url, tmp_path, POSTINGS[:1])
-    settings = replace(Settings.from_env(), database_url=sqlite_url, llm_backend="embedded", judge_sample=1)
+    seed_postings(sqlite_url, tmp_path, POSTINGS[1:2])
+    settings = replace(
+        Settings.from_env(),
+        database_url=sqlite_url,
+        llm_backend="embedded",
+        judge_sample=1,
+        judge_model="gemma3:270m",
+        judge_calibration=False,
+    )
     defs = build_definitions(settings, use_cases=[POSTING_SUMMARY])
 
-    result = run_use_case(defs, dagster_instance, ["p-1"])
+    result = run_use_case(defs, dagster_instance, ["p-2"])
 
     assert result.success and len(loads) == 1  # the judge reuses the model the run loaded
     [judge] = [e for e in result.get_asset_check_evaluations() if e.check_name == "judge_grades"]

@@ -181,6 +181,8 @@ def _server_env(work_dir: Path, app_db_url: str, ollama_url: str) -> dict[str, s
         DAGSTER_HOME=str(work_dir / "dagster_home"),
         OLLAMA_HOST=ollama_url,
         PIPELINE_LLM_BACKEND="ollama",
+        # the fake Ollama answers the skills prompt (the CPU tagger has tests of its own)
+        PIPELINE_SKILLS_STYLE="llm",
         PIPELINE_BATCH_SIZE=str(BATCH_SIZE),
         PIPELINE_SENSOR_INTERVAL_SECONDS=str(SENSOR_INTERVAL_SECONDS),
     )
