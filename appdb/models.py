@@ -91,6 +91,7 @@ class Interaction(Base):
     prompt_tokens: Mapped[int | None]
     completion_tokens: Mapped[int | None]
     latency_ms: Mapped[float | None]
+    cost: Mapped[float | None]  # tokens x the model's configured price; 0 for local models (migration 0005)
     status: Mapped[str] = mapped_column(String(20))  # ok | item_error | infra_error
     error: Mapped[str | None] = mapped_column(Text)
     source: Mapped[str] = mapped_column(String(20))  # sensor | backfill | ui | cli | test
@@ -285,3 +286,42 @@ class Correction(Base):
     review_item_id: Mapped[int | None] = mapped_column(Integer)
     interaction_id: Mapped[int | None] = mapped_column(Integer)  # the review's record in `interactions`
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class PacerBucket(Base):
+    """One token bucket of the pacer (`appdb/pacer.py`), shared by every process on the database.
+
+    `tokens` may go below zero: a caller that reserved ahead of the refill waits until its
+    turn, so the balance records the reservations still to come. `updated_at` is epoch seconds.
+    """
+
+    __tablename__ = "pacer_buckets"
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    tokens: Mapped[float]
+    updated_at: Mapped[float]
+
+
+class Event(Base):
+    """What Dagster's log does not keep across runs and domains: discovery counts, pauses and
+    resumes with reasons, errors by class, and each run's cost (`appdb/events.py`)."""
+
+    __tablename__ = "events"
+    __table_args__ = (Index("ix_events_at", "at"), Index("ix_events_kind", "kind", "at"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(default=utcnow)
+    kind: Mapped[str] = mapped_column(String(30))  # discovery | pause | resume | error | run_cost
+    use_case: Mapped[str | None] = mapped_column(String(100))
+    subject_kind: Mapped[str | None] = mapped_column(String(50))
+    run_id: Mapped[str | None] = mapped_column(String(64))
+    source: Mapped[str | None] = mapped_column(String(20))
+    count: Mapped[int | None] = mapped_column(Integer)
+    error_class: Mapped[str | None] = mapped_column(String(100))
+    reason: Mapped[str | None] = mapped_column(Text)
+    model: Mapped[str | None] = mapped_column(String(200))
+    prompt_tokens: Mapped[int | None] = mapped_column(Integer)
+    completion_tokens: Mapped[int | None] = mapped_column(Integer)
+    cost: Mapped[float | None]
+    detail: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+

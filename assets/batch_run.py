@@ -31,6 +31,7 @@ from appdb import claims, discovery, inputs, pauses
 from assets.batch_state import BatchOutcome, BatchRun
 from assets.chain_runner import run_chain
 from assets.gym_checks import after_batch
+from assets.outputs import record_run_cost
 from assets.provenance import provenance_for, with_provenance
 from assets.run_tags import run_source
 from assets.single_call import run_single_calls
@@ -76,6 +77,7 @@ def process_batch(
     if held:
         provenance = provenance_for(context.instance, code_version(use_case), use_case, held)  # staleness
         yield from with_provenance(_process_held(run, held), provenance.tag)
+    record_run_cost(run)
     outcome = run.outcome
     outcome.skipped_current, outcome.skipped_held_elsewhere = skipped_current, skipped_held_elsewhere
     yield from check_results(use_case, outcome)
@@ -166,6 +168,9 @@ def check_results(use_case: UseCase, outcome: BatchOutcome) -> Iterator[AssetChe
             "skipped_current": outcome.skipped_current,
             "skipped_held_elsewhere": outcome.skipped_held_elsewhere,
             "llm_seconds": round(outcome.llm_ms / 1000, 2),
+            "calls": outcome.calls,
+            "tokens": outcome.tokens,
+            "cost": round(outcome.cost, 6),
             "failures": MetadataValue.json(dict(list(outcome.failed.items())[:50])),
         },
     )

@@ -181,7 +181,7 @@ class Progress:
     """Logs done/total, seconds per posting and ETA every few seconds."""
 
     def __init__(self, run: BatchRun, total: int) -> None:
-        self.log, self.name, self.total = run.log, run.use_case.name, total
+        self.log, self.name, self.total, self.llm = run.log, run.use_case.name, total, run.llm
         self.done = 0
         self.started = self.last_log = time.perf_counter()
 
@@ -193,9 +193,10 @@ class Progress:
         self.last_log = now
         per_item = (now - self.started) / self.done
         eta = per_item * (self.total - self.done)
+        paced = self.llm.paced_seconds if self.llm is not None else 0.0
         self.log.info(
             f"{self.name}: {self.done}/{self.total} postings ({failed} failed), {per_item:.1f}s per posting, "
-            f"ETA {eta:.0f}s"
+            f"ETA {eta:.0f}s" + (f", {paced:.1f}s waited for the pacer" if paced else "")
         )
 
 

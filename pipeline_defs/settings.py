@@ -23,10 +23,14 @@ Everything a user may want to point elsewhere is one environment variable:
 | PIPELINE_GOLD_SKILLSPAN      | unset; SkillSpan ``dev.json``: gold for postings keyed ``skillspan-...`` |
 | PIPELINE_SUMMARY_STYLE       | ``plain`` (one call); ``refined``: extract, grade, improve, final |
 | PIPELINE_EXTRA_USE_CASES     | unset; ``posting_assessment``: three experts and a synthesizer |
+| PIPELINE_LLM_RATE_PER_SECOND | unset (no pacing); requests a second to a remote or paid backend |
+| PIPELINE_LLM_BURST           | ``1``: requests sent at once after a quiet spell (with the rate above) |
+| PIPELINE_MODEL_PRICES        | unset; JSON ``{"model": [per 1k prompt tokens, per 1k completion tokens]}`` |
 """
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +61,9 @@ class Settings:
     summary_style: str = "plain"  # see pipeline_defs/catalog.py
     dagster_storage: str = "stock"  # "stock" or "pooled": see pipeline_defs/dagster_storage.py
     extra_use_cases: tuple[str, ...] = ()
+    llm_rate_per_second: float = 0.0  # the pacer (appdb/pacer.py); 0: not paced
+    llm_burst: int = 1
+    model_prices: tuple[tuple[str, float, float], ...] = ()  # (model, per 1k prompt, per 1k completion)
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -98,6 +105,7 @@ class Settings:
             threshold = -1.0
         if not 1.0 <= threshold <= 5.0:
             raise ValueError(f"PIPELINE_REVIEW_BELOW must be a grade between 1 and 5, not {review_below!r}")
+        rate, burst = _pacing(env)
         return cls(
             data_dir=data_dir,
             database_url=env.get("PIPELINE_DATABASE_URL") or f"sqlite:///{data_dir / 'app.db'}",
@@ -122,4 +130,45 @@ class Settings:
                 for name in (env.get("PIPELINE_EXTRA_USE_CASES") or "").split(",")
                 if name.strip()
             ),
+            llm_rate_per_second=rate,
+            llm_burst=burst,
+            model_prices=_model_prices(env.get("PIPELINE_MODEL_PRICES") or ""),
         )
+
+
+def _pacing(env: os._Environ[str] | dict[str, str]) -> tuple[float, int]:
+    raw_rate, raw_burst = env.get("PIPELINE_LLM_RATE_PER_SECOND") or "0", env.get("PIPELINE_LLM_BURST") or "1"
+    try:
+        rate = float(raw_rate)
+    except ValueError:
+        rate = -1.0
+    if rate < 0:
+        raise ValueError(f"PIPELINE_LLM_RATE_PER_SECOND must be a number >= 0, not {raw_rate!r}")
+    if not raw_burst.isdigit() or int(raw_burst) < 1:
+        raise ValueError(f"PIPELINE_LLM_BURST must be a positive integer, not {raw_burst!r}")
+    return rate, int(raw_burst)
+
+
+def _model_prices(raw: str) -> tuple[tuple[str, float, float], ...]:
+    if not raw.strip():
+        return ()
+    problem = (
+        'PIPELINE_MODEL_PRICES must be JSON like {"gpt-4o-mini": [0.00015, 0.0006]} '
+        "(price per 1,000 prompt and completion tokens)"
+    )
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{problem}: {exc}") from None
+    if not isinstance(parsed, dict):
+        raise ValueError(problem)
+    prices = []
+    for model, price in parsed.items():
+        if (
+            not isinstance(price, list)
+            or len(price) != 2
+            or not all(isinstance(p, int | float) and p >= 0 for p in price)
+        ):
+            raise ValueError(f"{problem}: {model!r} has {price!r}")
+        prices.append((str(model), float(price[0]), float(price[1])))
+    return tuple(prices)

@@ -4,6 +4,7 @@ each resource configured from the environment."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from assets.factory import UseCaseDefinitions, build_use_case
 from domain.language.declaration import UseCase
@@ -43,8 +44,21 @@ def batch_size_for(use_case: UseCase, settings: Settings) -> int | None:
 def build_llm_resource(settings: Settings) -> LLMResource:
     """Ollama when a host is configured; otherwise the embedded model (no server needed)."""
     if settings.llm_backend == "ollama":
-        return OllamaResource(host=settings.ollama_host or "http://127.0.0.1:11434")
+        host = settings.ollama_host or "http://127.0.0.1:11434"
+        return OllamaResource(host=host, **paid_backend_fields(settings, f"ollama:{host}"))
     return EmbeddedLLMResource()
+
+
+def paid_backend_fields(settings: Settings, bucket: str) -> dict[str, Any]:
+    """The pacer and the prices for a backend that may be remote or paid (the resource decides
+    whether it is local: then it is neither paced nor priced)."""
+    return {
+        "pace_per_second": settings.llm_rate_per_second,
+        "pace_burst": settings.llm_burst,
+        "pace_bucket": bucket,
+        "pace_database_url": settings.database_url,
+        "prices": {model: [prompt, completion] for model, prompt, completion in settings.model_prices},
+    }
 
 
 def build_taxonomy_resource(settings: Settings) -> TaxonomyResource:

@@ -35,7 +35,7 @@ from dagster._core.storage.event_log.schema import DynamicPartitionsTable
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from appdb import claims, discovery, pauses
+from appdb import claims, discovery, events, pauses
 from assets.factory import WorkGroup
 from assets.partitions import POSTING_PARTITIONS
 from assets.run_tags import (
@@ -249,6 +249,15 @@ def build_discovery_sensor(
             if not plan.pending:
                 return SkipReason(f"{group.name}: no work: every posting has a current output")
             return SkipReason(f"{group.name}: {len(plan.pending)} pending, all in queued or running runs")
+        with app_db.session() as session:  # the event log keeps discovery counts across runs
+            events.record_event(
+                session,
+                "discovery",
+                use_case=group.name,
+                source="sensor",
+                count=len(plan.pending),
+                detail={"by_use_case": plan.pending_by_use_case, "runs_requested": len(requests)},
+            )
         return SensorResult(
             run_requests=requests,
             dynamic_partitions_requests=(

@@ -4,7 +4,9 @@ pipeline migrate                 create or upgrade the application database; cre
 pipeline ingest FILE...          load postings (JSONL or CSV); exit 1 if any row was rejected
 pipeline run [--use-case NAME]   process all pending work now, in this process
 pipeline demo                    ingest the demo postings, summarize them, print a table
-pipeline status                  per use case: current, pending, failed; paused use cases
+pipeline status [--by-source]    per use case: current, pending, failed; paused use cases
+                                 (--by-source: interactions per hour by source)
+pipeline events [--kind K] [--hours N]   discovery counts, pauses/resumes, errors by class, cost per run
 pipeline trace KEY [--markdown FILE]   exact prompts, responses and outputs of one posting
 pipeline failures [--use-case NAME]    parked items (failed max_attempts times) with their last error
 pipeline retry (--all | --use-case NAME | --posting KEY...)   re-queue parked items
@@ -24,6 +26,7 @@ import sys
 
 from pipeline_defs.cli import (
     discover_command,
+    events_command,
     ingest_command,
     reprocess_command,
     review_commands,
@@ -44,6 +47,7 @@ COMMAND_MODULES = (
     discover_command,
     review_commands,
     reprocess_command,
+    events_command,
 )
 
 
