@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import JSON, DateTime, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 KEY_LENGTH = 255
@@ -325,3 +325,55 @@ class Event(Base):
     cost: Mapped[float | None]
     detail: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
+
+class Subject(Base):
+    """One subject of a kind other than postings (which keep their own table): what the work core's
+    use cases run on. `content` is the domain's fields; `content_hash` changes when they change, which
+    makes the subject's outputs stale (as a posting's content hash does). (Migration 0006.)"""
+
+    __tablename__ = "subjects"
+    __table_args__ = (
+        UniqueConstraint("kind", "key", name="uq_subjects_kind_key"),
+        Index("ix_subjects_kind_updated_at", "kind", "updated_at"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(50))
+    key: Mapped[str] = mapped_column(String(KEY_LENGTH))
+    content: Mapped[dict[str, Any]]
+    content_hash: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class AutodoItem(Base):
+    """autodo's own state of one work item (its text is the `subjects` row of kind ``autodo``):
+    status, priority, parent, where it was last seen, notes. (Migration 0006.)"""
+
+    __tablename__ = "autodo_items"
+    __table_args__ = (Index("ix_autodo_items_fingerprint", "fingerprint"),)
+
+    key: Mapped[str] = mapped_column(String(KEY_LENGTH), primary_key=True)
+    status: Mapped[str] = mapped_column(String(20), default="open")  # open | done | wontfix | stale
+    priority: Mapped[str] = mapped_column(String(2), default="P2")
+    parent_key: Mapped[str | None] = mapped_column(String(KEY_LENGTH))
+    file: Mapped[str | None] = mapped_column(Text)
+    line: Mapped[int | None] = mapped_column(Integer)
+    fingerprint: Mapped[str | None] = mapped_column(String(64))
+    anchor: Mapped[str | None] = mapped_column(String(100))
+    unseen_scans: Mapped[int] = mapped_column(Integer, default=0)
+    notes: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+    closed_at: Mapped[datetime | None]
+
+
+class AutodoDependency(Base):
+    """`item_key` waits for `depends_on` (never a cycle: `domain/autodo/planning.py`)."""
+
+    __tablename__ = "autodo_dependencies"
+
+    item_key: Mapped[str] = mapped_column(String(KEY_LENGTH), primary_key=True)
+    depends_on: Mapped[str] = mapped_column(String(KEY_LENGTH), primary_key=True)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -16,6 +16,7 @@ pipeline pauses                  use cases paused by the circuit breaker: why, a
 pipeline resume [--use-case NAME]      end pauses now
 pipeline ui [--port N]           start `dagster dev` on 127.0.0.1 with the project's DAGSTER_HOME
 pipeline review [...]            the gym: quality figures, review items, accept/reject/correct
+pipeline autodo scan|list|pick|show|done|wontfix|note|prio|split|dep|tree|scope   TODO work items
 pipeline reprocess --stale [--use-case NAME] [--dry-run]   redo only outdated outputs
 """
 
@@ -25,6 +26,7 @@ import argparse
 import sys
 
 from pipeline_defs.cli import (
+    autodo_commands,
     discover_command,
     events_command,
     ingest_command,
@@ -48,6 +50,7 @@ COMMAND_MODULES = (
     review_commands,
     reprocess_command,
     events_command,
+    autodo_commands,
 )
 
 
