@@ -94,7 +94,7 @@ def record_scan(
     record = ScanRecord()
     now = utcnow()
     contents = {
-        key: {name: value[name] for name in ("text", "file", "heading", "marker")}
+        key: {name: value.get(name) for name in ("text", "file", "heading", "marker", "root")}
         for key, value in seen.items()
     }
     upserted = upsert_subjects(session, KIND, contents, merge)

@@ -56,9 +56,7 @@ class UseCaseOutput(Base):
     __table_args__ = (Index("ix_outputs_updated_at", "updated_at"),)
 
     use_case: Mapped[str] = mapped_column(String(100), primary_key=True)
-    posting_key: Mapped[str] = mapped_column(
-        String(KEY_LENGTH), ForeignKey("postings.key", ondelete="CASCADE"), primary_key=True
-    )
+    posting_key: Mapped[str] = mapped_column(String(KEY_LENGTH), primary_key=True)
     value: Mapped[dict[str, Any]]
     model: Mapped[str] = mapped_column(String(200))
     backend: Mapped[str] = mapped_column(String(50))
@@ -119,9 +117,7 @@ class WorkItem(Base):
     )
 
     use_case: Mapped[str] = mapped_column(String(100), primary_key=True)
-    posting_key: Mapped[str] = mapped_column(
-        String(KEY_LENGTH), ForeignKey("postings.key", ondelete="CASCADE"), primary_key=True
-    )
+    posting_key: Mapped[str] = mapped_column(String(KEY_LENGTH), primary_key=True)
     status: Mapped[str] = mapped_column(String(20), default="pending")  # pending | claimed | done | failed
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     last_error: Mapped[str | None] = mapped_column(Text)
@@ -247,9 +243,7 @@ class ReviewItem(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     use_case: Mapped[str] = mapped_column(String(100))
-    posting_key: Mapped[str] = mapped_column(
-        String(KEY_LENGTH), ForeignKey("postings.key", ondelete="CASCADE")
-    )
+    posting_key: Mapped[str] = mapped_column(String(KEY_LENGTH))
     use_case_version: Mapped[str] = mapped_column(String(50))
     reason: Mapped[str] = mapped_column(Text)
     check_name: Mapped[str | None] = mapped_column(String(100))  # None when the judge flagged it
@@ -275,9 +269,7 @@ class Correction(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     use_case: Mapped[str] = mapped_column(String(100))
-    posting_key: Mapped[str] = mapped_column(
-        String(KEY_LENGTH), ForeignKey("postings.key", ondelete="CASCADE")
-    )
+    posting_key: Mapped[str] = mapped_column(String(KEY_LENGTH))
     use_case_version: Mapped[str] = mapped_column(String(50))
     verdict: Mapped[str] = mapped_column(String(20))  # accepted | corrected
     original: Mapped[dict[str, Any] | None] = mapped_column(JSON)

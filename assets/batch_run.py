@@ -168,9 +168,6 @@ def check_results(use_case: UseCase, outcome: BatchOutcome) -> Iterator[AssetChe
             "skipped_current": outcome.skipped_current,
             "skipped_held_elsewhere": outcome.skipped_held_elsewhere,
             "llm_seconds": round(outcome.llm_ms / 1000, 2),
-            "calls": outcome.calls,
-            "tokens": outcome.tokens,
-            "cost": round(outcome.cost, 6),
             "failures": MetadataValue.json(dict(list(outcome.failed.items())[:50])),
         },
     )

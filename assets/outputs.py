@@ -15,6 +15,7 @@ from dagster import AssetMaterialization, MetadataValue
 from appdb import claims, events, interactions
 from appdb.models import UseCaseOutput, utcnow
 from assets.batch_state import CLAIM_LOST, PARKED_NOTE, BatchRun
+from assets.run_tags import COST_TAG_PREFIX
 from domain.language.declaration import UseCase, model_label
 from domain.language.llm_types import Generation
 
@@ -120,8 +121,8 @@ def record_failure(session: Any, run: BatchRun, key: str, error: str) -> None:
 
 
 def record_run_cost(run: BatchRun) -> None:
-    """Sum the run's calls for this use case into its outcome (the check's metadata shows it) and the
-    event log (`run_cost`), so cost per run survives Dagster's run log."""
+    """Sum the run's calls for this use case into its outcome, a tag on the run (`pipeline/cost_<use
+    case>`: cost, calls, tokens; the UI shows it with the run) and the event log (`run_cost`)."""
     with run.app_db.session() as session:
         calls, prompt_tokens, completion_tokens, cost = events.run_cost(
             session, run.run_id, run.use_case.name
@@ -141,6 +142,11 @@ def record_run_cost(run: BatchRun) -> None:
             )
     outcome = run.outcome
     outcome.calls, outcome.tokens, outcome.cost = calls, prompt_tokens + completion_tokens, cost
+    if calls:
+        run.context.instance.add_run_tags(
+            run.run_id,
+            {f"{COST_TAG_PREFIX}{run.use_case.name}": f"{cost:.6f} ({calls} calls, {outcome.tokens} tokens)"},
+        )
 
 
 def fail(run: BatchRun, key: str, error: str) -> None:

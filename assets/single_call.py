@@ -31,7 +31,7 @@ from domain.language.declaration import model_label
 from domain.language.declaration_parts import ScriptContext
 from domain.language.llm_types import BackendUnavailable, Generation, ItemError
 from domain.language.output_parsing import BlockedOutput, parse_output
-from domain.language.templates import POSTING_VARIABLES, TemplateVariableError
+from domain.language.templates import TemplateVariableError
 
 PROGRESS_EVERY_SECONDS = 5.0
 
@@ -51,7 +51,9 @@ def run_single_calls(run: BatchRun, held: Sequence[str]) -> Iterator[AssetMateri
     if run.llm is not None:
         run.load_model(use_case.model)
     with run.app_db.session() as session:
-        postings, values = inputs.load_posting_inputs(session, held, POSTING_VARIABLES, use_case.upstream)
+        postings, values = inputs.load_inputs(
+            session, use_case.subject_kind, held, use_case.subject_variables, use_case.upstream
+        )
         existing = inputs.existing_outputs(session, use_case.name, held)
         references = inputs.reference_hashes(session, use_case.reference_inputs)
     run.outcome.postings, run.outcome.inputs = postings, values

@@ -25,6 +25,7 @@ Everything a user may want to point elsewhere is one environment variable:
 | PIPELINE_EXTRA_USE_CASES     | unset; ``posting_assessment``: three experts and a synthesizer |
 | PIPELINE_LLM_RATE_PER_SECOND | unset (no pacing); requests a second to a remote or paid backend |
 | PIPELINE_LLM_BURST           | ``1``: requests sent at once after a quiet spell (with the rate above) |
+| PIPELINE_DOMAINS             | ``postings``; ``postings,autodo`` adds autodo's assets and sensors |
 | PIPELINE_MODEL_PRICES        | unset; JSON ``{"model": [per 1k prompt tokens, per 1k completion tokens]}`` |
 """
 
@@ -64,6 +65,7 @@ class Settings:
     llm_rate_per_second: float = 0.0  # the pacer (appdb/pacer.py); 0: not paced
     llm_burst: int = 1
     model_prices: tuple[tuple[str, float, float], ...] = ()  # (model, per 1k prompt, per 1k completion)
+    domains: tuple[str, ...] = ("postings",)  # the domain plugins in the code location (catalog.py)
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -133,6 +135,11 @@ class Settings:
             llm_rate_per_second=rate,
             llm_burst=burst,
             model_prices=_model_prices(env.get("PIPELINE_MODEL_PRICES") or ""),
+            domains=tuple(
+                name.strip()
+                for name in (env.get("PIPELINE_DOMAINS") or "postings").split(",")
+                if name.strip()
+            ),
         )
 
 

@@ -18,6 +18,7 @@ from domain.autodo.planning import (
     PlanItem,
     check_dependency,
 )
+from domain.autodo.plugin import AUTODO_PLUGIN
 from domain.autodo.scanner import Problem, ScanResult, scan_paths
 
 
@@ -49,12 +50,17 @@ def scan(session: Session, paths: Sequence[Path], root: Path, *, write_anchors: 
             "fingerprint": m.item.fingerprint,
             "anchor": m.item.anchor,
             "checked": m.item.checked,
+            "root": str(root.resolve()),  # where `autodo_context` searches for the item's code
         }
         for m in matches
     }
     prefixes = [_relative(Path(path), root) for path in paths]
     record = store.record_scan(
-        session, seen, in_scope=lambda file: _under(file, prefixes), stale_after=STALE_AFTER_SCANS
+        session,
+        seen,
+        in_scope=lambda file: _under(file, prefixes),
+        merge=AUTODO_PLUGIN.merge,
+        stale_after=STALE_AFTER_SCANS,
     )
     outcome = ScanOutcome(record, result.problems, matches)
     if write_anchors:

@@ -64,6 +64,12 @@ def register(commands: argparse._SubParsersAction) -> None:
     dep.add_argument("other")
     dep.add_argument("reason", nargs="?", default="")
     dep.set_defaults(handler=cmd_dep)
+    scope = sub.add_parser("scope", help="the LLM scopes items: files to change, effort, first step")
+    which = scope.add_mutually_exclusive_group()
+    which.add_argument("ids", nargs="*", default=[], metavar="ID")
+    which.add_argument("--all-new", action="store_true", help="every item without a current scope")
+    scope.add_argument("--verbose", action="store_true", help="show the runs' logs")
+    scope.set_defaults(handler=cmd_scope)
     tree = sub.add_parser("tree", help="the hierarchy and dependencies")
     tree.add_argument("id", nargs="?")
     tree.set_defaults(handler=cmd_tree)
@@ -218,3 +224,28 @@ def cmd_tree(settings: Settings, args: argparse.Namespace) -> int:
         lines = tree_lines(service.plan_items(session), args.id)
     print("\n".join(lines) if lines else "no items")
     return 0
+
+
+@_guarded
+def cmd_scope(settings: Settings, args: argparse.Namespace) -> int:
+    from pipeline_defs.cli.autodo_scope import scope_items  # loads Dagster: only for this command
+
+    if not args.ids and not args.all_new:
+        print("error: name the items to scope, or --all-new", file=sys.stderr)
+        return EXIT_ERROR
+    with session_scope(settings.database_url) as session:
+        for key in args.ids:
+            service.require(session, key)
+    print(f"scoping with the {settings.llm_backend} backend ...", flush=True)
+    runs, failed = scope_items(settings, None if args.all_new else args.ids, verbose=args.verbose)
+    with session_scope(settings.database_url) as session:
+        keys = args.ids or [k for k, i in store.stored_items(session).items() if i.status == "open"]
+        for key in keys:
+            scope = store.outputs_of(session, key).get("autodo_scope")
+            if scope is None:
+                print(f"{key}: no scope (see `pipeline failures --use-case autodo_scope`)")
+                continue
+            files = ", ".join(scope["files_to_change"]) or "(none named)"
+            print(f"{key}: effort {scope['effort']}; files: {files}\n  first step: {scope['first_step']}")
+    print(f"{len(runs)} runs, {len(failed)} failed; trace one: pipeline trace ID")
+    return 1 if failed else 0
