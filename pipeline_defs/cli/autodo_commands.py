@@ -161,7 +161,8 @@ def cmd_show(settings: Settings, args: argparse.Namespace) -> int:
     for note in item.notes:
         print(f"  note {note}")
     for use_case, value in outputs.items():
-        print(f"  {use_case}: {json.dumps(value, ensure_ascii=False)}")
+        shown = {name: field for name, field in value.items() if name != "snippets"}  # the code: see trace
+        print(f"  {use_case}: {json.dumps(shown, ensure_ascii=False)}")
     return 0
 
 
