@@ -26,7 +26,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from appdb.dialects import CHUNK, insert_for, is_postgres
-from appdb.discovery import WorkSpec, pending_work_query
+from appdb.discovery import WorkSpec, pending_work_query, subject_table
 from appdb.models import Posting, UseCaseOutput, WorkItem, utcnow
 from appdb.retry_policy import DEFAULT_RETRY_POLICY, RetryPolicy
 
@@ -67,7 +67,7 @@ def claim_items(
 
     def still_pending(discovery: WorkSpec, candidates: Sequence[str]) -> Select:
         query = pending_work_query(discovery, now=now, include_current=include_parked)
-        return query.where(Posting.key.in_(list(candidates)))
+        return query.where(subject_table(discovery.subject_kind).key.in_(list(candidates)))
 
     held: list[str] = []
     for start in range(0, len(keys), CHUNK):

@@ -14,7 +14,19 @@ from sqlalchemy import ColumnElement, Select, and_, func, or_, select, text
 from sqlalchemy.orm import Session, aliased
 
 from appdb.dialects import CHUNK, is_postgres
-from appdb.models import Posting, ReferenceData, UseCaseOutput, UseCasePause, WorkItem, utcnow
+from appdb.models import Posting, ReferenceData, Subject, UseCaseOutput, UseCasePause, WorkItem, utcnow
+
+POSTINGS_KIND = "postings"
+
+
+def subject_table(kind: str) -> Any:
+    """The table a subject kind's items live in: `postings` for postings (their own table, as always),
+    the generic `subjects` for every other kind. Both have `id`, `key`, `content_hash`, `updated_at`."""
+    return Posting if kind == POSTINGS_KIND else Subject
+
+
+def _of_kind(kind: str) -> list[ColumnElement[bool]]:
+    return [] if kind == POSTINGS_KIND else [Subject.kind == kind]
 
 
 @dataclass(frozen=True)
@@ -29,6 +41,7 @@ class WorkSpec:
     model: str | None = None  # outputs made by another model are stale (None: any model)
     upstream_models: Mapping[str, str] = field(default_factory=dict)
     upstream_specs: Mapping[str, WorkSpec] = field(default_factory=dict)  # to check upstreams' own inputs
+    subject_kind: str = POSTINGS_KIND  # which subjects the use case runs on (a domain plugin's kind)
 
 
 def pending_work_query(spec: WorkSpec, *, now: Any = None, include_current: bool = False) -> Select:
@@ -40,17 +53,19 @@ def pending_work_query(spec: WorkSpec, *, now: Any = None, include_current: bool
     stale too, so a fan-in synthesizer never runs on an expert about to be redone.
     """
     now = now or utcnow()
+    subjects = subject_table(spec.subject_kind)  # the postings table, or `subjects` for other kinds
     own = aliased(UseCaseOutput, name="own_output")
     work = aliased(WorkItem, name="work")
     query = (
-        select(Posting.key)
-        .outerjoin(own, and_(own.use_case == spec.use_case, own.posting_key == Posting.key))
-        .outerjoin(work, and_(work.use_case == spec.use_case, work.posting_key == Posting.key))
+        select(subjects.key)
+        .outerjoin(own, and_(own.use_case == spec.use_case, own.posting_key == subjects.key))
+        .outerjoin(work, and_(work.use_case == spec.use_case, work.posting_key == subjects.key))
+        .where(*_of_kind(spec.subject_kind))
     )
     stale: list[ColumnElement[bool]] = [
         own.posting_key.is_(None),
         own.use_case_version != spec.version,
-        own.posting_hash != Posting.content_hash,
+        own.posting_hash != subjects.content_hash,
     ]
     if spec.model is not None:
         stale.append(own.model != spec.model)
@@ -60,13 +75,15 @@ def pending_work_query(spec: WorkSpec, *, now: Any = None, include_current: bool
             upstream,
             and_(
                 upstream.use_case == name,
-                upstream.posting_key == Posting.key,
+                upstream.posting_key == subjects.key,
                 upstream.use_case_version == version,
-                upstream.posting_hash == Posting.content_hash,
+                upstream.posting_hash == subjects.content_hash,
                 *([upstream.model == spec.upstream_models[name]] if name in spec.upstream_models else []),
             ),
         )
-        query = _join_inputs_current(query, upstream, spec.upstream_specs.get(name), f"upstream_{name}")
+        query = _join_inputs_current(
+            query, upstream, spec.upstream_specs.get(name), f"upstream_{name}", subjects
+        )
         stale.append(own.updated_at < upstream.updated_at)
     for name in spec.reference_inputs:  # e.g. the taxonomy: none loaded yet means wait for it
         reference = aliased(ReferenceData, name=f"reference_{name}")
@@ -88,10 +105,12 @@ def pending_work_query(spec: WorkSpec, *, now: Any = None, include_current: bool
         )
     if spec.discovery_where:
         query = query.where(text(f"({spec.discovery_where})"))
-    return query.order_by(Posting.id)
+    return query.order_by(subjects.id)
 
 
-def _join_inputs_current(query: Select, output: Any, spec: WorkSpec | None, prefix: str) -> Select:
+def _join_inputs_current(
+    query: Select, output: Any, spec: WorkSpec | None, prefix: str, subjects: Any = Posting
+) -> Select:
     """Keep only postings where `output` is no older than the current outputs it was made from."""
     if spec is None:
         return query
@@ -101,13 +120,15 @@ def _join_inputs_current(query: Select, output: Any, spec: WorkSpec | None, pref
             source,
             and_(
                 source.use_case == name,
-                source.posting_key == Posting.key,
+                source.posting_key == subjects.key,
                 source.use_case_version == version,
-                source.posting_hash == Posting.content_hash,
+                source.posting_hash == subjects.content_hash,
                 source.updated_at <= output.updated_at,
             ),
         )
-        query = _join_inputs_current(query, source, spec.upstream_specs.get(name), f"{prefix}__{name}")
+        query = _join_inputs_current(
+            query, source, spec.upstream_specs.get(name), f"{prefix}__{name}", subjects
+        )
     for name in spec.reference_inputs:
         reference = aliased(ReferenceData, name=f"{prefix}__reference_{name}")
         query = query.join(reference, and_(reference.name == name, reference.updated_at <= output.updated_at))
@@ -123,7 +144,9 @@ def find_pending_work(
     found: set[str] = set()
     for start in range(0, len(within), CHUNK):
         chunk = list(within[start : start + CHUNK])
-        query = pending_work_query(spec, include_current=include_current).where(Posting.key.in_(chunk))
+        query = pending_work_query(spec, include_current=include_current).where(
+            subject_table(spec.subject_kind).key.in_(chunk)
+        )
         found.update(_keys_joining_as_written(session, query))
     return [key for key in within if key in found]
 
@@ -165,6 +188,8 @@ def change_marker(session: Session) -> str:
             .where(WorkItem.lease_expires_at > now)
             .scalar_subquery(),
             select(func.max(ReferenceData.updated_at)).scalar_subquery(),
+            select(func.count(Subject.id)).scalar_subquery(),
+            select(func.max(Subject.updated_at)).scalar_subquery(),
             select(func.count(UseCasePause.use_case)).scalar_subquery(),
             select(func.max(UseCasePause.paused_at)).scalar_subquery(),
             select(func.min(UseCasePause.resume_at)).where(UseCasePause.resume_at > now).scalar_subquery(),

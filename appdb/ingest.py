@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
+from appdb.merge_upsert import MergeFunction, merge_with_stored
 from appdb.models import KEY_LENGTH, Posting, utcnow
 
 REQUIRED_FIELDS = ("key", "title", "description")
@@ -216,15 +217,18 @@ def _has_surrogates(value: str) -> bool:
     return False
 
 
-def ingest_files(session: Session, paths: Iterable[Path]) -> IngestReport:
-    """Validate and upsert every file's rows in the caller's transaction."""
+def ingest_files(session: Session, paths: Iterable[Path], merge: MergeFunction | None = None) -> IngestReport:
+    """Validate and upsert every file's rows in the caller's transaction; `merge(stored, incoming)`
+    decides the fields of a posting already stored (default: the incoming row replaces it)."""
     report = IngestReport()
     for path in paths:
-        _ingest_file(session, Path(path), report)
+        _ingest_file(session, Path(path), report, merge)
     return report
 
 
-def _ingest_file(session: Session, path: Path, report: IngestReport) -> None:
+def _ingest_file(
+    session: Session, path: Path, report: IngestReport, merge: MergeFunction | None = None
+) -> None:
     good: dict[str, dict[str, Any]] = {}
     first_line: dict[str, int] = {}
     for row in read_rows(path):
@@ -246,7 +250,10 @@ def _ingest_file(session: Session, path: Path, report: IngestReport) -> None:
             continue
         good[key] = clean
         first_line[key] = row.line
-    _upsert(session, list(good.values()), report)
+    rows = list(good.values())
+    if merge is not None:  # the domain's merge strategy (domain/core/merge.py) instead of replacing
+        rows = merge_with_stored(session, Posting, rows, merge)
+    _upsert(session, rows, report)
 
 
 def _upsert(session: Session, postings: list[dict[str, Any]], report: IngestReport) -> None:

@@ -8,7 +8,8 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from appdb.models import Posting, ReferenceData, UseCaseOutput
+from appdb.discovery import POSTINGS_KIND
+from appdb.models import Posting, ReferenceData, Subject, UseCaseOutput
 
 NOT_STATED = "not stated"
 """What a template sees for an optional posting field that is empty."""
@@ -37,6 +38,38 @@ def load_posting_inputs(
         for row in rows:
             values[row.posting_key][row.use_case] = row.value
     return postings, values
+
+
+def load_inputs(
+    session: Session, kind: str, keys: Sequence[str], fields: Sequence[str], upstream: Sequence[str]
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """`load_posting_inputs` for any subject kind: postings from their table, other kinds from
+    `subjects` (their content's fields, "not stated" when missing or empty)."""
+    if kind == POSTINGS_KIND:
+        return load_posting_inputs(session, keys, fields, upstream)
+    subjects: dict[str, dict[str, Any]] = {}
+    rows = session.execute(
+        select(Subject.key, Subject.content, Subject.content_hash).where(
+            Subject.kind == kind, Subject.key.in_(list(keys))
+        )
+    )
+    for key, content, digest in rows:
+        subjects[key] = {"key": key, **{name: content.get(name) for name in fields if name != "key"}}
+        subjects[key]["content_hash"] = digest
+    values = {
+        key: {name: subject[name] if subject.get(name) not in (None, "") else NOT_STATED for name in fields}
+        for key, subject in subjects.items()
+    }
+    if upstream:
+        output_rows = session.scalars(
+            select(UseCaseOutput).where(
+                UseCaseOutput.use_case.in_(upstream), UseCaseOutput.posting_key.in_(keys)
+            )
+        )
+        for row in output_rows:
+            if row.posting_key in values:
+                values[row.posting_key][row.use_case] = row.value
+    return subjects, values
 
 
 def existing_outputs(session: Session, use_case: str, keys: Sequence[str]) -> dict[str, UseCaseOutput]:

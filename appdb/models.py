@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import JSON, DateTime, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 KEY_LENGTH = 255
@@ -56,9 +56,7 @@ class UseCaseOutput(Base):
     __table_args__ = (Index("ix_outputs_updated_at", "updated_at"),)
 
     use_case: Mapped[str] = mapped_column(String(100), primary_key=True)
-    posting_key: Mapped[str] = mapped_column(
-        String(KEY_LENGTH), ForeignKey("postings.key", ondelete="CASCADE"), primary_key=True
-    )
+    posting_key: Mapped[str] = mapped_column(String(KEY_LENGTH), primary_key=True)
     value: Mapped[dict[str, Any]]
     model: Mapped[str] = mapped_column(String(200))
     backend: Mapped[str] = mapped_column(String(50))
@@ -91,6 +89,7 @@ class Interaction(Base):
     prompt_tokens: Mapped[int | None]
     completion_tokens: Mapped[int | None]
     latency_ms: Mapped[float | None]
+    cost: Mapped[float | None]  # tokens x the model's configured price; 0 for local models (migration 0005)
     status: Mapped[str] = mapped_column(String(20))  # ok | item_error | infra_error
     error: Mapped[str | None] = mapped_column(Text)
     source: Mapped[str] = mapped_column(String(20))  # sensor | backfill | ui | cli | test
@@ -118,9 +117,7 @@ class WorkItem(Base):
     )
 
     use_case: Mapped[str] = mapped_column(String(100), primary_key=True)
-    posting_key: Mapped[str] = mapped_column(
-        String(KEY_LENGTH), ForeignKey("postings.key", ondelete="CASCADE"), primary_key=True
-    )
+    posting_key: Mapped[str] = mapped_column(String(KEY_LENGTH), primary_key=True)
     status: Mapped[str] = mapped_column(String(20), default="pending")  # pending | claimed | done | failed
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     last_error: Mapped[str | None] = mapped_column(Text)
@@ -246,9 +243,7 @@ class ReviewItem(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     use_case: Mapped[str] = mapped_column(String(100))
-    posting_key: Mapped[str] = mapped_column(
-        String(KEY_LENGTH), ForeignKey("postings.key", ondelete="CASCADE")
-    )
+    posting_key: Mapped[str] = mapped_column(String(KEY_LENGTH))
     use_case_version: Mapped[str] = mapped_column(String(50))
     reason: Mapped[str] = mapped_column(Text)
     check_name: Mapped[str | None] = mapped_column(String(100))  # None when the judge flagged it
@@ -274,9 +269,7 @@ class Correction(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     use_case: Mapped[str] = mapped_column(String(100))
-    posting_key: Mapped[str] = mapped_column(
-        String(KEY_LENGTH), ForeignKey("postings.key", ondelete="CASCADE")
-    )
+    posting_key: Mapped[str] = mapped_column(String(KEY_LENGTH))
     use_case_version: Mapped[str] = mapped_column(String(50))
     verdict: Mapped[str] = mapped_column(String(20))  # accepted | corrected
     original: Mapped[dict[str, Any] | None] = mapped_column(JSON)
@@ -284,4 +277,95 @@ class Correction(Base):
     note: Mapped[str | None] = mapped_column(Text)
     review_item_id: Mapped[int | None] = mapped_column(Integer)
     interaction_id: Mapped[int | None] = mapped_column(Integer)  # the review's record in `interactions`
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class PacerBucket(Base):
+    """One token bucket of the pacer (`appdb/pacer.py`), shared by every process on the database.
+
+    `tokens` may go below zero: a caller that reserved ahead of the refill waits until its
+    turn, so the balance records the reservations still to come. `updated_at` is epoch seconds.
+    """
+
+    __tablename__ = "pacer_buckets"
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    tokens: Mapped[float]
+    updated_at: Mapped[float]
+
+
+class Event(Base):
+    """What Dagster's log does not keep across runs and domains: discovery counts, pauses and
+    resumes with reasons, errors by class, and each run's cost (`appdb/events.py`)."""
+
+    __tablename__ = "events"
+    __table_args__ = (Index("ix_events_at", "at"), Index("ix_events_kind", "kind", "at"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(default=utcnow)
+    kind: Mapped[str] = mapped_column(String(30))  # discovery | pause | resume | error | run_cost
+    use_case: Mapped[str | None] = mapped_column(String(100))
+    subject_kind: Mapped[str | None] = mapped_column(String(50))
+    run_id: Mapped[str | None] = mapped_column(String(64))
+    source: Mapped[str | None] = mapped_column(String(20))
+    count: Mapped[int | None] = mapped_column(Integer)
+    error_class: Mapped[str | None] = mapped_column(String(100))
+    reason: Mapped[str | None] = mapped_column(Text)
+    model: Mapped[str | None] = mapped_column(String(200))
+    prompt_tokens: Mapped[int | None] = mapped_column(Integer)
+    completion_tokens: Mapped[int | None] = mapped_column(Integer)
+    cost: Mapped[float | None]
+    detail: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+
+
+class Subject(Base):
+    """One subject of a kind other than postings (which keep their own table): what the work core's
+    use cases run on. `content` is the domain's fields; `content_hash` changes when they change, which
+    makes the subject's outputs stale (as a posting's content hash does). (Migration 0006.)"""
+
+    __tablename__ = "subjects"
+    __table_args__ = (
+        UniqueConstraint("kind", "key", name="uq_subjects_kind_key"),
+        Index("ix_subjects_kind_updated_at", "kind", "updated_at"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(50))
+    key: Mapped[str] = mapped_column(String(KEY_LENGTH))
+    content: Mapped[dict[str, Any]]
+    content_hash: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class AutodoItem(Base):
+    """autodo's own state of one work item (its text is the `subjects` row of kind ``autodo``):
+    status, priority, parent, where it was last seen, notes. (Migration 0006.)"""
+
+    __tablename__ = "autodo_items"
+    __table_args__ = (Index("ix_autodo_items_fingerprint", "fingerprint"),)
+
+    key: Mapped[str] = mapped_column(String(KEY_LENGTH), primary_key=True)
+    status: Mapped[str] = mapped_column(String(20), default="open")  # open | done | wontfix | stale
+    priority: Mapped[str] = mapped_column(String(2), default="P2")
+    parent_key: Mapped[str | None] = mapped_column(String(KEY_LENGTH))
+    file: Mapped[str | None] = mapped_column(Text)
+    line: Mapped[int | None] = mapped_column(Integer)
+    fingerprint: Mapped[str | None] = mapped_column(String(64))
+    anchor: Mapped[str | None] = mapped_column(String(100))
+    unseen_scans: Mapped[int] = mapped_column(Integer, default=0)
+    notes: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+    closed_at: Mapped[datetime | None]
+
+
+class AutodoDependency(Base):
+    """`item_key` waits for `depends_on` (never a cycle: `domain/autodo/planning.py`)."""
+
+    __tablename__ = "autodo_dependencies"
+
+    item_key: Mapped[str] = mapped_column(String(KEY_LENGTH), primary_key=True)
+    depends_on: Mapped[str] = mapped_column(String(KEY_LENGTH), primary_key=True)
+    reason: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

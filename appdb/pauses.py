@@ -10,6 +10,7 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from appdb.dialects import insert_for
+from appdb.events import record_event
 from appdb.models import UseCasePause, utcnow
 from appdb.retry_policy import DEFAULT_RETRY_POLICY, RetryPolicy
 
@@ -68,6 +69,13 @@ def pause_use_cases(
             .execution_options(synchronize_session=False)
         )
         latest = max(latest, resume_at)
+        record_event(
+            session,
+            "pause",
+            use_case=name,
+            reason=reason,
+            detail={"resume_at": f"{resume_at:%Y-%m-%d %H:%M:%S}"},
+        )
     return latest
 
 
@@ -83,11 +91,17 @@ def active_pauses(session: Session, now: datetime | None = None) -> dict[str, Pa
     }
 
 
-def resume_use_cases(session: Session, use_cases: Sequence[str] | None = None) -> int:
+def resume_use_cases(
+    session: Session, use_cases: Sequence[str] | None = None, reason: str = "resumed by hand"
+) -> int:
     """End active pauses now (all, or these use cases); returns how many were paused."""
-    statement = delete(UseCasePause).where(UseCasePause.resume_at > utcnow())
+    active = UseCasePause.resume_at > utcnow()
     if use_cases is not None:
-        statement = statement.where(UseCasePause.use_case.in_(list(use_cases)))
+        active = active & UseCasePause.use_case.in_(list(use_cases))
+    names = list(session.scalars(select(UseCasePause.use_case).where(active)))
+    for name in names:
+        record_event(session, "resume", use_case=name, reason=reason)
+    statement = delete(UseCasePause).where(active)
     return session.execute(statement.execution_options(synchronize_session=False)).rowcount
 
 
@@ -98,4 +112,8 @@ def clear_pause(session: Session, use_case: str) -> bool:
         .where(UseCasePause.use_case == use_case)
         .execution_options(synchronize_session=False)
     )
+    if result.rowcount > 0:
+        record_event(
+            session, "resume", use_case=use_case, reason="the backend served again (trip count reset)"
+        )
     return result.rowcount > 0

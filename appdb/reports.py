@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from appdb.models import Interaction, Posting, ReviewItem, UseCaseOutput, WorkItem
+from appdb.models import Interaction, Posting, ReviewItem, Subject, UseCaseOutput, WorkItem
 
 
 def posting_count(session: Session) -> int:
@@ -31,6 +31,11 @@ def output_counts(session: Session) -> dict[str, int]:
 
 def get_posting(session: Session, key: str) -> Posting | None:
     return session.scalar(select(Posting).where(Posting.key == key))
+
+
+def get_subject(session: Session, key: str) -> Subject | None:
+    """A subject of a kind other than postings by its key (the first kind that has it)."""
+    return session.scalars(select(Subject).where(Subject.key == key).order_by(Subject.id)).first()
 
 
 def postings_in_order(session: Session, keys: Sequence[str]) -> list[Posting]:

@@ -32,6 +32,7 @@ from assets.batch_state import BatchOutcome, BatchRun
 from assets.chain_runner import run_chain
 from assets.gym_checks import after_batch
 from assets.host_turns import host_turn
+from assets.outputs import record_run_cost
 from assets.provenance import provenance_for, with_provenance
 from assets.run_tags import run_source
 from assets.single_call import run_single_calls
@@ -77,6 +78,7 @@ def process_batch(
     if held:
         provenance = provenance_for(context.instance, code_version(use_case), use_case, held)  # staleness
         yield from with_provenance(_process_held(run, held), provenance.tag)
+    record_run_cost(run)
     outcome = run.outcome
     outcome.skipped_current, outcome.skipped_held_elsewhere = skipped_current, skipped_held_elsewhere
     yield from check_results(use_case, outcome)

@@ -14,6 +14,7 @@ from dagster import AssetExecutionContext
 
 from appdb import claims, pauses
 from domain.language.declaration import SCRIPT_BACKEND, UseCase
+from domain.language.llm_types import Generation
 from resources.app_database import AppDatabase
 from resources.llm import LLMResource
 
@@ -32,6 +33,9 @@ class BatchOutcome:
     skipped_current: int = 0
     skipped_held_elsewhere: int = 0
     llm_ms: float = 0.0
+    calls: int = 0  # the run's calls, tokens and cost (at the configured prices): `record_run_cost`
+    tokens: int = 0
+    cost: float = 0.0
     check_failures: dict[str, dict[str, str]] = field(default_factory=dict)  # check -> posting -> reason
 
     def record_stored(self, key: str, value: dict[str, Any], stored: bool) -> bool:
@@ -77,6 +81,12 @@ class BatchRun:
     @property
     def log(self) -> Any:
         return self.context.log
+
+    def cost_of(self, model: str, generation: Generation | None) -> float:
+        """What one call cost at its model's configured price (0: local, a script, or no answer)."""
+        if self.llm is None or generation is None:
+            return 0.0
+        return self.llm.cost_of(model, generation.prompt_tokens, generation.completion_tokens)
 
     def load_model(self, model: str) -> None:
         """Load `model` once per run (a no-op when it is loaded), saying how long it took."""

@@ -34,7 +34,7 @@ from domain.language.declaration_parts import ScriptContext, validate_json
 from domain.language.llm_types import BackendUnavailable, Generation, ItemError
 from domain.language.output_parsing import final_output, parse_output
 from domain.language.steps import END, Decision, Step, StepContext, StepRecord
-from domain.language.templates import POSTING_VARIABLES, TemplateVariableError
+from domain.language.templates import TemplateVariableError
 
 
 @dataclass
@@ -72,7 +72,7 @@ def chain_input_hash(use_case: UseCase, values: Mapping[str, Any]) -> str:
             use_case.name,
             use_case.version,
             list(use_case.steps.models),
-            {name: values.get(name) for name in (*POSTING_VARIABLES, *use_case.upstream)},
+            {name: values.get(name) for name in (*use_case.subject_variables, *use_case.upstream)},
         ],
         sort_keys=True,
         default=str,
@@ -89,7 +89,9 @@ def run_chain(run: BatchRun, held: Sequence[str]) -> Iterator[AssetMaterializati
     use_case, outcome = run.use_case, run.outcome
     chain = use_case.steps
     with run.app_db.session() as session:
-        postings, values = inputs.load_posting_inputs(session, held, POSTING_VARIABLES, use_case.upstream)
+        postings, values = inputs.load_inputs(
+            session, use_case.subject_kind, held, use_case.subject_variables, use_case.upstream
+        )
         existing = inputs.existing_outputs(session, use_case.name, held)
     outcome.postings, outcome.inputs = postings, values
     active: dict[str, PostingChain] = {}

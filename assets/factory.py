@@ -36,7 +36,7 @@ from dagster._core.definitions.unresolved_asset_job_definition import Unresolved
 from appdb.discovery import WorkSpec
 from assets.batch_run import ITEMS_OK_CHECK, process_batch
 from assets.gym_checks import batch_selection, gym_check_specs
-from assets.partitions import POSTING_PARTITIONS
+from assets.partitions import partitions_for
 from assets.run_tags import USE_CASE_TAG, WORK_GROUP_TAG
 from domain.language.declaration import UseCase, code_version, model_label
 from domain.language.declaration_parts import DeclarationError
@@ -80,6 +80,11 @@ class WorkGroup:
     def use_case_names(self) -> list[str]:
         return [member.use_case.name for member in self.members]
 
+    @property
+    def subject_kind(self) -> str:
+        """Every member runs on the same kind of subject (groups are split by kind)."""
+        return self.members[0].use_case.subject_kind
+
 
 def job_name(use_case: UseCase) -> str:
     return f"{use_case.name}_job"
@@ -103,6 +108,7 @@ def work_spec(use_case: UseCase, registry: Mapping[str, UseCase], _path: tuple[s
         upstream_specs={
             name: work_spec(registry[name], registry, (*_path, use_case.name)) for name in use_case.upstream
         },
+        subject_kind=use_case.subject_kind,
     )
 
 
@@ -116,7 +122,10 @@ def build_use_case(
     job = define_asset_job(
         job_name(use_case),
         selection=batch_selection([asset]),
-        description=f"Materialize {use_case.name} for a batch of postings ({use_case.model or 'no model'}).",
+        description=(
+            f"Materialize {use_case.name} for a batch of {use_case.subject_kind} "
+            f"({use_case.model or 'no model'})."
+        ),
         tags={USE_CASE_TAG: use_case.name},
         executor_def=in_process_executor,
     )
@@ -143,9 +152,9 @@ def build_use_case_asset(use_case: UseCase, spec: WorkSpec) -> AssetsDefinition:
     @asset(
         name=use_case.name,
         description=use_case.description,
-        partitions_def=POSTING_PARTITIONS,
+        partitions_def=partitions_for(use_case.subject_kind),
         deps=[
-            AssetKey("postings"),
+            AssetKey(use_case.subject_kind),  # the plugin's source asset: `postings`, `autodo`
             *(AssetKey(name) for name in (*use_case.upstream, *use_case.reference_inputs)),
         ],
         code_version=code_version(use_case),
@@ -180,10 +189,12 @@ def build_use_case_asset(use_case: UseCase, spec: WorkSpec) -> AssetsDefinition:
 
 
 def group_name_for(use_case: UseCase) -> str:
-    """LLM use cases group by model (`gemma3:270m` -> `gemma3_270m`); a script is its own group."""
+    """LLM use cases group by model (`gemma3:270m` -> `gemma3_270m`) and subject kind (postings keep
+    the bare model name; `gemma3_270m_autodo`); a script is its own group."""
     if not use_case.uses_llm:  # a script, or a chain of script steps only
         return use_case.name
-    return re.sub(r"[^a-z0-9]+", "_", use_case.model.lower()).strip("_")
+    base = re.sub(r"[^a-z0-9]+", "_", use_case.model.lower()).strip("_")
+    return base if use_case.subject_kind == "postings" else f"{base}_{use_case.subject_kind}"
 
 
 def build_work_groups(built: Sequence[UseCaseDefinitions]) -> list[WorkGroup]:
@@ -210,7 +221,8 @@ def build_work_groups(built: Sequence[UseCaseDefinitions]) -> list[WorkGroup]:
             f"{name}_batch_job",
             selection=batch_selection([member.asset for member in members]),
             description=(
-                f"One batch of postings through {', '.join(m.use_case.name for m in members)}"
+                f"One batch of {members[0].use_case.subject_kind} through "
+                f"{', '.join(m.use_case.name for m in members)}"
                 + (f", with {model} loaded once." if model else " (no model).")
             ),
             tags={WORK_GROUP_TAG: name},

@@ -12,9 +12,10 @@ from typing import Any
 
 from dagster import AssetMaterialization, MetadataValue
 
-from appdb import claims, interactions
+from appdb import claims, events, interactions
 from appdb.models import UseCaseOutput, utcnow
 from assets.batch_state import CLAIM_LOST, PARKED_NOTE, BatchRun
+from assets.run_tags import COST_TAG_PREFIX
 from domain.language.declaration import UseCase, model_label
 from domain.language.llm_types import Generation
 
@@ -53,6 +54,7 @@ def record_call(
         prompt_tokens=generation.prompt_tokens if generation is not None else None,
         completion_tokens=generation.completion_tokens if generation is not None else None,
         latency_ms=generation.latency_ms if generation is not None else None,
+        cost=run.cost_of(model, generation),
         status=status or ("ok" if error is None else "item_error"),
         error=error,
         source=run.source,
@@ -105,7 +107,46 @@ def output_row(
 def record_failure(session: Any, run: BatchRun, key: str, error: str) -> None:
     """Spend one attempt (the last one parks the posting) and report the error in the run."""
     status = claims.fail_item(session, run.use_case.name, key, run.run_id, error, policy=run.use_case.retry)
+    events.record_event(
+        session,
+        "error",
+        use_case=run.use_case.name,
+        run_id=run.run_id,
+        source=run.source,
+        error_class=events.error_class(error),
+        reason=error[:2000],
+        detail={"key": key, "parked": status == "failed"},
+    )
     run.outcome.failed[key] = error if status != "failed" else f"{error} {PARKED_NOTE}"
+
+
+def record_run_cost(run: BatchRun) -> None:
+    """Sum the run's calls for this use case into its outcome, a tag on the run (`pipeline/cost_<use
+    case>`: cost, calls, tokens; the UI shows it with the run) and the event log (`run_cost`)."""
+    with run.app_db.session() as session:
+        calls, prompt_tokens, completion_tokens, cost = events.run_cost(
+            session, run.run_id, run.use_case.name
+        )
+        if calls:
+            events.record_event(
+                session,
+                "run_cost",
+                use_case=run.use_case.name,
+                run_id=run.run_id,
+                source=run.source,
+                count=calls,
+                model=model_label(run.use_case),
+                prompt_tokens=prompt_tokens,
+                completion_tokens=completion_tokens,
+                cost=cost,
+            )
+    outcome = run.outcome
+    outcome.calls, outcome.tokens, outcome.cost = calls, prompt_tokens + completion_tokens, cost
+    if calls:
+        run.context.instance.add_run_tags(
+            run.run_id,
+            {f"{COST_TAG_PREFIX}{run.use_case.name}": f"{cost:.6f} ({calls} calls, {outcome.tokens} tokens)"},
+        )
 
 
 def fail(run: BatchRun, key: str, error: str) -> None:

@@ -49,12 +49,13 @@ class Provenance:
         upstream: Sequence[str],
         reference_inputs: Sequence[str],
         partitions: Sequence[str],
+        source: AssetKey = POSTINGS,
     ) -> None:
         self.instance, self.code_version = instance, code_version
         self.upstream = [AssetKey(name) for name in upstream]
         self.partitions = list(partitions)
         # Unpartitioned inputs are read once per run: their version at the start of the run.
-        self.fixed = {key: self._latest(key) for key in (POSTINGS, *map(AssetKey, reference_inputs))}
+        self.fixed = {key: self._latest(key) for key in (source, *map(AssetKey, reference_inputs))}
         # Partitioned inputs: read when the first output is tagged, after the upstream steps ran.
         self._per_partition: dict[AssetKey, dict[str, tuple[str, str]]] | None = None
 
@@ -118,7 +119,10 @@ def with_provenance(events: Iterator[Any], tag: Callable[[Any], Any]) -> Iterato
 def provenance_for(
     instance: DagsterInstance, code_version: str, use_case: Any, partitions: Sequence[str]
 ) -> Provenance:
-    return Provenance(instance, code_version, use_case.upstream, use_case.reference_inputs, partitions)
+    source = AssetKey(getattr(use_case, "subject_kind", "postings"))  # the plugin's source asset
+    return Provenance(
+        instance, code_version, use_case.upstream, use_case.reference_inputs, partitions, source
+    )
 
 
 __all__ = ["Provenance", "provenance_for", "with_provenance"]

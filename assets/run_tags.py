@@ -12,6 +12,8 @@ from dagster._core.storage.tags import (  # public names, not re-exported at the
 
 SOURCE_TAG = "pipeline/source"
 """Who asked for the run: sensor, backfill, ui, cli, review, test (see `run_source`)."""
+COST_TAG_PREFIX = "pipeline/cost_"
+"""`pipeline/cost_<use case>`: what a run's calls of that use case cost, with calls and tokens."""
 WORK_GROUP_TAG = "pipeline/work_group"
 """The work group (use cases of one model, or one script) a batch job runs."""
 USE_CASE_TAG = "pipeline/use_case"
@@ -33,6 +35,7 @@ __all__ = [
     "PRIORITY_TAG",
     "REASON_TAG",
     "REPROCESS_TAG",
+    "COST_TAG_PREFIX",
     "SOURCE_TAG",
     "USE_CASE_TAG",
     "WORK_GROUP_TAG",

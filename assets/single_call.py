@@ -31,7 +31,7 @@ from domain.language.declaration import model_label
 from domain.language.declaration_parts import ScriptContext
 from domain.language.llm_types import BackendUnavailable, Generation, ItemError
 from domain.language.output_parsing import BlockedOutput, parse_output
-from domain.language.templates import POSTING_VARIABLES, TemplateVariableError, retry_options, retry_prompt
+from domain.language.templates import TemplateVariableError, retry_options, retry_prompt
 
 PROGRESS_EVERY_SECONDS = 5.0
 
@@ -52,7 +52,9 @@ def run_single_calls(run: BatchRun, held: Sequence[str]) -> Iterator[AssetMateri
     if run.llm is not None:
         run.load_model(use_case.model)
     with run.app_db.session() as session:
-        postings, values = inputs.load_posting_inputs(session, held, POSTING_VARIABLES, use_case.upstream)
+        postings, values = inputs.load_inputs(
+            session, use_case.subject_kind, held, use_case.subject_variables, use_case.upstream
+        )
         existing = inputs.existing_outputs(session, use_case.name, held)
         references = inputs.reference_hashes(session, use_case.reference_inputs)
         failed_before = claims.earlier_failures(session, use_case.name, held) if use_case.uses_llm else {}
@@ -187,7 +189,7 @@ class Progress:
     """Logs done/total, seconds per posting and ETA every few seconds."""
 
     def __init__(self, run: BatchRun, total: int) -> None:
-        self.log, self.name, self.total = run.log, run.use_case.name, total
+        self.log, self.name, self.total, self.llm = run.log, run.use_case.name, total, run.llm
         self.done = 0
         self.started = self.last_log = time.perf_counter()
 
@@ -199,9 +201,10 @@ class Progress:
         self.last_log = now
         per_item = (now - self.started) / self.done
         eta = per_item * (self.total - self.done)
+        paced = self.llm.paced_seconds if self.llm is not None else 0.0
         self.log.info(
             f"{self.name}: {self.done}/{self.total} postings ({failed} failed), {per_item:.1f}s per posting, "
-            f"ETA {eta:.0f}s"
+            f"ETA {eta:.0f}s" + (f", {paced:.1f}s waited for the pacer" if paced else "")
         )
 
 

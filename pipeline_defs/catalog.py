@@ -8,16 +8,38 @@
   or `llm` (the earlier prompt alone). See domain/use_cases/posting_skills.py.
 - PIPELINE_EXTRA_USE_CASES: comma-separated opt-in groups; `posting_assessment` adds
   three expert assessments and their synthesizer (fan-out and fan-in).
+- PIPELINE_DOMAINS: the domain plugins (`domain/core/plugins.py`): `postings` (default) and/or
+  `autodo`; each brings its use cases.
 """
 
 from __future__ import annotations
 
+from domain.autodo.plugin import AUTODO_PLUGIN
+from domain.core.plugins import POSTINGS_PLUGIN, DomainPlugin
 from domain.language.declaration import UseCase
 from domain.use_cases.shipped import EXTRA_USE_CASES, SUMMARY_STYLES, USE_CASES, skills_use_case
 from pipeline_defs.settings import Settings
 
+PLUGINS: dict[str, DomainPlugin] = {plugin.kind: plugin for plugin in (POSTINGS_PLUGIN, AUTODO_PLUGIN)}
+
+
+def declared_plugins(settings: Settings) -> list[DomainPlugin]:
+    unknown = [name for name in settings.domains if name not in PLUGINS]
+    if unknown:
+        raise ValueError(f"PIPELINE_DOMAINS: no domain {unknown[0]!r} (choices: {', '.join(PLUGINS)})")
+    return [PLUGINS[name] for name in dict.fromkeys(settings.domains)]
+
 
 def declared_use_cases(settings: Settings) -> tuple[UseCase, ...]:
+    """Each declared domain's use cases: for postings the defaults with the chosen summary style, then
+    the chosen extras; for other domains their plugin's use cases."""
+    chosen: list[UseCase] = []
+    for plugin in declared_plugins(settings):
+        chosen += posting_use_cases(settings) if plugin is POSTINGS_PLUGIN else plugin.use_cases
+    return tuple(chosen)
+
+
+def posting_use_cases(settings: Settings) -> tuple[UseCase, ...]:
     """The default use cases with the chosen summary style, then the chosen extras."""
     if settings.summary_style not in SUMMARY_STYLES:
         raise ValueError(

@@ -12,8 +12,10 @@ from assets.factory import UseCaseDefinitions, WorkGroup, build_work_groups
 from assets.gym_checks import build_gold_check, build_gym_job
 from assets.postings_asset import postings
 from assets.retention import build_retirement
+from assets.subjects_asset import build_subject_asset
 from assets.taxonomy_asset import skills_taxonomy
 from domain.language.declaration import UseCase
+from pipeline_defs.catalog import declared_plugins
 from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import (
     build_gym_resource,
@@ -42,24 +44,31 @@ def build_definitions(
     groups = groups if groups is not None else build_work_groups(built)
     gold_checks = [build_gold_check(item.use_case) for item in built]
     gym_job = build_gym_job(gold_checks)
-    retire_job, retire_schedule = build_retirement([item.spec for item in built], settings.retire_after_days)
+    plugins = declared_plugins(settings)
+    # The postings plugin brings its source asset and the skills taxonomy; other plugins their source asset.
+    with_postings = any(plugin.kind == "postings" for plugin in plugins)
+    domain_assets = [postings, skills_taxonomy] if with_postings else []
+    domain_assets += [build_subject_asset(p.kind, p.description) for p in plugins if p.kind != "postings"]
+    retirement = (
+        build_retirement([item.spec for item in built], settings.retire_after_days) if with_postings else None
+    )
     return Definitions(
-        assets=[postings, skills_taxonomy, *(item.asset for item in built)],
+        assets=[*domain_assets, *(item.asset for item in built)],
         asset_checks=gold_checks,
         jobs=[
             *(item.job for item in built),
             *(group.job for group in groups),
-            skills_taxonomy_job,
+            *([skills_taxonomy_job] if with_postings else []),
             gym_job,
-            retire_job,
+            *([retirement[0]] if retirement else []),
         ],
-        schedules=[retire_schedule],
+        schedules=[retirement[1]] if retirement else [],
         sensors=[
             *(
                 build_discovery_sensor(group, settings.sensor_interval_seconds, settings.resolved_hosts())
                 for group in groups
             ),
-            skills_taxonomy_sensor,
+            *([skills_taxonomy_sensor] if with_postings else []),
             build_gym_sensor(gym_job),
         ],
         resources={

@@ -35,11 +35,16 @@ Everything a user may want to point elsewhere is one environment variable:
 | PIPELINE_SKILLS_STYLE        | ``tagger`` (CRF on a CPU); ``tagger+llm`` (see below); ``llm`` |
 | PIPELINE_SKILLS_VERIFY_MODEL | unset; set on Ollama: it verifies the tagger's mentions |
 | PIPELINE_EXTRA_USE_CASES     | unset; ``posting_assessment``: three experts and a synthesizer |
+| PIPELINE_LLM_RATE_PER_SECOND | unset (no pacing); requests a second to a remote or paid backend |
+| PIPELINE_LLM_BURST           | ``1``: requests sent at once after a quiet spell (with the rate above) |
+| PIPELINE_DOMAINS             | ``postings``; ``postings,autodo`` adds autodo's assets and sensors |
+| PIPELINE_MODEL_PRICES        | unset; JSON ``{"model": [per 1k prompt tokens, per 1k completion tokens]}`` |
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import os
 from collections.abc import Mapping
@@ -94,6 +99,10 @@ class Settings:
     openai_api: str = "completions"
     openai_models: tuple[tuple[str, str], ...] = ()
     retire_after_days: int = 30
+    llm_rate_per_second: float = 0.0  # the pacer (appdb/pacer.py); 0: not paced
+    llm_burst: int = 1
+    model_prices: tuple[tuple[str, float, float], ...] = ()  # (model, per 1k prompt, per 1k completion)
+    domains: tuple[str, ...] = ("postings",)  # the domain plugins in the code location (catalog.py)
 
     @property
     def server_backend(self) -> bool:
@@ -188,6 +197,7 @@ class Settings:
             threshold = -1.0
         if not 1.0 <= threshold <= 5.0:
             raise ValueError(f"PIPELINE_REVIEW_BELOW must be a grade between 1 and 5, not {review_below!r}")
+        rate, burst = _pacing(env)
         return cls(
             data_dir=data_dir,
             database_url=env.get("PIPELINE_DATABASE_URL") or f"sqlite:///{data_dir / 'app.db'}",
@@ -225,6 +235,14 @@ class Settings:
             openai_api=openai_api,
             openai_models=tuple(openai_models),
             retire_after_days=int(retire_after_days),
+            llm_rate_per_second=rate,
+            llm_burst=burst,
+            model_prices=_model_prices(env.get("PIPELINE_MODEL_PRICES") or ""),
+            domains=tuple(
+                name.strip()
+                for name in (env.get("PIPELINE_DOMAINS") or "postings").split(",")
+                if name.strip()
+            ),
         )
 
 
@@ -247,3 +265,41 @@ def _positive_int(env: Mapping[str, str], name: str) -> int | None:
     if not value.isdigit() or int(value) < 1:
         raise ValueError(f"{name} must be a positive integer, not {value!r}")
     return int(value)
+
+
+def _pacing(env: os._Environ[str] | dict[str, str]) -> tuple[float, int]:
+    raw_rate, raw_burst = env.get("PIPELINE_LLM_RATE_PER_SECOND") or "0", env.get("PIPELINE_LLM_BURST") or "1"
+    try:
+        rate = float(raw_rate)
+    except ValueError:
+        rate = -1.0
+    if rate < 0:
+        raise ValueError(f"PIPELINE_LLM_RATE_PER_SECOND must be a number >= 0, not {raw_rate!r}")
+    if not raw_burst.isdigit() or int(raw_burst) < 1:
+        raise ValueError(f"PIPELINE_LLM_BURST must be a positive integer, not {raw_burst!r}")
+    return rate, int(raw_burst)
+
+
+def _model_prices(raw: str) -> tuple[tuple[str, float, float], ...]:
+    if not raw.strip():
+        return ()
+    problem = (
+        'PIPELINE_MODEL_PRICES must be JSON like {"gpt-4o-mini": [0.00015, 0.0006]} '
+        "(price per 1,000 prompt and completion tokens)"
+    )
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{problem}: {exc}") from None
+    if not isinstance(parsed, dict):
+        raise ValueError(problem)
+    prices = []
+    for model, price in parsed.items():
+        if (
+            not isinstance(price, list)
+            or len(price) != 2
+            or not all(isinstance(p, int | float) and p >= 0 for p in price)
+        ):
+            raise ValueError(f"{problem}: {model!r} has {price!r}")
+        prices.append((str(model), float(price[0]), float(price[1])))
+    return tuple(prices)

@@ -4,6 +4,7 @@ each resource configured from the environment."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from assets.factory import UseCaseDefinitions, build_use_case
 from domain.language.declaration import UseCase
@@ -60,6 +61,7 @@ def build_llm_resource(settings: Settings) -> LLMResource:
             max_in_flight=OLLAMA_DEFAULT_PARALLEL,
             keep_alive=settings.ollama_keep_alive,
             options={"num_ctx": settings.ollama_num_ctx} if settings.ollama_num_ctx else {},
+            **paid_backend_fields(settings, f"ollama:{settings.ollama_host or 'http://127.0.0.1:11434'}"),
         )
     if settings.llm_backend == "openai":
         return OpenAICompatibleResource(
@@ -69,6 +71,7 @@ def build_llm_resource(settings: Settings) -> LLMResource:
             api_key=settings.openai_api_key,
             api=settings.openai_api,
             model_names=dict(settings.openai_models),
+            **paid_backend_fields(settings, f"openai:{settings.openai_base_url}"),
         )
     return EmbeddedLLMResource()
 
@@ -80,6 +83,18 @@ def _host_spec(host: LLMHost) -> str:
     if host.models:
         parts.append(f"models={','.join(host.models)}")
     return " ".join(parts)
+
+
+def paid_backend_fields(settings: Settings, bucket: str) -> dict[str, Any]:
+    """The pacer and the prices for a backend that may be remote or paid (the resource decides
+    whether it is local: then it is neither paced nor priced)."""
+    return {
+        "pace_per_second": settings.llm_rate_per_second,
+        "pace_burst": settings.llm_burst,
+        "pace_bucket": bucket,
+        "pace_database_url": settings.database_url,
+        "prices": {model: [prompt, completion] for model, prompt, completion in settings.model_prices},
+    }
 
 
 def build_taxonomy_resource(settings: Settings) -> TaxonomyResource:

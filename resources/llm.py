@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from dagster import ConfigurableResource, InitResourceContext
+from dagster import ConfigurableResource, InitResourceContext, get_dagster_logger
 from pydantic import PrivateAttr
 
+from appdb.pacer import Pacer
 from domain.language.llm_types import Generation
 from resources.llm_hosts import LLMHost, host_for_run, parse_hosts
+
+PACER_LOG_WAITS_FROM_SECONDS = 1.0
+"""Single waits this long or longer get a log line of their own; every wait is in the progress lines."""
 
 # Generation options every backend understands (each maps them to its own names).
 DEFAULT_OPTIONS: dict[str, Any] = {"temperature": 0.0, "max_tokens": 256, "repeat_penalty": 1.15, "seed": 0}
@@ -20,6 +24,10 @@ class LLMResource(ConfigurableResource):
     `max_in_flight` is how many requests the engine may keep open at once, unless the run's host says
     (its `parallel`). `hosts` (server backends): several servers, each written as in
     `resources.llm_hosts`; each run is pinned to one of them when its resources are set up.
+    `pace_per_second` > 0 paces every generation through the shared token bucket `pace_bucket` in the
+    database at `pace_database_url` (bursts of `pace_burst`): for remote and paid backends
+    (`appdb/pacer.py`). `prices`: model -> [price per 1,000 prompt tokens, per 1,000 completion tokens];
+    a local backend's calls cost nothing whatever it says.
     """
 
     max_in_flight: int = 1
@@ -27,6 +35,12 @@ class LLMResource(ConfigurableResource):
     _loaded: dict[str, Any] = PrivateAttr(default_factory=dict)
     _load_count: int = PrivateAttr(default=0)
     _host: LLMHost | None = PrivateAttr(default=None)
+    pace_per_second: float = 0.0
+    pace_burst: int = 1
+    pace_bucket: str = ""
+    pace_database_url: str = ""
+    prices: dict[str, list[float]] = {}
+    _pacer: Pacer | None = PrivateAttr(default=None)
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         """Pin this run to its host: the run's tag (set by the discovery sensor), else one by run id."""
@@ -55,6 +69,41 @@ class LLMResource(ConfigurableResource):
         raise NotImplementedError
 
     @property
+    def is_local(self) -> bool:
+        """Whether the model runs on this machine or the user's own server (its calls cost nothing)."""
+        return True
+
+    def cost_of(self, model: str, prompt_tokens: int | None, completion_tokens: int | None) -> float:
+        """What one call cost: its tokens at the model's configured price; 0 for local models."""
+        price = self.prices.get(model)
+        if self.is_local or not price:
+            return 0.0
+        prompt_price, completion_price = (list(price) + [0.0, 0.0])[:2]
+        return ((prompt_tokens or 0) * prompt_price + (completion_tokens or 0) * completion_price) / 1000
+
+    @property
+    def paced_seconds(self) -> float:
+        """How long this resource has waited for the pacer so far."""
+        return self._pacer.waited_seconds if self._pacer is not None else 0.0
+
+    def pace(self, tokens: float = 1.0) -> float:
+        """Wait for the pacer's tokens (a no-op when this backend is not paced); the seconds waited.
+        Any backend, the OpenAI-compatible one too, calls this before each request."""
+        if self.pace_per_second <= 0 or self.is_local:
+            return 0.0
+        if self._pacer is None:
+            if not self.pace_database_url:
+                raise ValueError("a paced LLM backend needs pace_database_url (the application database)")
+            self._pacer = Pacer(
+                self.pace_database_url,
+                self.pace_bucket or self.backend_name,
+                self.pace_per_second,
+                float(self.pace_burst),
+                on_wait=_log_wait,
+            )
+        return self._pacer.acquire(tokens)
+
+    @property
     def model_loads(self) -> int:
         """How many times this resource instance loaded a model (once per model per run)."""
         return self._load_count
@@ -77,6 +126,7 @@ class LLMResource(ConfigurableResource):
     ) -> Generation:
         """One completion for `prompt`; `schema` constrains the output to JSON of that shape."""
         self.ensure_loaded(model)
+        self.pace()
         return self._generate(
             self._loaded[model], model, prompt, system_prompt, schema, {**DEFAULT_OPTIONS, **options}
         )
@@ -103,3 +153,8 @@ class LLMResource(ConfigurableResource):
 
     def _unload(self, model: str, handle: Any) -> None:
         """Release the model at the end of the run (a no-op unless the backend holds memory)."""
+
+
+def _log_wait(bucket: str, seconds: float) -> None:
+    if seconds >= PACER_LOG_WAITS_FROM_SECONDS:
+        get_dagster_logger().info(f"pacer {bucket}: waiting {seconds:.1f}s for the rate limit")

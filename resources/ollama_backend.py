@@ -43,6 +43,12 @@ def _tls_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
+def is_loopback_host(host: str) -> bool:
+    """Whether an Ollama host URL points at this machine."""
+    name = (httpx.URL(host if "://" in host else f"http://{host}").host or "").lower()
+    return name in ("localhost", "::1", "") or name.startswith("127.")
+
+
 class OllamaResource(LLMResource):
     """Serves the use cases' models from an Ollama server.
 
@@ -76,6 +82,10 @@ class OllamaResource(LLMResource):
         """The server this run talks to: its pinned host (several hosts), else `host`."""
         pinned = self.pinned_host
         return pinned.url if pinned is not None else self.host
+
+    def is_local(self) -> bool:
+        """A server on this machine (loopback) is local; any other host is remote (paced, priced)."""
+        return is_loopback_host(self.url)
 
     def _client(self) -> ollama.Client:
         return ollama.Client(host=self.url, timeout=self.timeout_seconds, verify=_tls_context())

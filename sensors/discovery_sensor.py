@@ -35,9 +35,9 @@ from dagster._core.storage.event_log.schema import DynamicPartitionsTable
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from appdb import claims, discovery, pauses
+from appdb import claims, discovery, events, pauses
 from assets.factory import WorkGroup
-from assets.partitions import POSTING_PARTITIONS
+from assets.partitions import POSTING_PARTITIONS, partitions_for
 from assets.run_tags import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
@@ -109,13 +109,13 @@ def plan_runs(session: Session, instance: DagsterInstance, group: WorkGroup) -> 
             pending_by_use_case=pending_by_use_case,
             paused=paused,
         )
-    positions = partition_positions(instance, pending_set)
+    positions = partition_positions(instance, pending_set, group.subject_kind)
     new = sorted(key for key in pending_set if key not in positions)
     # New partitions are added after every known one, in this order.
     after_known = max(positions.values(), default=0) + 1
     order = {**positions, **{key: after_known + index for index, key in enumerate(new)}}
     pending = sorted(pending_set, key=order.__getitem__)
-    covered = _keys_in_active_runs(instance, group.job.name, positions)
+    covered = _keys_in_active_runs(instance, group.job.name, positions, group.subject_kind)
     todo = [key for key in pending if key not in covered]
     size = group.batch_size
     batches = [todo[start : start + size] for start in range(0, len(todo), size)]
@@ -129,7 +129,9 @@ def plan_runs(session: Session, instance: DagsterInstance, group: WorkGroup) -> 
     )
 
 
-def partition_positions(instance: DagsterInstance, keys: Collection[str]) -> dict[str, int]:
+def partition_positions(
+    instance: DagsterInstance, keys: Collection[str], kind: str = POSTING_PARTITIONS.name
+) -> dict[str, int]:
     """Dagster's position of each of `keys` that is a posting partition (absent: not one yet).
 
     A run over a partition range covers every partition between its first and last key in
@@ -138,7 +140,7 @@ def partition_positions(instance: DagsterInstance, keys: Collection[str]) -> dic
     """
     storage = instance.event_log_storage
     if not hasattr(storage, "index_connection"):  # not a SQL storage: list them all
-        known = instance.get_dynamic_partitions(POSTING_PARTITIONS.name)
+        known = instance.get_dynamic_partitions(kind)
         wanted = set(keys)
         return {key: index for index, key in enumerate(known) if key in wanted}
     table = DynamicPartitionsTable
@@ -150,7 +152,7 @@ def partition_positions(instance: DagsterInstance, keys: Collection[str]) -> dic
         for start in range(0, len(keys), chunk):
             rows = conn.execute(
                 select(table.c.partition, table.c.id).where(
-                    table.c.partitions_def_name == POSTING_PARTITIONS.name,
+                    table.c.partitions_def_name == kind,
                     table.c.partition.in_(keys[start : start + chunk]),
                 )
             )
@@ -158,7 +160,9 @@ def partition_positions(instance: DagsterInstance, keys: Collection[str]) -> dic
     return positions
 
 
-def _keys_in_active_runs(instance: DagsterInstance, job_name: str, positions: dict[str, int]) -> set[str]:
+def _keys_in_active_runs(
+    instance: DagsterInstance, job_name: str, positions: dict[str, int], kind: str = POSTING_PARTITIONS.name
+) -> set[str]:
     """The known pending postings inside the partition range of a queued or running run of the job."""
     ranges = []
     for run in instance.get_runs(RunsFilter(job_name=job_name, statuses=ACTIVE_STATUSES)):
@@ -171,7 +175,7 @@ def _keys_in_active_runs(instance: DagsterInstance, job_name: str, positions: di
         )
     if not ranges:
         return set()
-    bounds = partition_positions(instance, {key for pair in ranges for key in pair if key})
+    bounds = partition_positions(instance, {key for pair in ranges for key in pair if key}, kind)
     by_position = sorted((position, key) for key, position in positions.items())
     ordered = [position for position, _ in by_position]
     covered: set[str] = set()
@@ -260,10 +264,21 @@ def build_discovery_sensor(
             if not plan.pending:
                 return SkipReason(f"{group.name}: no work: every posting has a current output")
             return SkipReason(f"{group.name}: {len(plan.pending)} pending, all in queued or running runs")
+        with app_db.session() as session:  # the event log keeps discovery counts across runs
+            events.record_event(
+                session,
+                "discovery",
+                use_case=group.name,
+                source="sensor",
+                count=len(plan.pending),
+                detail={"by_use_case": plan.pending_by_use_case, "runs_requested": len(requests)},
+            )
         return SensorResult(
             run_requests=requests,
             dynamic_partitions_requests=(
-                [POSTING_PARTITIONS.build_add_request(plan.new_partitions)] if plan.new_partitions else []
+                [partitions_for(group.subject_kind).build_add_request(plan.new_partitions)]
+                if plan.new_partitions
+                else []
             ),
             cursor=cursor,
         )

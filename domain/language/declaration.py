@@ -70,6 +70,9 @@ class UseCase:
         its model (and so its work group) is its first LLM step's model.
     retry: attempts before an item is parked, backoff, claim lease and outage pause
         (`appdb.retry_policy.RetryPolicy`); the default suits most use cases.
+    subject_kind: which subjects the use case runs on: a domain plugin's kind (`domain/core/plugins.py`);
+        ``postings`` by default. subject_variables: the fields a prompt may name for that kind
+        (a posting's fields by default).
     display: `display(output) -> text`: an output in one line, as review lists show it (default: JSON).
     review_edits: the corrections a reviewer may make, by kind ("summary", "skills", "concepts"):
         `hook(output, Edits, CorrectionContext) -> corrected output` (`domain/quality/corrections.py`).
@@ -108,6 +111,8 @@ class UseCase:
     review_edits: Mapping[str, Callable[..., dict[str, Any]]] = field(default_factory=dict)
     run_figures: Callable[[Sequence[dict[str, Any]]], Mapping[str, float | int]] | None = None
     quality_grade: Callable[[Mapping[str, Any], dict[str, Any]], dict[str, int]] | None = None
+    subject_kind: str = "postings"
+    subject_variables: tuple[str, ...] = POSTING_VARIABLES
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z][a-z0-9_]*", self.name):
@@ -145,10 +150,11 @@ class UseCase:
                     f"{self.name}: {{{variable}}} goes deeper than one field; use {{name}} or {{name.field}}"
                 )
             root = variable.split(".", 1)[0]
-            if root not in POSTING_VARIABLES and root not in self.upstream:
+            if root not in self.subject_variables and root not in self.upstream:
                 raise DeclarationError(
-                    f"{self.name}: the prompt uses {{{variable}}}, which is neither a posting field "
-                    f"({', '.join(POSTING_VARIABLES)}) nor a declared upstream use case"
+                    f"{self.name}: the prompt uses {{{variable}}}, which is neither a "
+                    f"{_field_kind(self.subject_kind)} field "
+                    f"({', '.join(self.subject_variables)}) nor a declared upstream use case"
                 )
 
     @property
@@ -238,3 +244,7 @@ def model_label(use_case: UseCase) -> str:
 def code_version(use_case: UseCase) -> str:
     """An output's code identity: the use case's version and its model (Dagster's code version too)."""
     return f"{use_case.version}@{model_label(use_case)}"
+
+
+def _field_kind(subject_kind: str) -> str:
+    return "posting" if subject_kind == "postings" else subject_kind

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from dagster import DagsterInstance, Definitions
 
 from assets.factory import WorkGroup, build_work_groups
-from assets.partitions import POSTING_PARTITIONS
 from assets.run_tags import SOURCE_TAG
 from pipeline_defs.dagster_home import ensure_dagster_home
 from pipeline_defs.definitions import build_definitions
@@ -76,7 +75,7 @@ def run_pending(
         with app_db.session() as session:
             plan = plan_runs(session, instance, group)
         if plan.new_partitions:
-            instance.add_dynamic_partitions(POSTING_PARTITIONS.name, plan.new_partitions)
+            instance.add_dynamic_partitions(group.subject_kind, plan.new_partitions)
         report = RunReport(group.name, group.use_case_names, pending_before=len(plan.pending))
         report.paused = plan.paused
         job = defs.resolve_job_def(group.job.name)

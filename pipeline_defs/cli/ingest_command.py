@@ -8,6 +8,7 @@ from pathlib import Path
 
 from appdb.database import session_scope
 from appdb.ingest import ingest_files
+from domain.core.merge import resolve_merge
 from pipeline_defs.cli.terminal import EXIT_ERROR, EXIT_REJECTED
 from pipeline_defs.settings import Settings
 
@@ -15,6 +16,13 @@ from pipeline_defs.settings import Settings
 def register(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("ingest", help="load postings from JSONL or CSV files")
     parser.add_argument("files", nargs="+", type=Path)
+    parser.add_argument(
+        "--merge",
+        default="replace",
+        metavar="STRATEGY",
+        help="a posting already stored: replace (default), keep_first, merge_fields, append_lists, "
+        "or module:function (domain/core/merge.py)",
+    )
     parser.set_defaults(handler=cmd_ingest)
 
 
@@ -24,8 +32,9 @@ def cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
             print(f"error: {path}: no such file", file=sys.stderr)
             return EXIT_ERROR
     try:
+        merge = None if args.merge == "replace" else resolve_merge(args.merge)
         with session_scope(settings.database_url) as session:
-            report = ingest_files(session, args.files)
+            report = ingest_files(session, args.files, merge)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR

@@ -4,7 +4,9 @@ pipeline migrate                 create or upgrade the application database; cre
 pipeline ingest FILE...          load postings (JSONL or CSV); exit 1 if any row was rejected
 pipeline run [--use-case NAME]   process all pending work now, in this process
 pipeline demo                    ingest the demo postings, summarize them, print a table
-pipeline status                  per use case: current, pending, failed; paused use cases
+pipeline status [--by-source]    per use case: current, pending, failed; paused use cases
+                                 (--by-source: interactions per hour by source)
+pipeline events [--kind K] [--hours N]   discovery counts, pauses/resumes, errors by class, cost per run
 pipeline trace KEY [--markdown FILE]   exact prompts, responses and outputs of one posting
 pipeline failures [--use-case NAME]    parked items (failed max_attempts times) with their last error
 pipeline retry (--all | --use-case NAME | --posting KEY...)   re-queue parked items
@@ -14,6 +16,7 @@ pipeline pauses                  use cases paused by the circuit breaker: why, a
 pipeline resume [--use-case NAME]      end pauses now
 pipeline ui [--port N]           start `dagster dev` on 127.0.0.1 with the project's DAGSTER_HOME
 pipeline review [...]            the gym: quality figures, review items, accept/reject/correct
+pipeline autodo scan|list|pick|show|done|wontfix|note|prio|split|dep|tree|scope   TODO work items
 pipeline reprocess --stale [--use-case NAME] [--dry-run]   redo only outdated outputs
 pipeline retire --finished-before DATE [--dry-run]   delete finished postings' Dagster partitions
 """
@@ -24,7 +27,9 @@ import argparse
 import sys
 
 from pipeline_defs.cli import (
+    autodo_commands,
     discover_command,
+    events_command,
     ingest_command,
     reprocess_command,
     retire_command,
@@ -47,6 +52,8 @@ COMMAND_MODULES = (
     review_commands,
     reprocess_command,
     retire_command,
+    events_command,
+    autodo_commands,
 )
 
 

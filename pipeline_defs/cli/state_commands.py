@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from appdb import claims, discovery, pauses, reports
+from appdb import claims, discovery, events, pauses, reports
 from appdb.database import session_scope
 from domain.language.declaration import model_label
 from pipeline_defs.cli.terminal import ERROR_CHARS, clip, describe_pause, table, when
@@ -16,6 +16,12 @@ def register(commands: argparse._SubParsersAction) -> None:
     status = commands.add_parser(
         "status", help="per use case: postings with a current output, pending, failed"
     )
+    status.add_argument(
+        "--by-source",
+        action="store_true",
+        help="interactions per hour by source (sensor, backfill, ui, cli): compare two systems side by side",
+    )
+    status.add_argument("--hours", type=int, default=24, help="with --by-source: how far back (default 24)")
     status.set_defaults(handler=cmd_status)
     failures = commands.add_parser(
         "failures", help="list parked items (failed too often) and their last error"
@@ -42,6 +48,8 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
+    if getattr(args, "by_source", False):
+        return _status_by_source(settings, args.hours)
     built = build_use_cases(settings)
     with session_scope(settings.database_url) as session:
         print(f"{reports.posting_count(session)} postings in {settings.database_url}")
@@ -54,6 +62,21 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
             )
         for pause in pauses.active_pauses(session).values():
             print(f"{pause.use_case}: {describe_pause(pause)}")
+    return 0
+
+
+def _status_by_source(settings: Settings, hours: int) -> int:
+    with session_scope(settings.database_url) as session:
+        by_hour = events.interactions_by_hour_and_source(session, hours)
+    if not by_hour:
+        print(f"no interactions in the last {hours} hours")
+        return 0
+    sources = sorted({source for counts in by_hour.values() for source in counts})
+    rows = [
+        [hour, *(str(counts.get(source, 0)) for source in sources), str(sum(counts.values()))]
+        for hour, counts in by_hour.items()
+    ]
+    print(table(["hour (UTC)", *sources, "total"], rows))
     return 0
 
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from appdb.database import session_scope
+from pipeline_defs.catalog import PLUGINS
 from pipeline_defs.cli.terminal import EXIT_ERROR
 from pipeline_defs.cli.trace_report import PostingNotFound, render_markdown, render_text, trace_blocks
 from pipeline_defs.settings import Settings
@@ -21,7 +23,8 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def cmd_trace(settings: Settings, args: argparse.Namespace) -> int:
-    specs = [item.spec for item in build_use_cases(settings)]
+    # every domain's use cases: the trace shows those of the key's kind (a posting's, an autodo item's)
+    specs = [item.spec for item in build_use_cases(replace(settings, domains=tuple(PLUGINS)))]
     try:
         with session_scope(settings.database_url) as session:
             blocks = list(trace_blocks(session, args.key, specs))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -41,10 +42,7 @@ def output_state(output: UseCaseOutput | None, posting: Posting, spec: WorkSpec 
     return "current"
 
 
-def trace_blocks(session: Session, key: str, specs: Sequence[WorkSpec]) -> Iterator[Block]:
-    posting = reports.get_posting(session, key)
-    if posting is None:
-        raise PostingNotFound(f"no posting with key {key!r}")
+def _posting_header(posting: Any) -> Iterator[Block]:
     yield Block("h1", f"Posting {posting.key}: {posting.title}")
     yield Block(
         "line",
@@ -57,6 +55,26 @@ def trace_blocks(session: Session, key: str, specs: Sequence[WorkSpec]) -> Itera
         f" · updated {posting.updated_at:%Y-%m-%d %H:%M:%S} (UTC)",
     )
     yield Block("verbatim", posting.description, "Description")
+
+
+def trace_blocks(session: Session, key: str, specs: Sequence[WorkSpec]) -> Iterator[Block]:
+    posting: Any = reports.get_posting(session, key)
+    if posting is None:  # a subject of another domain (e.g. an autodo item)
+        posting = reports.get_subject(session, key)
+        if posting is None:
+            raise PostingNotFound(f"no posting with key {key!r}")
+        yield Block("h1", f"{posting.kind} {posting.key}: {posting.content.get('text', '')}")
+        yield Block(
+            "line",
+            f"content hash {posting.content_hash[:12]} · updated "
+            f"{posting.updated_at:%Y-%m-%d %H:%M:%S} (UTC)",
+        )
+        yield Block("verbatim", json.dumps(posting.content, indent=2, ensure_ascii=False), "Content")
+        kind = posting.kind
+    else:
+        yield from _posting_header(posting)
+        kind = "postings"
+    specs = [spec for spec in specs if spec.subject_kind == kind]
     by_name = {spec.use_case: spec for spec in specs}
     outputs = reports.posting_outputs(session, key)
     interactions = reports.posting_interactions(session, key)
@@ -93,7 +111,8 @@ def trace_blocks(session: Session, key: str, specs: Sequence[WorkSpec]) -> Itera
                 "line",
                 f"{interaction.backend} {interaction.model} · version {interaction.use_case_version}"
                 f" · run {interaction.run_id} ({interaction.source}) · {tokens} · {latency}"
-                f" · options {json.dumps(interaction.options, sort_keys=True)}",
+                + (f" · cost {interaction.cost:.6f}" if interaction.cost else "")
+                + f" · options {json.dumps(interaction.options, sort_keys=True)}",
             )
             if interaction.error:
                 yield Block("line", f"error: {interaction.error}")

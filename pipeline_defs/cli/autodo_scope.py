@@ -1,0 +1,73 @@
+"""`pipeline autodo scope ID...` and `scope --all-new`: the autodo use cases (`autodo_context`, then
+`autodo_scope`) run on the core like any other: the same jobs, claims, traces and checks, in this
+process on the project's Dagster instance (source `cli`). In the UI the same is a backfill of the
+`autodo_scope` asset over its partitions (with PIPELINE_DOMAINS=postings,autodo)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from dagster import DagsterInstance
+
+from assets.factory import WorkGroup, build_work_groups
+from assets.run_tags import SOURCE_TAG, partition_range_tags
+from domain.autodo.plugin import AUTODO_PLUGIN
+from pipeline_defs.cli.in_process_runs import QUIET_LOGS, run_pending
+from pipeline_defs.dagster_home import ensure_dagster_home
+from pipeline_defs.definitions import build_definitions
+from pipeline_defs.settings import Settings
+from pipeline_defs.wiring import build_use_cases
+from resources.app_database import AppDatabase
+from resources.llm import LLMResource
+
+
+def autodo_settings(settings: Settings) -> Settings:
+    """The settings with the autodo plugin in (whatever PIPELINE_DOMAINS says)."""
+    domains = settings.domains if "autodo" in settings.domains else (*settings.domains, "autodo")
+    return replace(settings, domains=domains)
+
+
+def scope_items(
+    settings: Settings,
+    keys: Sequence[str] | None,
+    *,
+    llm: LLMResource | None = None,
+    instance: DagsterInstance | None = None,
+    verbose: bool = False,
+) -> tuple[list[str], list[str]]:
+    """Scope these items (None: every item without a current scope); (run ids, failed run ids)."""
+    settings = autodo_settings(settings)
+    if instance is None:
+        ensure_dagster_home(settings)
+        instance = DagsterInstance.get()
+    autodo_use_cases = [
+        uc for uc in build_use_cases(settings) if uc.use_case.subject_kind == AUTODO_PLUGIN.kind
+    ]
+    groups = build_work_groups(autodo_use_cases)
+    defs = build_definitions(settings, built=autodo_use_cases, groups=groups, llm=llm)
+    if keys is None:
+        reports = run_pending(defs, groups, instance, AppDatabase(url=settings.database_url), verbose=verbose)
+        return [r for rep in reports for r in rep.runs], [r for rep in reports for r in rep.failed_runs]
+    return _run_for_keys(defs, groups, instance, keys, verbose)
+
+
+def _run_for_keys(
+    defs, groups: Sequence[WorkGroup], instance: DagsterInstance, keys: Sequence[str], verbose: bool
+):  # noqa: ANN001, ANN202
+    known = set(instance.get_dynamic_partitions(AUTODO_PLUGIN.kind))
+    instance.add_dynamic_partitions(AUTODO_PLUGIN.kind, [key for key in keys if key not in known])
+    runs, failed = [], []
+    for group in groups:  # upstream first: the context, then the scope
+        job = defs.resolve_job_def(group.job.name)
+        for key in keys:
+            result = job.execute_in_process(
+                instance=instance,
+                tags={**partition_range_tags(key, key), SOURCE_TAG: "cli"},
+                run_config=None if verbose else QUIET_LOGS,
+                raise_on_error=False,
+            )
+            runs.append(result.run_id)
+            if not result.success:
+                failed.append(result.run_id)
+    return runs, failed

@@ -1,0 +1,57 @@
+"""`pipeline events`: the event log (discovery counts, pauses and resumes, errors by class, run costs)."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import timedelta
+
+from appdb import events
+from appdb.database import session_scope
+from appdb.models import utcnow
+from pipeline_defs.cli.terminal import ERROR_CHARS, clip, table, when
+from pipeline_defs.settings import Settings
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "events", help="the event log: discovery counts, pauses and resumes, errors by class, cost per run"
+    )
+    parser.add_argument(
+        "--kind", action="append", choices=events.EVENT_KINDS, help="only this kind (repeatable)"
+    )
+    parser.add_argument("--hours", type=float, default=24.0, help="how far back (default 24)")
+    parser.add_argument("--limit", type=int, default=50, help="at most this many rows (default 50)")
+    parser.set_defaults(handler=cmd_events)
+
+
+def cmd_events(settings: Settings, args: argparse.Namespace) -> int:
+    since = utcnow() - timedelta(hours=args.hours)
+    with session_scope(settings.database_url) as session:
+        rows = events.list_events(session, kinds=args.kind or (), since=since, limit=args.limit)
+        errors = events.errors_by_class(session, since)
+    if not rows:
+        print(f"no events in the last {args.hours:g} hours")
+        return 0
+    print(
+        table(
+            ["at", "kind", "use case", "count", "class", "tokens", "cost", "reason"],
+            [
+                [
+                    when(row.at),
+                    row.kind,
+                    row.use_case or "",
+                    "" if row.count is None else str(row.count),
+                    row.error_class or "",
+                    str(row.tokens) if row.tokens else "",
+                    "" if row.cost is None else f"{row.cost:.6f}",
+                    clip(" ".join((row.reason or "").split()), ERROR_CHARS),
+                ]
+                for row in rows
+            ],
+        )
+    )
+    total = sum(row.cost or 0.0 for row in rows if row.kind == "run_cost")
+    print(f"\ncost of the runs listed: {total:.6f}")
+    if errors:
+        print("errors by class: " + ", ".join(f"{uc} {cls} {n}" for (uc, cls), n in sorted(errors.items())))
+    return 0

@@ -1,0 +1,142 @@
+"""autodo on a sample TODO tree: scan (Markdown and code comments, heading paths, anchors, bad input),
+identity across edits, stale after 3 unseen scans, and the item commands from the CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from appdb import autodo as store
+from appdb.database import session_scope
+from domain.autodo import service
+from pipeline_defs.cli.main import main
+from tests.support.autodo_tree import write_sample_tree
+
+
+@pytest.fixture
+def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, app_db_url: str) -> Path:
+    monkeypatch.setenv("PIPELINE_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("PIPELINE_DATABASE_URL", app_db_url)
+    tree = write_sample_tree(tmp_path)
+    monkeypatch.chdir(tree)
+    return tree
+
+
+def items(url: str) -> dict[str, store.StoredItem]:
+    with session_scope(url) as session:
+        return store.stored_items(session)
+
+
+def by_text(url: str) -> dict[str, store.StoredItem]:
+    return {item.text: item for item in items(url).values()}
+
+
+def test_scan_reads_markdown_and_code_with_heading_paths_and_reports_bad_input(
+    tree: Path, app_db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["autodo", "scan"]) == 1  # some files were skipped: said so, the rest recorded
+    err = capsys.readouterr().err
+    assert "src/blob.py:0: binary file: skipped" in err
+    assert "docs/huge.md:0: 1,500,000 bytes, over the 1,000,000-byte limit: skipped" in err
+    assert "docs/notes.md:1: no headings: its 1 items are kept without a heading path" in err
+    assert "docs/dup.md:3: duplicate anchor WI-042 (first at docs/ROADMAP.md:15)" in err
+    found = by_text(app_db_url)
+    stream = found["Stream large JSONL files instead of reading them whole"]
+    assert (stream.file, stream.line, stream.heading, stream.status) == (
+        "docs/ROADMAP.md",
+        5,
+        "Roadmap > Ingest",
+        "open",
+    )
+    assert found["Reject rows without a key"].status == "done"  # a ticked box
+    assert found["Merge postings from two boards: keep the longest description"].marker == "bold"
+    assert found["read the database password from a file"].heading == "Roadmap > Ingest > Secrets"
+    assert found["Pace the remote Ollama hosts"].key == "WI-042"
+    assert found["Write the plugin guide"].heading == ""
+    assert found["handle a BOM at the start of the file"].marker == "TODO"
+    assert found["strips meaningful whitespace too"].marker == "FIXME"
+    assert found["retry twice because the share is flaky"].marker == "HACK"
+    assert found["Also claims the same anchor"].key != "WI-042"
+    assert len(found) == 10
+
+
+def test_edits_keep_identity_and_unseen_items_go_stale_after_three_scans(tree: Path, app_db_url: str) -> None:
+    assert main(["autodo", "scan", "docs", "src"]) == 1
+    before = by_text(app_db_url)
+    roadmap = tree / "docs" / "ROADMAP.md"
+    text = roadmap.read_text()
+    text = text.replace("- [ ] Stream large JSONL files instead of reading them whole\n", "")
+    text = "Intro line.\n\n" + text  # every line moves down: the fingerprint still matches
+    text = text.replace("keep the longest description", "keep the longest descriptions")  # fuzzy
+    roadmap.write_text(text)
+    for _ in range(3):
+        main(["autodo", "scan", "docs", "src"])
+    after = by_text(app_db_url)
+    assert len(items(app_db_url)) == len(before)  # nothing duplicated
+    merge = "Merge postings from two boards: keep the longest descriptions"
+    assert after[merge].key == before[merge.removesuffix("s")].key
+    assert after["Pace the remote Ollama hosts"].line == 16
+    assert after["Stream large JSONL files instead of reading them whole"].status == "stale"
+    # Scanning another directory does not count as unseen for the docs.
+    assert main(["autodo", "scan", "src"]) == 1
+    assert by_text(app_db_url)["Write the plugin guide"].status == "open"
+
+
+def test_anchors_are_written_back_on_request_and_then_identify_the_items(tree: Path, app_db_url: str) -> None:
+    assert main(["autodo", "scan", "--write-anchors", "docs/ROADMAP.md", "src/reader.py"]) == 0
+    roadmap = (tree / "docs" / "ROADMAP.md").read_text()
+    key = by_text(app_db_url)["Stream large JSONL files instead of reading them whole"].key
+    assert f"- [ ] Stream large JSONL files instead of reading them whole <!-- TODO:{key} -->" in roadmap
+    assert (
+        "# TODO: handle a BOM at the start of the file <!-- TODO:" in (tree / "src" / "reader.py").read_text()
+    )
+    # The item's text changes entirely, the anchor keeps it.
+    (tree / "docs" / "ROADMAP.md").write_text(roadmap.replace("Stream large JSONL", "Read big NDJSON"))
+    assert main(["autodo", "scan", "docs/ROADMAP.md", "src/reader.py"]) == 0
+    assert by_text(app_db_url)["Read big NDJSON files instead of reading them whole"].key == key
+
+
+def test_pick_split_dep_tree_done_from_the_cli(
+    tree: Path, app_db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    main(["autodo", "scan", "docs/ROADMAP.md"])
+    found = by_text(app_db_url)
+    stream = found["Stream large JSONL files instead of reading them whole"].key
+    secrets = found["read the database password from a file"].key
+    assert main(["autodo", "prio", secrets, "P0"]) == 0
+    assert main(["autodo", "prio", secrets, "P9"]) == 2
+    capsys.readouterr()
+    assert main(["autodo", "pick"]) == 0
+    assert secrets in capsys.readouterr().out  # P0 first
+    assert main(["autodo", "split", secrets, "Add a secrets file setting", "Read it at start-up"]) == 0
+    children = [item.key for item in items(app_db_url).values() if item.parent == secrets]
+    assert len(children) == 2
+    assert main(["autodo", "dep", stream, "WI-042", "pace before streaming"]) == 0
+    assert main(["autodo", "dep", "WI-042", stream, "a cycle"]) == 2
+    assert "would make a cycle" in capsys.readouterr().err
+    assert main(["autodo", "pick", "3"]) == 0
+    picked = [line.split()[0] for line in capsys.readouterr().out.splitlines()[1:]]
+    assert picked == [*children, "WI-042"]  # the split parent and the waiting item are blocked
+    assert main(["autodo", "tree"]) == 0
+    tree_out = capsys.readouterr().out
+    assert f"[ ] {secrets} P0 read the database password from a file" in tree_out
+    assert f"  [ ] {children[0]} P0 Add a secrets file setting" in tree_out
+    assert "(after WI-042)" in tree_out
+    for child in children:
+        assert main(["autodo", "done", child]) == 0
+    assert main(["autodo", "note", secrets, "children done"]) == 0
+    capsys.readouterr()
+    assert main(["autodo", "pick"]) == 0
+    assert secrets in capsys.readouterr().out  # its children are done: ready now
+    assert main(["autodo", "show", secrets]) == 0
+    shown = capsys.readouterr().out
+    assert "children done" in shown and "docs/ROADMAP.md:11 under Roadmap > Ingest > Secrets" in shown
+    assert main(["autodo", "wontfix", "WI-999"]) == 2
+
+
+def test_unreadable_files_are_reported_and_the_rest_recorded(tree: Path, app_db_url: str) -> None:
+    with session_scope(app_db_url) as session:
+        outcome = service.scan(session, [tree / "docs" / "missing.md", tree / "src" / "reader.py"], tree)
+    assert [str(p) for p in outcome.problems][0].endswith("missing.md:0: no such file or directory")
+    assert len(outcome.record.new) == 3

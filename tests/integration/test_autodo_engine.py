@@ -1,0 +1,164 @@
+"""The litmus test of the work core: with the postings plugin left out, the engine still runs autodo
+items from pending to done (discovery, claims, retries, traces, checks, partitions per kind, the
+sensor), and `pipeline autodo scope` stores each item's scope, traced like every call."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dagster import DagsterInstance, build_sensor_context
+from sqlalchemy import select
+
+from appdb import autodo as store
+from appdb import discovery
+from appdb.database import session_scope
+from appdb.models import Interaction, Posting, WorkItem
+from assets.factory import build_work_groups
+from domain.autodo import service
+from domain.autodo.plugin import AUTODO_SCOPE
+from domain.language.llm_types import Generation
+from pipeline_defs.cli.autodo_scope import scope_items
+from pipeline_defs.cli.main import main
+from pipeline_defs.definitions import build_definitions
+from pipeline_defs.settings import Settings
+from pipeline_defs.wiring import build_use_cases
+from resources.llm import LLMResource
+from sensors.discovery_sensor import build_discovery_sensor
+from tests.support.autodo_tree import write_sample_tree
+
+
+class FakeScoper(LLMResource):
+    """Answers every scope prompt with the first file the prompt's code names; a FIXME gets bad JSON."""
+
+    @property
+    def backend_name(self) -> str:
+        return "fake"
+
+    def _load(self, model: str) -> Any:
+        return model
+
+    def _generate(self, handle, model, prompt, system_prompt, schema, options) -> Generation:  # noqa: ANN001
+        item = prompt.rsplit("Item: ", 1)[1].split("\n", 1)[0]
+        if "whitespace" in item:
+            return Generation("I think this is hard", 50, 5, 1.0)
+        code = prompt.rsplit("Code:\n", 1)[1]
+        first_file = code.split(":", 1)[0] if ":" in code.split("\n", 1)[0] else ""
+        answer = {
+            "files_to_change": [first_file] if first_file else [],
+            "effort": "S",
+            "first_step": f"Do: {item}",
+        }
+        return Generation(json.dumps(answer), 120, 20, 1.0)
+
+
+@pytest.fixture
+def scanned(app_db_url: str, tmp_path: Path) -> Path:
+    tree = write_sample_tree(tmp_path)
+    reader = tree / "src" / "reader.py"
+    reader.write_text(reader.read_text() + "\n\n# TODO: cap `parse_text` at 1 MB\ndef parse_text(): ...\n")
+    with session_scope(app_db_url) as session:
+        service.scan(session, [tree / "docs" / "ROADMAP.md", tree / "src" / "reader.py"], tree)
+    return tree
+
+
+def autodo_only(url: str) -> Settings:
+    return replace(Settings.from_env(), database_url=url, domains=("autodo",))
+
+
+def test_without_the_postings_plugin_the_engine_runs_autodo_items_to_done(
+    app_db_url: str, scanned: Path, dagster_instance: DagsterInstance
+) -> None:
+    settings = autodo_only(app_db_url)
+    built = build_use_cases(settings)
+    assert [item.use_case.name for item in built] == ["autodo_context", "autodo_scope"]
+    groups = build_work_groups(built)
+    defs = build_definitions(settings, built=built, groups=groups, llm=FakeScoper())
+    asset_keys = {key.to_user_string() for key in defs.resolve_asset_graph().get_all_asset_keys()}
+    assert asset_keys == {"autodo", "autodo_context", "autodo_scope"}  # no postings, no taxonomy
+    assert defs.resolve_job_def("autodo_scope_job")  # the asset's partitions are autodo's own
+    spec = next(item.spec for item in built if item.use_case.name == "autodo_scope")
+
+    # The sensor finds the work, adds autodo partitions and asks for runs, as for postings.
+    sensor = build_discovery_sensor(groups[0], 30)
+    with build_sensor_context(
+        instance=dagster_instance, resources={"app_db": defs.resources["app_db"]}
+    ) as ctx:
+        result = sensor(ctx)
+    assert len(result.run_requests) == 1
+    added = result.dynamic_partitions_requests[0]
+    assert added.partitions_def_name == "autodo" and len(added.partition_keys) == 9
+
+    runs, failed = scope_items(settings, None, llm=FakeScoper(), instance=dagster_instance)
+    assert len(runs) == 2 and len(failed) == 0  # one run per group; the bad answer is an item error
+    with session_scope(app_db_url) as session:
+        items = store.stored_items(session)
+        scopes = {key: store.outputs_of(session, key).get("autodo_scope") for key in items}
+        pending = discovery.find_pending_work(session, spec)
+        work = dict(
+            session.execute(
+                select(WorkItem.posting_key, WorkItem.status).where(WorkItem.use_case == "autodo_scope")
+            ).all()
+        )
+        calls = session.scalars(select(Interaction).where(Interaction.use_case == "autodo_scope")).all()
+        assert session.scalar(select(Posting.id)) is None  # not a posting in sight
+    by_text = {item.text: key for key, item in items.items()}
+    bom = by_text["handle a BOM at the start of the file"]
+    whitespace = by_text["strips meaningful whitespace too"]
+    assert scopes[bom]["first_step"] == "Do: handle a BOM at the start of the file"
+    assert scopes[whitespace] is None and work[whitespace] == "pending"  # a retry is due later
+    assert sum(status == "done" for status in work.values()) == 8
+    assert pending == []  # the failed one backs off; everything else is current
+    assert len(calls) == 9 and {call.source for call in calls} == {"cli"}
+    # The context script found the code the item mentions (the item's own file, by its words).
+    with session_scope(app_db_url) as session:
+        context = store.outputs_of(session, by_text["cap `parse_text` at 1 MB"])["autodo_context"]
+        scope = store.outputs_of(session, by_text["cap `parse_text` at 1 MB"])["autodo_scope"]
+    assert context["symbols"] == ["parse_text"] and context["searched_with"] in ("ripgrep", "python")
+    assert context["hits"] == [{"file": "src/reader.py", "line": 14}]  # line 15 is shown around it
+    assert scope["files_to_change"] == ["src/reader.py"]  # the fake model names the first file it was shown
+
+
+def test_an_edited_item_is_stale_and_rescoped(
+    app_db_url: str, scanned: Path, dagster_instance: DagsterInstance
+) -> None:
+    settings = autodo_only(app_db_url)
+    scope_items(settings, None, llm=FakeScoper(), instance=dagster_instance)
+    roadmap = scanned / "docs" / "ROADMAP.md"
+    roadmap.write_text(
+        roadmap.read_text().replace("Pace the remote Ollama hosts", "Pace remote Ollama hosts")
+    )
+    with session_scope(app_db_url) as session:
+        service.scan(session, [roadmap], scanned)
+        context_spec = build_use_cases(settings)[0].spec
+        assert discovery.find_pending_work(session, context_spec) == ["WI-042"]  # its content changed
+    scope_items(settings, ["WI-042"], llm=FakeScoper(), instance=dagster_instance)
+    with session_scope(app_db_url) as session:
+        assert (
+            store.outputs_of(session, "WI-042")["autodo_scope"]["first_step"]
+            == "Do: Pace remote Ollama hosts"
+        )
+
+
+def test_scope_from_the_cli_with_the_default_domains(
+    app_db_url: str,
+    scanned: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("PIPELINE_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("PIPELINE_DATABASE_URL", app_db_url)
+    monkeypatch.setattr("pipeline_defs.cli.autodo_scope.build_definitions", _with_fake_llm)
+    assert main(["autodo", "scope", "WI-042"]) == 0
+    out = capsys.readouterr().out
+    assert "WI-042: effort S; files:" in out and "first step: Do: Pace the remote Ollama hosts" in out
+    assert main(["autodo", "scope", "WI-999"]) == 2
+    assert AUTODO_SCOPE.subject_kind == "autodo"
+
+
+def _with_fake_llm(settings, **kwargs):  # noqa: ANN001, ANN003, ANN202
+    return build_definitions(settings, **{**kwargs, "llm": FakeScoper()})
