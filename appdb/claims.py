@@ -28,6 +28,7 @@ from sqlalchemy.orm import Session
 from appdb.dialects import CHUNK, insert_for, is_postgres
 from appdb.discovery import WorkSpec, pending_work_query, subject_table
 from appdb.models import Posting, UseCaseOutput, WorkItem, utcnow
+from appdb.redaction import redact
 from appdb.retry_policy import DEFAULT_RETRY_POLICY, RetryPolicy
 
 
@@ -199,7 +200,7 @@ def fail_item(
         .where(_held_by(use_case, key, run_id))  # only while the claim is still ours
         .values(
             attempts=attempts,
-            last_error=error,
+            last_error=redact(error),
             status=status,
             claimed_by=None,
             lease_expires_at=None,

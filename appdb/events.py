@@ -16,6 +16,7 @@ from sqlalchemy import func, insert, select
 from sqlalchemy.orm import Session
 
 from appdb.models import Event, Interaction, utcnow
+from appdb.redaction import redact
 
 EVENT_KINDS = ("discovery", "pause", "resume", "error", "run_cost")
 
@@ -24,6 +25,8 @@ def record_event(session: Session, kind: str, **fields: Any) -> None:
     """Append one event (in the caller's transaction)."""
     if kind not in EVENT_KINDS:
         raise ValueError(f"unknown event kind {kind!r}: one of {', '.join(EVENT_KINDS)}")
+    if fields.get("reason"):
+        fields["reason"] = redact(fields["reason"])
     session.execute(insert(Event).values(kind=kind, at=fields.pop("at", None) or utcnow(), **fields))
 
 

@@ -9,6 +9,7 @@ from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
 from appdb.models import Interaction
+from appdb.redaction import redact
 
 
 def record_interaction(session: Session, **fields: Any) -> int:
@@ -24,6 +25,8 @@ def record_interaction(session: Session, **fields: Any) -> int:
         name: unstorable.sub("\ufffd", value) if isinstance(value, str) else value
         for name, value in fields.items()
     }
+    if fields.get("error"):  # the prompt and response stay exact; an error message may name a server URL
+        fields["error"] = redact(fields["error"])
     # A Core INSERT ... RETURNING: the ORM unit of work (object, flush) cost more than the insert itself.
     table = Interaction.__table__
     return session.execute(insert(table).returning(table.c.id), fields).scalar_one()

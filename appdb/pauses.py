@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from appdb.dialects import insert_for
 from appdb.events import record_event
 from appdb.models import UseCasePause, utcnow
+from appdb.redaction import redact
 from appdb.retry_policy import DEFAULT_RETRY_POLICY, RetryPolicy
 
 
@@ -41,6 +42,7 @@ def pause_use_cases(
     and only updates the reason.
     """
     now = utcnow()
+    reason = redact(reason)  # shown by `pipeline pauses`, `status`, `events` and kept in the events table
     insert = insert_for(session)
     latest = now
     for name in sorted(set(use_cases)):

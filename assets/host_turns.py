@@ -36,7 +36,7 @@ def host_turn(run: BatchRun) -> Iterator[None]:
     if host is None or not storage.supports_global_concurrency_limits:
         yield
         return
-    pool, step = host_pool(host.url), run.use_case.name
+    pool, step = host_pool(host.label), run.use_case.name
     if pool not in storage.get_concurrency_keys():
         storage.set_concurrency_slots(pool, HOST_TURNS)
     started = time.monotonic()
@@ -45,7 +45,7 @@ def host_turn(run: BatchRun) -> Iterator[None]:
         time.sleep(POLL_SECONDS)
     waited = time.monotonic() - started
     if waited > 1:
-        run.log.info(f"{step}: waited {waited:.1f}s for a turn at {host.url} (ready, batch claimed)")
+        run.log.info(f"{step}: waited {waited:.1f}s for a turn at {host.label} (ready, batch claimed)")
     try:
         yield
     finally:

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
 from appdb.database import normalize_url
+from appdb.redaction import known_secrets
 from pipeline_defs.dagster_storage import DEFAULT_EVENT_BATCH_SIZE
 from pipeline_defs.settings import Settings
 from resources.llm_hosts import LLM_HOST_TAG
@@ -28,6 +30,8 @@ SCRIPT_RUNS_ROOM = 2  # places for script runs (skill resolution) beside the LLM
 DEQUEUE_INTERVAL_SECONDS = 1
 FREE_SLOTS_AFTER_RUN_END_SECONDS = 60
 STORAGE_MODULE = "pipeline_defs.dagster_storage"
+POSTGRES_URL_VARIABLE = "PIPELINE_DAGSTER_POSTGRES_URL"
+CONFIG_MODE = 0o600  # the file names storage and may be edited to hold secrets: its owner only
 STOCK_NOTE = "PIPELINE_DAGSTER_STORAGE=pooled writes the pooled ones; see docs/dagster-storage.md"
 
 
@@ -79,15 +83,14 @@ def dagster_yaml(settings: Settings) -> str:
         "  enabled: true",
         f"  free_slots_after_run_end_seconds: {FREE_SLOTS_AFTER_RUN_END_SECONDS}",
     ]
+    # The PostgreSQL URL (and its password) stays in the environment: the file names the variable.
     if settings.dagster_storage == "stock":
         lines += [f"# Dagster's own storage classes ({STOCK_NOTE})"]
         if settings.dagster_postgres_url:
-            url = normalize_url(settings.dagster_postgres_url)
-            lines += ["storage:", "  postgres:", f"    postgres_url: {json.dumps(url)}"]
+            lines += ["storage:", "  postgres:", f"    postgres_url: {{env: {POSTGRES_URL_VARIABLE}}}"]
         # else: nothing to write, Dagster's SQLite storage in DAGSTER_HOME is the default
     elif settings.dagster_postgres_url:
-        # dagster-postgres needs psycopg2: with SQLAlchemy 2.1 a bare postgresql:// picks psycopg 3.
-        url = {"postgres_url": normalize_url(settings.dagster_postgres_url)}
+        url = {"postgres_url": {"env": POSTGRES_URL_VARIABLE}}
         lines += _storage("run_storage", STORAGE_MODULE, "PooledPostgresRunStorage", url)
         lines += _storage(
             "event_log_storage",
@@ -125,16 +128,45 @@ def _storage(key: str, module: str, class_name: str, config: dict[str, Any]) -> 
         f"  module: {module}",
         f"  class: {class_name}",
         "  config:",
-        *(f"    {name}: {json.dumps(value)}" for name, value in config.items()),
+        *(f"    {name}: {_yaml_value(value)}" for name, value in config.items()),
     ]
 
 
+def _yaml_value(value: Any) -> str:
+    """A JSON scalar, or Dagster's `{env: NAME}` (a value read from the environment when loaded)."""
+    if isinstance(value, dict) and set(value) == {"env"}:
+        return f"{{env: {value['env']}}}"
+    return json.dumps(value)
+
+
 def ensure_dagster_home(settings: Settings) -> Path:
-    """Create DAGSTER_HOME with a dagster.yaml if missing, and point this process at it."""
+    """Create DAGSTER_HOME with a dagster.yaml if missing (readable by its owner only), and point this
+    process, and the processes it starts, at it (and at the Dagster PostgreSQL URL the file names)."""
     home = settings.dagster_home
     home.mkdir(parents=True, exist_ok=True)
     config = home / "dagster.yaml"
-    if not config.exists():
-        config.write_text(dagster_yaml(settings))
+    try:
+        descriptor = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL, CONFIG_MODE)
+    except FileExistsError:
+        _keep_private(config)
+    else:
+        with os.fdopen(descriptor, "w") as file:
+            file.write(dagster_yaml(settings))
+    if settings.dagster_postgres_url:
+        # dagster-postgres needs psycopg2: with SQLAlchemy 2.1 a bare postgresql:// picks psycopg 3.
+        os.environ[POSTGRES_URL_VARIABLE] = normalize_url(settings.dagster_postgres_url)
     os.environ["DAGSTER_HOME"] = str(home)
     return home
+
+
+def _keep_private(config: Path) -> None:
+    """An existing dagster.yaml (kept: it may be edited) loses any group or world access; one written
+    before the file named the variable may hold a password: say so."""
+    if config.stat().st_mode & 0o077:
+        config.chmod(CONFIG_MODE)
+    if any(secret in config.read_text() for secret in known_secrets(os.environ)):
+        print(
+            f"warning: {config} holds a password in clear text: replace the URL with "
+            f"{{env: {POSTGRES_URL_VARIABLE}}} (or delete the file: `pipeline migrate` writes a new one)",
+            file=sys.stderr,
+        )

@@ -69,6 +69,8 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import NullPool
 
+from appdb.database import normalize_url
+
 DEFAULT_EVENT_BATCH_SIZE = 1000
 EVENT_BATCH_SIZE_ENV = "DAGSTER_EVENT_BATCH_SIZE"  # read by DagsterInstance on every event
 
@@ -332,7 +334,8 @@ if PostgresEventLogStorage is not None:
     def _postgres_storage_args(config_value: Mapping[str, Any]) -> dict[str, Any]:
         """The constructor arguments dagster-postgres reads from a storage's config."""
         return {
-            "postgres_url": pg_url_from_config(config_value),
+            # psycopg2 for a bare postgresql:// read from the environment (dagster.yaml names the variable)
+            "postgres_url": normalize_url(pg_url_from_config(config_value)),
             "should_autocreate_tables": config_value.get("should_autocreate_tables", True),
             "token_provider": get_token_provider_from_config(config_value),
         }

@@ -22,6 +22,7 @@ from pipeline_defs.wiring import (
     build_llm_resource,
     build_taxonomy_resource,
     build_use_cases,
+    from_env,
 )
 from resources.app_database import AppDatabase
 from resources.llm import LLMResource
@@ -72,7 +73,7 @@ def build_definitions(
             build_gym_sensor(gym_job),
         ],
         resources={
-            "app_db": AppDatabase(url=settings.database_url),
+            "app_db": AppDatabase(url=from_env(settings.database_url, "PIPELINE_DATABASE_URL")),
             "llm": llm or build_llm_resource(settings),
             "taxonomy": build_taxonomy_resource(settings),
             "gym": build_gym_resource(settings),

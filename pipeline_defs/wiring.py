@@ -3,9 +3,13 @@ each resource configured from the environment."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
+from dagster import EnvVar
+
+from appdb.redaction import redact
 from assets.factory import UseCaseDefinitions, build_use_case
 from domain.language.declaration import UseCase
 from pipeline_defs.catalog import declared_use_cases
@@ -48,6 +52,18 @@ def batch_size_for(use_case: UseCase, settings: Settings) -> int | None:
     return None
 
 
+def from_env(value: str, *variables: str) -> str:
+    """`EnvVar(name)` when `value` is what the environment variable `name` holds, else `value`.
+
+    Dagster then shows the variable's name, not its value (a password in a URL, an API key), in the
+    UI's resource configuration and the code location's snapshot, and reads the value in each run.
+    A value that did not come from the environment (a default, a test's own) stays as it is."""
+    for name in variables:
+        if value and os.environ.get(name) == value:
+            return EnvVar(name)
+    return value
+
+
 def build_llm_resource(settings: Settings) -> LLMResource:
     """Ollama or an OpenAI-compatible server when configured; otherwise the embedded model (no server).
 
@@ -55,23 +71,24 @@ def build_llm_resource(settings: Settings) -> LLMResource:
     slots, so a run keeps as many requests in flight as its server works on at once."""
     hosts = [_host_spec(host) for host in settings.resolved_hosts()]
     if settings.llm_backend == "ollama":
+        host = settings.ollama_host or "http://127.0.0.1:11434"
         return OllamaResource(
-            host=settings.ollama_host or "http://127.0.0.1:11434",
+            host=from_env(host, "OLLAMA_HOST"),
             hosts=hosts,
             max_in_flight=OLLAMA_DEFAULT_PARALLEL,
             keep_alive=settings.ollama_keep_alive,
             options={"num_ctx": settings.ollama_num_ctx} if settings.ollama_num_ctx else {},
-            **paid_backend_fields(settings, f"ollama:{settings.ollama_host or 'http://127.0.0.1:11434'}"),
+            **paid_backend_fields(settings, f"ollama:{redact(host)}"),
         )
     if settings.llm_backend == "openai":
         return OpenAICompatibleResource(
-            base_url=settings.openai_base_url,
+            base_url=from_env(settings.openai_base_url, "PIPELINE_OPENAI_BASE_URL"),
             hosts=hosts,
             max_in_flight=OPENAI_DEFAULT_PARALLEL,
-            api_key=settings.openai_api_key,
+            api_key=from_env(settings.openai_api_key, "PIPELINE_OPENAI_API_KEY", "OPENAI_API_KEY"),
             api=settings.openai_api,
             model_names=dict(settings.openai_models),
-            **paid_backend_fields(settings, f"openai:{settings.openai_base_url}"),
+            **paid_backend_fields(settings, f"openai:{redact(settings.openai_base_url)}"),
         )
     return EmbeddedLLMResource()
 
@@ -92,7 +109,7 @@ def paid_backend_fields(settings: Settings, bucket: str) -> dict[str, Any]:
         "pace_per_second": settings.llm_rate_per_second,
         "pace_burst": settings.llm_burst,
         "pace_bucket": bucket,
-        "pace_database_url": settings.database_url,
+        "pace_database_url": from_env(settings.database_url, "PIPELINE_DATABASE_URL"),
         "prices": {model: [prompt, completion] for model, prompt, completion in settings.model_prices},
     }
 
@@ -101,7 +118,7 @@ def build_taxonomy_resource(settings: Settings) -> TaxonomyResource:
     return TaxonomyResource(
         path=settings.taxonomy_path,
         embedding_backend=settings.embedding_backend,
-        ollama_host=settings.ollama_host or "",
+        ollama_host=from_env(settings.ollama_host or "", "OLLAMA_HOST"),
         embedding_model=settings.embedding_model,
         embedding_cache_dir=str(settings.data_dir / "embedding_cache"),
     )

@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from appdb.redaction import redact
+
 LLM_HOST_TAG = "pipeline/llm_host"
 """The host (its URL) a run is pinned to; the run queue's per-host limit counts runs by this tag."""
 HOST_PAUSE_PREFIX = "host:"
@@ -35,8 +37,13 @@ class LLMHost:
         return not self.models or model is None or model in self.models
 
     @property
+    def label(self) -> str:
+        """The URL as shown and stored (run tags, pool names, pause keys): credentials redacted."""
+        return redact(self.url)
+
+    @property
     def pause_key(self) -> str:
-        return f"{HOST_PAUSE_PREFIX}{self.url}"
+        return f"{HOST_PAUSE_PREFIX}{self.label}"
 
 
 def parse_host(spec: str) -> LLMHost:
@@ -76,7 +83,7 @@ def host_for_run(hosts: Sequence[LLMHost], run: Any) -> LLMHost | None:
     tags: Mapping[str, str] = getattr(run, "tags", None) or {}
     pinned = tags.get(LLM_HOST_TAG)
     for host in hosts:
-        if host.url == pinned:
+        if pinned in (host.label, host.url):
             return host
     run_id = getattr(run, "run_id", "") or ""
     return hosts[zlib.crc32(run_id.encode()) % len(hosts)]

@@ -38,7 +38,7 @@ def pin_requests(
             load[run.tags[LLM_HOST_TAG]] += 1
     pinned = []
     for request in requests:
-        host = min(hosts, key=lambda h: ((load[h.url] + 1) / (h.parallel or 1), hosts.index(h)))
-        load[host.url] += 1
-        pinned.append(request.with_replaced_attrs(tags={**request.tags, LLM_HOST_TAG: host.url}))
+        host = min(hosts, key=lambda h: ((load[h.label] + 1) / (h.parallel or 1), hosts.index(h)))
+        load[host.label] += 1
+        pinned.append(request.with_replaced_attrs(tags={**request.tags, LLM_HOST_TAG: host.label}))
     return pinned

@@ -42,6 +42,18 @@ def _judge_off_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PIPELINE_JUDGE_SAMPLE", "0")
 
 
+@pytest.fixture(autouse=True)
+def _dagster_postgres_url_restored() -> Iterator[None]:
+    """`ensure_dagster_home` exports the Dagster PostgreSQL URL its dagster.yaml names; a test's
+    per-test database must not leak into the next test's settings."""
+    before = os.environ.get("PIPELINE_DAGSTER_POSTGRES_URL")
+    yield
+    if before is None:
+        os.environ.pop("PIPELINE_DAGSTER_POSTGRES_URL", None)
+    else:
+        os.environ["PIPELINE_DAGSTER_POSTGRES_URL"] = before
+
+
 @pytest.fixture(scope="session")
 def postgres_admin_url() -> str:
     reason = _postgres_unavailable_reason()

@@ -10,9 +10,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from appdb.redaction import redact
+
 
 class LLMError(Exception):
-    """Base of the errors raised by LLM backends."""
+    """Base of the errors raised by LLM backends. The message is redacted as it is made: it travels
+    into stored errors and pause reasons, Dagster's event log and the terminal, and a backend's
+    message may carry a server URL with credentials."""
+
+    def __init__(self, message: object = "", *args: object) -> None:
+        super().__init__(redact(str(message)), *args)
 
 
 class ItemError(LLMError):

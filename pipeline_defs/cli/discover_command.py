@@ -12,6 +12,7 @@ from pathlib import Path
 
 from appdb import discovery, pauses
 from appdb.database import read_only_session
+from appdb.redaction import redact
 from assets.factory import UseCaseDefinitions
 from pipeline_defs.cli.terminal import EXIT_DIFFERENT, EXIT_ERROR, describe_pause, key_list
 from pipeline_defs.settings import Settings
@@ -203,7 +204,7 @@ def _print_shadow(
     expect_path: Path | None,
     differences: dict[str, ShadowDifference] | None,
 ) -> None:
-    print(f"shadow discovery on {settings.database_url}: nothing is claimed or written")
+    print(f"shadow discovery on {redact(settings.database_url)}: nothing is claimed or written")
     for item in selected:
         name, keys = item.use_case.name, discovered[item.use_case.name]
         print(f"{name} (version {item.use_case.version}): {len(keys)} postings would be processed now")

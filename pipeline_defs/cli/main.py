@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+import traceback
+from types import TracebackType
 
 from pipeline_defs.cli import (
     autodo_commands,
@@ -39,7 +41,7 @@ from pipeline_defs.cli import (
     state_commands,
     trace_command,
 )
-from pipeline_defs.cli.terminal import EXIT_ERROR
+from pipeline_defs.cli.terminal import EXIT_ERROR, SafeStream, safe_text
 from pipeline_defs.settings import Settings
 
 COMMAND_MODULES = (
@@ -66,6 +68,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command with stdout and stderr behind `SafeStream`: whatever a command, a log line or an
+    error prints, no credential or terminal control sequence reaches the terminal."""
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = SafeStream(sys.stdout), SafeStream(sys.stderr)
+    sys.excepthook = _safe_excepthook  # a traceback that ends the command goes through it too
+    try:
+        return _run_command(argv)
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+def _safe_excepthook(kind: type[BaseException], error: BaseException, trace: TracebackType | None) -> None:
+    sys.stderr.write(safe_text("".join(traceback.format_exception(kind, error, trace))))
+
+
+def _run_command(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         settings = Settings.from_env()

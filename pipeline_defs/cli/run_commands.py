@@ -9,6 +9,7 @@ import time
 from appdb import reports
 from appdb.database import session_scope
 from appdb.ingest import ingest_files
+from appdb.redaction import redact
 from pipeline_defs.catalog import declared_use_cases
 from pipeline_defs.cli.in_process_runs import (
     dagster_for,
@@ -69,7 +70,7 @@ def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
     if unknown:
         print(f"error: no use case {unknown[0]!r} (declared: {', '.join(sorted(known))})", file=sys.stderr)
         return EXIT_ERROR
-    print(f"LLM backend: {settings.llm_backend}; app database: {settings.database_url}")
+    print(f"LLM backend: {settings.llm_backend}; app database: {redact(settings.database_url)}")
     _, ok = _run_all(settings, args.use_cases, args.verbose)
     return 0 if ok else 1
 

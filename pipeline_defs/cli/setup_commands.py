@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from appdb.database import migrate
+from appdb.redaction import redact
 from pipeline_defs.dagster_home import ensure_dagster_home
 from pipeline_defs.settings import PROJECT_ROOT, Settings
 
@@ -25,7 +26,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
     migrate(settings.database_url)
-    print(f"application database is at the newest schema: {settings.database_url}")
+    print(f"application database is at the newest schema: {redact(settings.database_url)}")
     # a service runs dagster-webserver and dagster-daemon directly: they need the home's dagster.yaml
     print(f"Dagster home (dagster.yaml kept if present): {ensure_dagster_home(settings)}")
     return 0

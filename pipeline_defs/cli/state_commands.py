@@ -6,6 +6,7 @@ import argparse
 
 from appdb import claims, discovery, events, pauses, reports
 from appdb.database import session_scope
+from appdb.redaction import redact
 from domain.language.declaration import model_label
 from pipeline_defs.cli.terminal import ERROR_CHARS, clip, describe_pause, table, when
 from pipeline_defs.settings import Settings
@@ -52,7 +53,7 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
         return _status_by_source(settings, args.hours)
     built = build_use_cases(settings)
     with session_scope(settings.database_url) as session:
-        print(f"{reports.posting_count(session)} postings in {settings.database_url}")
+        print(f"{reports.posting_count(session)} postings in {redact(settings.database_url)}")
         for item in built:
             pending = len(discovery.find_pending_work(session, item.spec))
             states = reports.work_state_counts(session, item.use_case.name)

@@ -1,12 +1,22 @@
-"""What every command prints with: exit codes, tables, clipped text, times, pauses."""
+"""What every command prints with: exit codes, safe text, tables, clipped text, times, pauses.
+
+Postings and model output are data from strangers: `safe_text` is the one helper every command's
+output goes through (explicitly where data is printed, and `SafeStream` around stdout and stderr for
+the rest). It drops terminal control sequences (ANSI colours, screen clears, OSC 8 hyperlinks, title
+changes), other control characters and bidirectional overrides, and redacts credentials
+(`appdb.redaction.redact`).
+"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from datetime import datetime
+from typing import TextIO
 
 from appdb.models import utcnow
 from appdb.pauses import Pause
+from appdb.redaction import redact
 
 EXIT_OK = 0
 EXIT_REJECTED = 1  # ingest: some rows were rejected (the good ones went in)
@@ -16,7 +26,52 @@ SHOWN_KEYS = 20
 ERROR_CHARS = 100
 
 
+# ESC [ ... final (CSI), ESC ] ... BEL or ESC \\ (OSC, also unterminated), ESC P/X/^/_ ... ESC \\ (DCS and
+# other strings), any other two-character ESC sequence, the 8-bit CSI/OSC forms
+_CONTROL_SEQUENCE = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]?"
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"
+    r"|\x1b[PX^_][^\x1b]*(?:\x1b\\)?"
+    r"|\x1b[ -~]?"
+    r"|\x9b[0-?]*[ -/]*[@-~]?"
+    r"|\x9d[^\x07\x1b\x9c]*(?:\x07|\x9c)?"
+)
+# C0 and C1 controls but tab and newline; bidi overrides and isolates (text that reads backwards)
+_CONTROL_CHARACTER = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+REPLACEMENT = "\ufffd"
+
+
+def safe_text(text: str) -> str:
+    """`text` fit for a terminal: no control sequences (dropped) or control characters (shown as
+    U+FFFD), CRLF as a newline, credentials redacted. Idempotent, so printing twice through it is fine."""
+    text = _CONTROL_SEQUENCE.sub("", text.replace("\r\n", "\n"))
+    return redact(_CONTROL_CHARACTER.sub(REPLACEMENT, text))
+
+
+class SafeStream:
+    """A text stream that writes everything through `safe_text`: the catch-all around stdout and
+    stderr while a command runs (log lines, errors, anything not printed through a helper)."""
+
+    def __init__(self, inner: TextIO) -> None:
+        self.inner = inner
+
+    def write(self, text: str) -> int:
+        self.inner.write(safe_text(text))
+        return len(text)
+
+    def __getattr__(self, name: str):  # noqa: ANN204 - flush, fileno, isatty, encoding ... of the stream
+        return getattr(self.inner, name)
+
+
+def one_line(text: str) -> str:
+    """Safe text with its line breaks as spaces (a table cell, a list entry)."""
+    text = safe_text(text)
+    return " ".join(text.split()) if "\n" in text or "\t" in text else text
+
+
 def clip(text: str, width: int) -> str:
+    """Safe text on one line, cut to `width` characters."""
+    text = one_line(text)
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -25,6 +80,8 @@ def when(moment: datetime) -> str:
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    headers = [one_line(cell) for cell in headers]
+    rows = [[one_line(cell) for cell in row] for row in rows]
     widths = [max(len(cell) for cell in column) for column in zip(headers, *rows, strict=False)]
     lines = [headers, *rows]
     return "\n".join(
@@ -34,11 +91,11 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def key_list(keys: Sequence[str]) -> str:
-    shown = ", ".join(keys[:SHOWN_KEYS])
+    shown = safe_text(", ".join(keys[:SHOWN_KEYS]))
     return shown + (f" ... and {len(keys) - SHOWN_KEYS} more" if len(keys) > SHOWN_KEYS else "")
 
 
 def describe_pause(pause: Pause) -> str:
     minutes = max(0, round((pause.resume_at - utcnow()).total_seconds() / 60))
     trips = f", trip {pause.consecutive_trips} in a row" if pause.consecutive_trips > 1 else ""
-    return f"paused until {when(pause.resume_at)} (in {minutes} min{trips}): {pause.reason}"
+    return f"paused until {when(pause.resume_at)} (in {minutes} min{trips}): {safe_text(pause.reason)}"

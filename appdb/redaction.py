@@ -1,0 +1,76 @@
+"""Secrets out of everything we print, log, raise or store: the one redaction function.
+
+A password in a database URL (`postgresql://user:s3cret@host/db`), credentials in a server URL
+(`http://user:pw@gpu-box:11434`), `password=...`/`api_key=...` pairs, bearer tokens, and the values of
+secret-looking environment variables (`*_API_KEY`, `*PASSWORD*`, `*TOKEN*`, `*SECRET*`, and the
+passwords inside the URL variables) become `***`. It lives in the bottom layer so the stores
+(pauses, events, work items, interactions), the resources' errors and the CLI's output all use it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from urllib.parse import unquote
+
+MASK = "***"
+# scheme://userinfo@ : userinfo runs to the last "@" before the host (an unescaped "@" in a password)
+_URL_CREDENTIALS = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^\s/?#'\"<>]*)@")
+_SECRET_PAIRS = re.compile(
+    r"(?i)(?P<key>\b(?:password|passwd|pwd|api[_-]?key|access[_-]?token|auth[_-]?token|token|secret)"
+    r"(?:\s*=\s*|[\"']\s*:\s*)[\"']?)(?P<value>[^\s&\"',;)}\]]+)"
+)
+_BEARER = re.compile(r"(?i)\b(?P<key>bearer\s+)(?P<value>[A-Za-z0-9._~+/=\-]{4,})")
+_SECRET_NAMES = re.compile(r"(?i)(PASSWORD|PASSWD|SECRET|TOKEN|API_?KEY)")
+# the environment variables that hold URLs with possible credentials (pipeline_defs/settings.py)
+URL_VARIABLES = (
+    "PIPELINE_DATABASE_URL",
+    "PIPELINE_DAGSTER_POSTGRES_URL",
+    "OLLAMA_HOST",
+    "PIPELINE_LLM_HOSTS",
+    "PIPELINE_OPENAI_BASE_URL",
+)
+# a known secret shorter than this is masked only where it sits in a URL or a pair (not everywhere)
+MIN_LITERAL_SECRET = 6
+
+
+def redact(text: str, environ: Mapping[str, str] | None = None) -> str:
+    """`text` with every credential we can recognise replaced by `***` (idempotent)."""
+    if not text:
+        return text
+    text = _URL_CREDENTIALS.sub(_mask_userinfo, text)
+    text = _SECRET_PAIRS.sub(lambda match: match["key"] + MASK, text)
+    text = _BEARER.sub(lambda match: match["key"] + MASK, text)
+    for secret in known_secrets(os.environ if environ is None else environ):
+        text = text.replace(secret, MASK)
+    return text
+
+
+def redact_url(url: str) -> str:
+    """A URL as it may be shown: its password (or its whole userinfo if a bare token) masked."""
+    return redact(url)
+
+
+def known_secrets(environ: Mapping[str, str]) -> list[str]:
+    """Secret values of this environment, longest first: secret-named variables and URL passwords."""
+    found: set[str] = set()
+    for name, value in environ.items():
+        if value and _SECRET_NAMES.search(name) and not value.startswith(("/", "http")):
+            found.add(value)
+    for name in URL_VARIABLES:
+        for match in _URL_CREDENTIALS.finditer(environ.get(name) or ""):
+            userinfo = match["userinfo"]
+            secret = userinfo.partition(":")[2] if ":" in userinfo else userinfo
+            if secret:
+                found |= {secret, unquote(secret)}
+    return sorted((s for s in found if len(s) >= MIN_LITERAL_SECRET and s != MASK), key=len, reverse=True)
+
+
+def _mask_userinfo(match: re.Match[str]) -> str:
+    userinfo = match["userinfo"]
+    if not userinfo:
+        return match.group(0)
+    user, colon, _ = userinfo.partition(":")
+    masked = f"{user}:{MASK}" if colon else MASK
+    return f"{match['scheme']}{masked}@"
