@@ -17,7 +17,6 @@ from typing import Any
 import httpx
 import ollama
 
-from appdb.redaction import redact
 from domain.language.llm_types import BackendUnavailable, Generation, ItemError
 from resources.llm import LLMResource
 
@@ -151,7 +150,7 @@ class OllamaResource(LLMResource):
             return request()
         except ConnectionError as exc:
             raise BackendUnavailable(
-                f"cannot reach Ollama at {redact(self.url)} (model {model}): is `ollama serve` running there? ({exc})"
+                f"cannot reach Ollama at {self.url} (model {model}): is `ollama serve` running there? ({exc})"
             ) from exc
         except httpx.TimeoutException as exc:
             # Only a response that never came (read timeout) can be the item's fault, and only
@@ -163,24 +162,24 @@ class OllamaResource(LLMResource):
             ):
                 raise ItemError(
                     f"generation timed out after {self.timeout_seconds:g}s while the server was up "
-                    f"(Ollama at {redact(self.url)}, model {model})"
+                    f"(Ollama at {self.url}, model {model})"
                 ) from exc
             raise BackendUnavailable(
-                f"Ollama at {redact(self.url)} did not answer within {self.timeout_seconds:g}s (model {model})"
+                f"Ollama at {self.url} did not answer within {self.timeout_seconds:g}s (model {model})"
             ) from exc
         except httpx.HTTPError as exc:
             raise BackendUnavailable(
-                f"HTTP error talking to Ollama at {redact(self.url)} (model {model}): {exc}"
+                f"HTTP error talking to Ollama at {self.url} (model {model}): {exc}"
             ) from exc
         except ollama.ResponseError as exc:
             if exc.status_code == 404:
                 raise BackendUnavailable(
-                    f"model {model!r} is not available on the Ollama server at {redact(self.url)}: "
+                    f"model {model!r} is not available on the Ollama server at {self.url}: "
                     f"run `ollama pull {model}` there ({exc.error})"
                 ) from exc
             if exc.status_code >= 500 or exc.status_code < 0:
                 raise BackendUnavailable(
-                    f"Ollama at {redact(self.url)} failed serving {model}: {exc.error} (HTTP {exc.status_code})"
+                    f"Ollama at {self.url} failed serving {model}: {exc.error} (HTTP {exc.status_code})"
                 ) from exc
             raise ItemError(
                 f"Ollama rejected the request for {model}: {exc.error} (HTTP {exc.status_code})"

@@ -17,7 +17,6 @@ from typing import Any
 import httpx
 from pydantic import PrivateAttr
 
-from appdb.redaction import redact
 from domain.language.llm_types import BackendUnavailable, Generation, ItemError
 from resources.llm import LLMResource
 
@@ -128,7 +127,7 @@ class OpenAICompatibleResource(LLMResource):
             text = choice["message"]["content"] if self.api == "chat" else choice["text"]
         except (KeyError, IndexError, TypeError) as exc:
             raise ItemError(
-                f"{redact(self.url)} answered {model} without a completion: {str(payload)[:300]}"
+                f"{self.url} answered {model} without a completion: {str(payload)[:300]}"
             ) from exc
         usage = payload.get("usage") or {}
         return Generation(
@@ -144,7 +143,7 @@ class OpenAICompatibleResource(LLMResource):
 
     def _call(self, model: str, request: Any, *, timeout_may_be_the_items_fault: bool = False) -> Any:
         """Send one request; turn transport errors and error statuses into the engine's two kinds."""
-        where = f"the OpenAI-compatible server at {redact(self.url)} (model {model})"
+        where = f"the OpenAI-compatible server at {self.url} (model {model})"
         try:
             response = request()
         except httpx.TimeoutException as exc:

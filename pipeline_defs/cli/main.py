@@ -14,7 +14,9 @@ pipeline discover --shadow [--use-case NAME] [--expect FILE] [--json]
                                  what each use case would process now; claims and writes nothing
 pipeline pauses                  use cases paused by the circuit breaker: why, and until when
 pipeline resume [--use-case NAME]      end pauses now
-pipeline ui [--port N]           start `dagster dev` on 127.0.0.1 with the project's DAGSTER_HOME
+pipeline ui [--port N]           start `dagster dev` on 127.0.0.1 with the project's DAGSTER_HOME (the
+                                 webserver refuses foreign-Host and cross-origin GraphQL requests)
+pipeline webserver [--host H] [--port N]   that guarded webserver alone (a service)
 pipeline review [...]            the gym: quality figures, review items, accept/reject/correct
 pipeline autodo scan|list|pick|show|done|wontfix|note|prio|split|dep|tree|scope   TODO work items
 pipeline reprocess --stale [--use-case NAME] [--dry-run]   redo only outdated outputs
@@ -40,12 +42,14 @@ from pipeline_defs.cli import (
     setup_commands,
     state_commands,
     trace_command,
+    ui_command,
 )
 from pipeline_defs.cli.terminal import EXIT_ERROR, SafeStream, safe_text
 from pipeline_defs.settings import Settings
 
 COMMAND_MODULES = (
     setup_commands,
+    ui_command,
     ingest_command,
     run_commands,
     state_commands,

@@ -32,7 +32,7 @@ from domain.language.declaration import display_output
 from domain.quality.corrections import CorrectionError, Edits
 from domain.quality.review_actions import accept, correct, reject
 from pipeline_defs.cli.in_process_runs import QUIET_LOGS
-from pipeline_defs.cli.terminal import EXIT_ERROR, clip, table
+from pipeline_defs.cli.terminal import EXIT_ERROR, clip, one_line, safe_text, table
 from pipeline_defs.dagster_home import ensure_dagster_home
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
@@ -120,7 +120,7 @@ def cmd_review(settings: Settings, args: argparse.Namespace) -> int:
     delivered = " and delivered as the current output" if verdict.delivered else ""
     corpus = f"; corpus entry {verdict.correction_id}" if verdict.correction_id else ""
     print(
-        f"review item {verdict.item_id} ({verdict.use_case}, {verdict.posting_key}): "
+        f"review item {verdict.item_id} ({verdict.use_case}, {one_line(verdict.posting_key)}): "
         f"{verdict.status}{delivered}{corpus}"
     )
     _print_figures(_evaluate(settings), only=verdict.use_case)
@@ -173,8 +173,8 @@ def _list(settings: Settings, args: argparse.Namespace, registry: Mapping[str, A
         score = f" grade {item.score:.1f}" if item.score is not None else ""
         state = "" if item.status == "open" else f" [{item.status}]"
         print(
-            f"#{item.id}{state}  {item.use_case}  {item.posting_key} "
-            f"({titles.get(item.posting_key, '?')}){score}"
+            f"#{item.id}{state}  {item.use_case}  {one_line(item.posting_key)} "
+            f"({one_line(titles.get(item.posting_key) or '?')}){score}"
         )
         print(f"    why: {clip(item.reason, 300)}")
         print(f"    output: {clip(display_output(registry.get(item.use_case), item.output), 200)}")
@@ -192,7 +192,7 @@ def _show(settings: Settings, item_id: int) -> int:
         current = review.current_output(session, item.use_case, item.posting_key)
         print(
             f"review item {item.id}: {item.status} · {item.use_case} (version {item.use_case_version})"
-            f" · {item.posting_key}"
+            f" · {one_line(item.posting_key)}"
         )
         print(
             f"flagged {item.created_at:%Y-%m-%d %H:%M:%S} UTC by run {item.run_id}; "
@@ -200,20 +200,21 @@ def _show(settings: Settings, item_id: int) -> int:
         )
         if item.resolved_at:
             print(
-                f"resolved {item.resolved_at:%Y-%m-%d %H:%M:%S} UTC" + (f": {item.note}" if item.note else "")
+                f"resolved {item.resolved_at:%Y-%m-%d %H:%M:%S} UTC"
+                + (f": {one_line(item.note)}" if item.note else "")
             )
-        print(f"why: {item.reason}")
+        print(f"why: {safe_text(item.reason)}")
         print("output as flagged:")
-        print(textwrap.indent(json.dumps(item.output, indent=2, ensure_ascii=False), "  "))
+        print(textwrap.indent(safe_text(json.dumps(item.output, indent=2, ensure_ascii=False)), "  "))
         if current is not None and current.value != item.output:
             print(f"current output (by {current.backend} {current.model}):")
-            print(textwrap.indent(json.dumps(current.value, indent=2, ensure_ascii=False), "  "))
+            print(textwrap.indent(safe_text(json.dumps(current.value, indent=2, ensure_ascii=False)), "  "))
         if posting is not None:
             print(
-                f"posting: {posting.title} ({posting.company or 'company not stated'}, "
-                f"{posting.location or '-'})"
+                f"posting: {one_line(posting.title)} ({one_line(posting.company or 'company not stated')}, "
+                f"{one_line(posting.location or '-')})"
             )
-            print(textwrap.indent(textwrap.fill(posting.description, 100), "  "))
+            print(textwrap.indent(textwrap.fill(safe_text(posting.description), 100), "  "))
     return 0
 
 

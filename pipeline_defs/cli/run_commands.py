@@ -17,7 +17,7 @@ from pipeline_defs.cli.in_process_runs import (
     run_pending,
     single_use_case_groups,
 )
-from pipeline_defs.cli.terminal import EXIT_ERROR, clip
+from pipeline_defs.cli.terminal import EXIT_ERROR, clip, one_line
 from pipeline_defs.settings import PROJECT_ROOT, Settings
 
 DEMO_POSTINGS = PROJECT_ROOT / "pipeline_defs" / "demo_data" / "postings.jsonl"
@@ -110,7 +110,8 @@ def render_postings(session, keys: list[str]) -> str:  # noqa: ANN001 - a SQLAlc
     lines = []
     for posting in reports.postings_in_order(session, keys):
         summary = outputs.get((posting.key, "posting_summary"), {}).get("summary", "(none yet)")
-        lines.append(f"{posting.key}  {posting.title} ({posting.company or 'company not stated'})")
+        company = posting.company or "company not stated"
+        lines.append(f"{one_line(posting.key)}  {one_line(posting.title)} ({one_line(company)})")
         lines.append(f"  summary:  {clip(summary, 200)}")
         skills = outputs.get((posting.key, "posting_skills"))
         entities = outputs.get((posting.key, "skill_entities"))
@@ -125,9 +126,9 @@ def render_postings(session, keys: list[str]) -> str:  # noqa: ANN001 - a SQLAlc
                 + (f"{entity['concept_label']} ({entity['stage']})" if entity["concept_uri"] else "unmatched")
                 for entity in entities["entities"]
             ]
-            lines.append(f"  skills:   {'; '.join(resolved) or '(none found)'}")
+            lines.append(f"  skills:   {one_line('; '.join(resolved)) or '(none found)'}")
         if skills and skills.get("ungrounded"):
-            lines.append(f"  dropped (not in the posting): {', '.join(skills['ungrounded'])}")
+            lines.append(f"  dropped (not in the posting): {one_line(', '.join(skills['ungrounded']))}")
         assessment = outputs.get((posting.key, "posting_assessment"))  # PIPELINE_EXTRA_USE_CASES
         if assessment:
             lines.append(f"  profile:  {clip(assessment['profile'], 200)}")

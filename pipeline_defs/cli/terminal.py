@@ -63,6 +63,25 @@ class SafeStream:
         return getattr(self.inner, name)
 
 
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]|~#])")
+_BACKTICK_RUN = re.compile(r"`+")
+
+
+def markdown_text(text: str) -> str:
+    """Quoted text inside Markdown prose (a heading, a line): safe, one line, HTML and Markdown syntax
+    escaped, so a posting's `<script>` or `[link](...)` shows as written instead of acting."""
+    escaped = one_line(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", escaped)
+
+
+def markdown_code_block(text: str) -> str:
+    """Verbatim text as a fenced code block whose fence is longer than any run of backticks inside,
+    so no line of it can close the block (HTML inside a code block is shown, not rendered)."""
+    longest = max((len(run) for run in _BACKTICK_RUN.findall(text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}text\n{safe_text(text)}\n{fence}"
+
+
 def one_line(text: str) -> str:
     """Safe text with its line breaks as spaces (a table cell, a list entry)."""
     text = safe_text(text)

@@ -13,6 +13,7 @@ from appdb import reports
 from appdb.discovery import WorkSpec
 from appdb.models import Interaction, Posting, UseCaseOutput
 from domain.quality.judge_rubric import JUDGE_SUFFIX
+from pipeline_defs.cli.terminal import markdown_code_block, markdown_text, one_line, safe_text
 
 
 @dataclass(frozen=True)
@@ -158,31 +159,34 @@ def chain_path_blocks(calls: Sequence[Interaction]) -> Iterator[Block]:
 
 
 def render_text(blocks: Sequence[Block]) -> str:
+    """The report for a terminal: postings and model output are shown without their control
+    sequences (`safe_text`), headings and lines on one line each."""
     out: list[str] = []
     for block in blocks:
+        text = one_line(block.text) if block.kind != "verbatim" else safe_text(block.text)
         if block.kind == "h1":
-            out += [block.text, "=" * min(len(block.text), 100)]
+            out += [text, "=" * min(len(text), 100)]
         elif block.kind == "h2":
-            out += ["", f"== {block.text} =="]
+            out += ["", f"== {text} =="]
         elif block.kind == "h3":
-            out += ["", f"-- {block.text}"]
+            out += ["", f"-- {text}"]
         elif block.kind == "line":
-            out.append(block.text)
+            out.append(text)
         else:
             out.append(f"{block.label}:")
-            out += [f"  | {line}" for line in block.text.splitlines() or [""]]
+            out += [f"  | {line}" for line in text.splitlines() or [""]]
     return "\n".join(out) + "\n"
 
 
 def render_markdown(blocks: Sequence[Block]) -> str:
+    """The report as Markdown: quoted text escaped in prose, verbatim text in fences it cannot close."""
     out: list[str] = []
     for block in blocks:
         if block.kind in ("h1", "h2", "h3"):
             level = {"h1": "#", "h2": "##", "h3": "###"}[block.kind]
-            out += [f"{level} {block.text}", ""]
+            out += [f"{level} {markdown_text(block.text)}", ""]
         elif block.kind == "line":
-            out += [block.text, ""]
+            out += [markdown_text(block.text), ""]
         else:
-            fence = "````" if "```" in block.text else "```"
-            out += [f"**{block.label}**", "", fence, block.text, fence, ""]
+            out += [f"**{block.label}**", "", markdown_code_block(block.text), ""]
     return "\n".join(out)

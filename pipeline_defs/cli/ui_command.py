@@ -1,0 +1,143 @@
+"""`pipeline ui` (dagster dev: webserver and daemon, the webserver behind `RequestGuard`) and
+`pipeline webserver` (the guarded webserver alone, for a service).
+
+`pipeline ui` runs `dagster dev` in this process with one change: the webserver process it starts is
+`python -m pipeline_defs.webserver` (dagster-webserver with the same arguments, its app wrapped in
+`pipeline_defs.request_guard.RequestGuard`) instead of `python -m dagster_webserver`. The daemon, the
+shared code server, logging and shutdown stay dagster dev's. Everything the processes it starts write
+goes through `safe_text` (credentials redacted, control sequences dropped) on its way to the terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from pipeline_defs.cli.terminal import safe_text
+from pipeline_defs.dagster_home import ensure_dagster_home
+from pipeline_defs.settings import PROJECT_ROOT, Settings
+
+WEBSERVER_MODULE = "dagster_webserver"
+GUARDED_WEBSERVER_MODULE = "pipeline_defs.webserver"
+PUMP_CHUNK = 65536
+PUMP_DRAIN_SECONDS = 5
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    ui = commands.add_parser(
+        "ui", help="start dagster dev (webserver and daemon) on 127.0.0.1:3000, the webserver guarded"
+    )
+    ui.add_argument("--port", type=int, default=3000, help="the webserver's port on 127.0.0.1 (default 3000)")
+    ui.set_defaults(handler=cmd_ui)
+    webserver = commands.add_parser(
+        "webserver", help="the guarded dagster-webserver alone (a service; the daemon runs apart)"
+    )
+    webserver.add_argument("--host", default="127.0.0.1", help="the address to bind (default 127.0.0.1)")
+    webserver.add_argument("--port", type=int, default=3000, help="the port (default 3000)")
+    webserver.set_defaults(handler=cmd_webserver)
+
+
+def cmd_ui(settings: Settings, args: argparse.Namespace) -> int:
+    from dagster._cli import dev as dagster_dev
+
+    home = ensure_dagster_home(settings)
+    print(f"DAGSTER_HOME={home}", flush=True)
+    print(
+        f"UI on http://127.0.0.1:{args.port}: GraphQL refuses foreign Host, cross-origin and GET-mutation "
+        "requests (no authentication: docs/operations.md)",
+        flush=True,
+    )
+    # Started in the background (`nohup make ui &`, a service script) SIGINT arrives ignored, and
+    # dagster dev then ignores SIGTERM too (it maps SIGTERM to SIGINT's handler) and cannot be
+    # stopped: both raise KeyboardInterrupt, which dagster dev answers by shutting its processes down.
+    for stop_signal in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop_signal, signal.default_int_handler)
+    original = dagster_dev.open_ipc_subprocess
+    dagster_dev.open_ipc_subprocess = guard_webserver(original)
+    workspace = str(PROJECT_ROOT / "workspace.yaml")
+    try:
+        with output_through_safe_text():
+            dagster_dev.dev_command.main(
+                args=["-h", "127.0.0.1", "-p", str(args.port), "-w", workspace],
+                prog_name="dagster dev",
+                auto_envvar_prefix="DAGSTER_CLI",
+                standalone_mode=False,
+            )
+    except KeyboardInterrupt:
+        pass
+    finally:
+        dagster_dev.open_ipc_subprocess = original
+    return 0
+
+
+def cmd_webserver(settings: Settings, args: argparse.Namespace) -> int:
+    from pipeline_defs import webserver
+
+    ensure_dagster_home(settings)
+    workspace = str(PROJECT_ROOT / "workspace.yaml")
+    sys.argv = ["dagster-webserver", "-h", args.host, "-p", str(args.port), "-w", workspace]
+    webserver.main()
+    return 0
+
+
+def guard_webserver(open_subprocess: Callable[..., Any]) -> Callable[..., Any]:
+    """dagster dev's `open_ipc_subprocess`, starting the guarded webserver instead of the bare one;
+    anything but a webserver command starts as it is."""
+
+    def open_guarded(command: Sequence[str], **kwargs: Any) -> Any:
+        parts = list(command)
+        if parts[1:3] == ["-m", WEBSERVER_MODULE]:
+            parts[2] = GUARDED_WEBSERVER_MODULE
+        return open_subprocess(parts, **kwargs)
+
+    return open_guarded
+
+
+@contextlib.contextmanager
+def output_through_safe_text() -> Iterator[None]:
+    """Point file descriptors 1 and 2 (which every process started from here inherits) at pipes, and
+    copy what comes out to the real stdout and stderr through `safe_text`, line by line."""
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    saved = {fd: os.dup(fd) for fd in (1, 2)}
+    pumps = []
+    for fd, target in saved.items():
+        read_end, write_end = os.pipe()
+        os.dup2(write_end, fd)
+        os.close(write_end)
+        pump = threading.Thread(target=_copy_safely, args=(read_end, target), daemon=True)
+        pump.start()
+        pumps.append(pump)
+    try:
+        yield
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        for fd, target in saved.items():
+            os.dup2(target, fd)  # our write ends close here; the pumps end when the children's do
+        for pump in pumps:
+            pump.join(timeout=PUMP_DRAIN_SECONDS)
+
+
+def _copy_safely(read_end: int, target: int) -> None:
+    with os.fdopen(read_end, "rb", buffering=0) as source, os.fdopen(target, "wb", closefd=False) as sink:
+        pending = b""
+        while chunk := source.read(PUMP_CHUNK):
+            pending += chunk
+            if b"\n" not in pending and len(pending) < PUMP_CHUNK:
+                continue
+            head, newline, pending = pending.rpartition(b"\n")
+            text = head + newline if newline else pending
+            pending = pending if newline else b""
+            sink.write(safe_text(text.decode("utf-8", "replace")).encode("utf-8"))
+            sink.flush()
+        if pending:
+            sink.write(safe_text(pending.decode("utf-8", "replace")).encode("utf-8"))
+            sink.flush()

@@ -1,0 +1,52 @@
+"""dagster-webserver behind `RequestGuard`: `python -m pipeline_defs.webserver` takes dagster-webserver's
+own arguments (what `pipeline ui` runs in place of `python -m dagster_webserver`, and what a service
+runs through `pipeline webserver`).
+
+dagster-webserver builds its Starlette app and hands it to `uvicorn.run`; the app is wrapped on the way,
+so everything else (instance, workspace, code servers, logging, shutdown) stays dagster-webserver's.
+"""
+
+from __future__ import annotations
+
+import os
+import types
+from collections.abc import Callable
+from typing import Any
+
+import uvicorn
+
+from pipeline_defs.request_guard import RequestGuard, allowed_hosts
+
+ALLOWED_HOSTS_VARIABLE = "PIPELINE_UI_ALLOWED_HOSTS"
+"""More Host names the webserver answers (comma-separated `name` or `name:port`): a reverse proxy's."""
+ANY_ADDRESS = ("0.0.0.0", "::", "")
+
+
+def guarded_app_hosts(host: str | None, port: int) -> frozenset[str]:
+    """The Host values to accept: loopback names, the bound address, PIPELINE_UI_ALLOWED_HOSTS."""
+    extra = [name for name in (os.environ.get(ALLOWED_HOSTS_VARIABLE) or "").split(",") if name.strip()]
+    if host and host not in ANY_ADDRESS:
+        extra.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+    return allowed_hosts(port, extra)
+
+
+def guarded_run(run: Callable[..., Any]) -> Callable[..., Any]:
+    """`uvicorn.run` that serves the app inside `RequestGuard`."""
+
+    def run_guarded(app: Any, *args: Any, **kwargs: Any) -> Any:
+        hosts = guarded_app_hosts(kwargs.get("host"), int(kwargs["port"]))
+        return run(RequestGuard(app, hosts), *args, **kwargs)
+
+    return run_guarded
+
+
+def main() -> None:
+    """dagster-webserver's command line (it reads sys.argv), serving the guarded app."""
+    from dagster_webserver import cli as webserver_cli
+
+    webserver_cli.uvicorn = types.SimpleNamespace(run=guarded_run(uvicorn.run))
+    webserver_cli.main()
+
+
+if __name__ == "__main__":
+    main()
