@@ -94,7 +94,7 @@ def build_llm_resource(settings: Settings) -> LLMResource:
 
 
 def _host_spec(host: LLMHost) -> str:
-    parts = [host.url]
+    parts = [host.label]  # credentials stay in the environment (`with_credentials` in each run)
     if host.parallel:
         parts.append(f"parallel={host.parallel}")
     if host.models:

@@ -9,7 +9,7 @@ from pydantic import PrivateAttr
 
 from appdb.pacer import Pacer
 from domain.language.llm_types import Generation
-from resources.llm_hosts import LLMHost, host_for_run, parse_hosts
+from resources.llm_hosts import LLMHost, host_for_run, parse_hosts, with_credentials
 
 PACER_LOG_WAITS_FROM_SECONDS = 1.0
 """Single waits this long or longer get a log line of their own; every wait is in the progress lines."""
@@ -44,13 +44,13 @@ class LLMResource(ConfigurableResource):
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         """Pin this run to its host: the run's tag (set by the discovery sensor), else one by run id."""
-        self._host = host_for_run(parse_hosts(self.hosts), getattr(context, "run", None))
+        self._host = with_credentials(host_for_run(parse_hosts(self.hosts), getattr(context, "run", None)))
 
     @property
     def pinned_host(self) -> LLMHost | None:
         """The host this run uses (None: a backend without hosts, or one host given the old way)."""
         if self._host is None and self.hosts:
-            self._host = parse_hosts(self.hosts)[0]
+            self._host = with_credentials(parse_hosts(self.hosts)[0])
         return self._host
 
     @property

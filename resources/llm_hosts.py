@@ -14,12 +14,14 @@ manual run) is spread over the hosts by its run id.
 
 from __future__ import annotations
 
+import os
+import re
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from appdb.redaction import redact
+from appdb.redaction import MASK, URL_VARIABLES, redact
 
 LLM_HOST_TAG = "pipeline/llm_host"
 """The host (its URL) a run is pinned to; the run queue's per-host limit counts runs by this tag."""
@@ -87,3 +89,15 @@ def host_for_run(hosts: Sequence[LLMHost], run: Any) -> LLMHost | None:
             return host
     run_id = getattr(run, "run_id", "") or ""
     return hosts[zlib.crc32(run_id.encode()) % len(hosts)]
+
+
+def with_credentials(host: LLMHost | None) -> LLMHost | None:
+    """The host with its real URL when the code location holds it redacted (its `label`, so the UI
+    never shows a password): the credentials come from the environment variable that configured it."""
+    if host is None or MASK not in host.url:
+        return host
+    for name in URL_VARIABLES:
+        for token in re.split(r"[;\s]+", os.environ.get(name) or ""):
+            if "://" in token and redact(token.rstrip("/")) == host.url:
+                return replace(host, url=token.rstrip("/"))
+    return host

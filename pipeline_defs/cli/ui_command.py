@@ -56,8 +56,8 @@ def cmd_ui(settings: Settings, args: argparse.Namespace) -> int:
     # Started in the background (`nohup make ui &`, a service script) SIGINT arrives ignored, and
     # dagster dev then ignores SIGTERM too (it maps SIGTERM to SIGINT's handler) and cannot be
     # stopped: both raise KeyboardInterrupt, which dagster dev answers by shutting its processes down.
-    for stop_signal in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(stop_signal, signal.default_int_handler)
+    stop_signals = (signal.SIGINT, signal.SIGTERM)
+    handlers = {sig: signal.signal(sig, signal.default_int_handler) for sig in stop_signals}
     original = dagster_dev.open_ipc_subprocess
     dagster_dev.open_ipc_subprocess = guard_webserver(original)
     workspace = str(PROJECT_ROOT / "workspace.yaml")
@@ -73,6 +73,8 @@ def cmd_ui(settings: Settings, args: argparse.Namespace) -> int:
         pass
     finally:
         dagster_dev.open_ipc_subprocess = original
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
     return 0
 
 
