@@ -1,0 +1,130 @@
+"""The guard in front of the webserver (pipeline_defs/request_guard.py), over a stand-in app that
+records what reached it: forged requests get 403 and never reach it; the UI's own requests do."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route, WebSocketRoute
+from starlette.testclient import TestClient
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from pipeline_defs.cli.ui_command import guard_webserver
+from pipeline_defs.request_guard import RequestGuard, allowed_hosts
+from pipeline_defs.webserver import guarded_app_hosts
+
+PORT = 3000
+OWN = f"http://127.0.0.1:{PORT}"
+MUTATION = "mutation { launchPartitionBackfill(backfillParams: {}) { __typename } }"
+reached: list[str] = []
+
+
+async def graphql(request: Request) -> JSONResponse:
+    reached.append(f"{request.method} {request.url.path}")
+    return JSONResponse({"data": {"ok": True}})
+
+
+async def subscriptions(websocket: WebSocket) -> None:
+    await websocket.accept()
+    reached.append("websocket")
+    await websocket.close()
+
+
+@pytest.fixture
+def client() -> TestClient:
+    reached.clear()
+    app = Starlette(
+        routes=[
+            Route("/graphql", graphql, methods=["GET", "POST"]),
+            Route("/assets", graphql, methods=["GET"]),
+            WebSocketRoute("/graphql", subscriptions),
+        ]
+    )
+    return TestClient(RequestGuard(app, allowed_hosts(PORT)), base_url=OWN)
+
+
+def post(client: TestClient, **headers: str) -> Any:
+    return client.post("/graphql", json={"query": MUTATION}, headers=headers)
+
+
+def test_the_uis_own_requests_go_through(client: TestClient) -> None:
+    assert post(client, Origin=OWN, **{"Sec-Fetch-Site": "same-origin"}).status_code == 200
+    assert post(client).status_code == 200  # no Origin: a script or curl on this machine
+    assert post(client, Host=f"localhost:{PORT}", Origin=f"http://localhost:{PORT}").status_code == 200
+    assert client.get("/graphql", params={"query": "{ version }"}).status_code == 200
+    assert client.get("/assets", headers={"Sec-Fetch-Site": "cross-site"}).status_code == 200  # a link
+    with client.websocket_connect("/graphql", headers={"Host": f"127.0.0.1:{PORT}", "Origin": OWN}):
+        pass
+    assert reached == ["POST /graphql"] * 3 + ["GET /graphql", "GET /assets", "websocket"]
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Host": "evil.example"},  # DNS rebinding: evil.example resolves to 127.0.0.1
+        {"Host": f"evil.example:{PORT}", "Origin": f"http://evil.example:{PORT}"},
+        {"Origin": "http://evil.example"},  # a page elsewhere posting to the UI
+        {"Origin": "http://127.0.0.1:8080"},  # another local server's page: same site, other origin
+        {"Origin": "null"},  # a sandboxed iframe or a file
+        {"Sec-Fetch-Site": "cross-site"},  # a browser that says so without an Origin
+    ],
+)
+def test_forged_graphql_requests_are_refused(client: TestClient, headers: dict[str, str]) -> None:
+    response = post(client, **headers)
+    assert response.status_code == 403, response.text
+    assert response.text.startswith("403 Forbidden")
+    assert reached == []
+
+
+def test_a_mutation_over_get_is_refused(client: TestClient) -> None:
+    for query in (
+        MUTATION,
+        "# a comment\n  MUTATION Wipe { wipeAssets(assetPartitionRanges: []) { __typename } }",
+    ):
+        response = client.get("/graphql", params={"query": query}, headers={"Origin": OWN})
+        assert response.status_code == 403, response.text
+    assert reached == []
+
+
+def test_a_foreign_host_is_refused_everywhere_and_a_cross_origin_socket_too(client: TestClient) -> None:
+    assert client.get("/assets", headers={"Host": "evil.example"}).status_code == 403
+    forged = {"Host": f"127.0.0.1:{PORT}", "Origin": "http://evil.example"}
+    with pytest.raises(WebSocketDisconnect), client.websocket_connect("/graphql", headers=forged):
+        pass
+    assert reached == []
+
+
+def test_allowed_hosts_add_a_proxy_name_and_the_bound_address(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PIPELINE_UI_ALLOWED_HOSTS", "dagster.internal.example, proxy:8443")
+    hosts = guarded_app_hosts("10.0.0.5", PORT)
+    assert {
+        "127.0.0.1:3000",
+        "localhost:3000",
+        "dagster.internal.example",
+        "proxy:8443",
+        "10.0.0.5:3000",
+    } <= hosts
+    assert "0.0.0.0:3000" not in guarded_app_hosts("0.0.0.0", PORT)
+
+
+def test_dagster_dev_starts_the_guarded_webserver() -> None:
+    """`pipeline ui` swaps dagster dev's `python -m dagster_webserver` for the guarded one (and only it)."""
+    started: list[list[str]] = []
+    open_guarded = guard_webserver(lambda command, **kwargs: started.append(command))
+    open_guarded(["/venv/bin/python", "-m", "dagster_webserver", "--port", "3000"], pass_fds=[5])
+    open_guarded(["/venv/bin/python", "-m", "dagster._daemon", "run"], pass_fds=[6])
+    assert started == [
+        ["/venv/bin/python", "-m", "pipeline_defs.webserver", "--port", "3000"],
+        ["/venv/bin/python", "-m", "dagster._daemon", "run"],
+    ]
+    # dagster dev still starts its webserver that way (a Dagster upgrade that changes it fails here)
+    import inspect
+
+    from dagster._cli import dev as dagster_dev
+
+    source = inspect.getsource(dagster_dev.dev_command_impl)
+    assert 'open_ipc_subprocess(\n                [sys.executable, "-m", "dagster_webserver"]' in source
