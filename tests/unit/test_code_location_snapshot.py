@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dagster import Definitions
+from dagster import Definitions, EnvVar
 
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
@@ -62,7 +62,16 @@ def describe(defs: Definitions) -> dict[str, Any]:
         for sensor in repository.sensor_defs
     }
     resources = {key: type(resource).__name__ for key, resource in sorted((defs.resources or {}).items())}
-    return {"assets": assets, "jobs": jobs, "sensors": sensors, "resources": resources}
+    # the fields the UI shows as an environment variable's name (a URL with a password, a key)
+    from_env = {
+        key: {
+            name: getattr(resource, name).env_var_name
+            for name in type(resource).model_fields
+            if isinstance(getattr(resource, name), EnvVar)
+        }
+        for key, resource in sorted((defs.resources or {}).items())
+    }
+    return {"assets": assets, "jobs": jobs, "sensors": sensors, "resources": resources, "from_env": from_env}
 
 
 @pytest.mark.parametrize("configuration", CONFIGURATIONS)
@@ -71,6 +80,7 @@ def test_the_code_location_matches_its_snapshot(
 ) -> None:
     monkeypatch.delenv("OLLAMA_HOST", raising=False)
     monkeypatch.setenv("PIPELINE_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("PIPELINE_DATABASE_URL", f"sqlite:///{tmp_path / 'app.db'}")
     settings = replace(Settings.from_env(), **CONFIGURATIONS[configuration])
     current = describe(build_definitions(settings))
     path = SNAPSHOT_DIR / f"code_location_{configuration}.json"
