@@ -74,8 +74,8 @@ def build_definitions(
         ],
         resources={
             "app_db": AppDatabase(url=from_env(settings.database_url, "PIPELINE_DATABASE_URL")),
-            "llm": llm or build_llm_resource(settings),
-            "taxonomy": build_taxonomy_resource(settings),
+            "llm": llm or build_llm_resource(settings, env_vars=True),
+            "taxonomy": build_taxonomy_resource(settings, env_vars=True),
             "gym": build_gym_resource(settings),
         },
     )

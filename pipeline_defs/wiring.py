@@ -52,6 +52,10 @@ def batch_size_for(use_case: UseCase, settings: Settings) -> int | None:
     return None
 
 
+def _values(value: str, *variables: str) -> str:
+    return value
+
+
 def from_env(value: str, *variables: str) -> str:
     """`EnvVar(name)` when `value` is what the environment variable `name` holds, else `value`.
 
@@ -64,11 +68,16 @@ def from_env(value: str, *variables: str) -> str:
     return value
 
 
-def build_llm_resource(settings: Settings) -> LLMResource:
+_env_vars = from_env
+
+
+def build_llm_resource(settings: Settings, env_vars: bool = False) -> LLMResource:
     """Ollama or an OpenAI-compatible server when configured; otherwise the embedded model (no server).
 
     A server backend gets the host list (each run is pinned to one host) with each host's parallel
-    slots, so a run keeps as many requests in flight as its server works on at once."""
+    slots, so a run keeps as many requests in flight as its server works on at once. `env_vars`: URLs and
+    keys as `EnvVar` (for the code location; a resource used outside a Dagster run needs the values)."""
+    from_env = _env_vars if env_vars else _values
     hosts = [_host_spec(host) for host in settings.resolved_hosts()]
     if settings.llm_backend == "ollama":
         host = settings.ollama_host or "http://127.0.0.1:11434"
@@ -78,7 +87,7 @@ def build_llm_resource(settings: Settings) -> LLMResource:
             max_in_flight=OLLAMA_DEFAULT_PARALLEL,
             keep_alive=settings.ollama_keep_alive,
             options={"num_ctx": settings.ollama_num_ctx} if settings.ollama_num_ctx else {},
-            **paid_backend_fields(settings, f"ollama:{redact(host)}"),
+            **paid_backend_fields(settings, f"ollama:{redact(host)}", env_vars),
         )
     if settings.llm_backend == "openai":
         return OpenAICompatibleResource(
@@ -88,7 +97,7 @@ def build_llm_resource(settings: Settings) -> LLMResource:
             api_key=from_env(settings.openai_api_key, "PIPELINE_OPENAI_API_KEY", "OPENAI_API_KEY"),
             api=settings.openai_api,
             model_names=dict(settings.openai_models),
-            **paid_backend_fields(settings, f"openai:{redact(settings.openai_base_url)}"),
+            **paid_backend_fields(settings, f"openai:{redact(settings.openai_base_url)}", env_vars),
         )
     return EmbeddedLLMResource()
 
@@ -102,9 +111,10 @@ def _host_spec(host: LLMHost) -> str:
     return " ".join(parts)
 
 
-def paid_backend_fields(settings: Settings, bucket: str) -> dict[str, Any]:
+def paid_backend_fields(settings: Settings, bucket: str, env_vars: bool = False) -> dict[str, Any]:
     """The pacer and the prices for a backend that may be remote or paid (the resource decides
     whether it is local: then it is neither paced nor priced)."""
+    from_env = _env_vars if env_vars else _values
     return {
         "pace_per_second": settings.llm_rate_per_second,
         "pace_burst": settings.llm_burst,
@@ -114,7 +124,8 @@ def paid_backend_fields(settings: Settings, bucket: str) -> dict[str, Any]:
     }
 
 
-def build_taxonomy_resource(settings: Settings) -> TaxonomyResource:
+def build_taxonomy_resource(settings: Settings, env_vars: bool = False) -> TaxonomyResource:
+    from_env = _env_vars if env_vars else _values
     return TaxonomyResource(
         path=settings.taxonomy_path,
         embedding_backend=settings.embedding_backend,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -47,7 +48,9 @@ def test_runs_are_stored_in_postgres_when_configured(
         database_url=sqlite_url,
     )
     home = ensure_dagster_home(settings)
-    assert "postgresql+psycopg2://" in (home / "dagster.yaml").read_text()
+    # the file names the variable; the processes started from here get the URL with psycopg2's driver
+    assert "postgres_url: {env: PIPELINE_DAGSTER_POSTGRES_URL}" in (home / "dagster.yaml").read_text()
+    assert os.environ["PIPELINE_DAGSTER_POSTGRES_URL"].startswith("postgresql+psycopg2://")
     FakeOllama(httpserver)
     seed_postings(sqlite_url, tmp_path)
     defs = build_definitions(settings, llm=OllamaResource(host=httpserver.url_for("/").rstrip("/")))
