@@ -12,8 +12,13 @@ the runs per host instead (`run_limits`). Run monitoring frees the slots of runs
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import json
 import os
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -129,12 +134,66 @@ def _storage(key: str, module: str, class_name: str, config: dict[str, Any]) -> 
     ]
 
 
+HOME_LOCK = ".pipeline-home.lock"
+STORAGE_READY = ".pipeline-storage-ready"
+"""Holds the hash of the dagster.yaml whose storage schemas were created (a changed file creates again)."""
+HOME_LOCK_WAIT_SECONDS = 300.0
+
+
 def ensure_dagster_home(settings: Settings) -> Path:
-    """Create DAGSTER_HOME with a dagster.yaml if missing, and point this process at it."""
+    """Create DAGSTER_HOME with a dagster.yaml and Dagster's storage schemas if missing, and point this
+    process at it.
+
+    Under a file lock: two first runs at once on a new home both created Dagster's tables, and one
+    crashed ("table snapshots already exists"), even after `pipeline migrate`. Now the first process
+    creates them (migrate does, too) and the others wait for it, then find them there."""
     home = settings.dagster_home
     home.mkdir(parents=True, exist_ok=True)
-    config = home / "dagster.yaml"
-    if not config.exists():
-        config.write_text(dagster_yaml(settings))
     os.environ["DAGSTER_HOME"] = str(home)
+    config = home / "dagster.yaml"
+    ready = home / STORAGE_READY
+    if config.exists() and ready.exists() and ready.read_text() == _config_hash(config):
+        return home  # the common case: set up before, no lock taken
+    with _home_lock(home):
+        if not config.exists():
+            partial = home / f".dagster.yaml.{os.getpid()}"
+            partial.write_text(dagster_yaml(settings))
+            partial.replace(config)  # whole or absent, never half-written for a concurrent reader
+        if not ready.exists() or ready.read_text() != _config_hash(config):
+            _create_storage_schemas()
+            ready.write_text(_config_hash(config))
     return home
+
+
+def _config_hash(config: Path) -> str:
+    return hashlib.sha256(config.read_bytes()).hexdigest()
+
+
+def _create_storage_schemas() -> None:
+    """Open the instance once, touching each storage: Dagster creates the missing tables then."""
+    from dagster import DagsterInstance
+
+    with DagsterInstance.get() as instance:
+        _ = (instance.run_storage, instance.event_log_storage, instance.schedule_storage)
+
+
+@contextlib.contextmanager
+def _home_lock(home: Path) -> Iterator[None]:
+    """An exclusive lock on the home's lock file, waited for up to HOME_LOCK_WAIT_SECONDS."""
+    with open(home / HOME_LOCK, "a+") as handle:
+        deadline = time.monotonic() + HOME_LOCK_WAIT_SECONDS
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"another process has held {home / HOME_LOCK} for over {HOME_LOCK_WAIT_SECONDS:g}s "
+                        "while setting up the Dagster home"
+                    ) from None
+                time.sleep(0.1)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
