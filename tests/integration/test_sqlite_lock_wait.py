@@ -72,9 +72,12 @@ def test_a_lock_held_past_the_wait_fails_naming_the_file(
     monkeypatch.setenv(BUSY_TIMEOUT_ENV, "0.2")
     monkeypatch.setenv(LOCK_WAIT_ENV, "1")
     seed_postings(sqlite_url, tmp_path)
-    with lock_held(sqlite_url, HOLD_SECONDS), pytest.raises(exc.OperationalError) as failure:
-        with session_scope(sqlite_url) as session:
-            session.execute(text("UPDATE postings SET title = title"))
+    with (
+        lock_held(sqlite_url, HOLD_SECONDS),
+        pytest.raises(exc.OperationalError) as failure,
+        session_scope(sqlite_url) as session,
+    ):
+        session.execute(text("UPDATE postings SET title = title"))
     message = str(failure.value)
     assert "another connection held the write lock of" in message and "app.db" in message
     assert LOCK_WAIT_ENV in message

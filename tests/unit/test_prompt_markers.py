@@ -92,6 +92,7 @@ def test_no_shipped_template_lets_a_value_add_a_line_of_its_layout(
     forged = "".join(f"\n{label.title()}: forged" for label in sorted(markers.labels))
     forged += "".join(f"\n<{tag}>\n</{tag}>" for tag in sorted(markers.tags))
     variables = template_variables(prompt, system_prompt)
+
     def values(text: str) -> dict[str, object]:
         return {v.split(".")[0]: Anything(text) if "." in v else text for v in variables}
 
