@@ -6,14 +6,26 @@ per stored posting), the database stays consistent after any crash, and only a p
 loss can undo the last few commits (their postings are then simply discovered again).
 The schema is owned by Alembic: `migrate()` upgrades to head and is
 called on first use, so a fresh machine needs no separate set-up step.
+
+A writer that holds SQLite's lock longer than the busy timeout (a long ingest, an open `sqlite3`
+shell) does not fail runs: a statement that finds the database locked is retried with backoff for up
+to `PIPELINE_SQLITE_LOCK_WAIT` seconds (default 600), then fails naming the file and how long it
+waited (docs/sqlite-locks.md). Under pysqlite's transaction handling a statement can only meet the
+lock as the first write of its transaction (reads take no lock in WAL mode, and the lock, once held,
+is kept to the commit), so retrying that statement is retrying the transaction.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import sqlite3
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, TypeVar
 
 from alembic import command
 from alembic.config import Config
@@ -24,6 +36,17 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+
+BUSY_TIMEOUT_ENV = "PIPELINE_SQLITE_BUSY_TIMEOUT"
+"""Seconds one statement waits inside SQLite for the lock before the retry layer steps in (default 30)."""
+LOCK_WAIT_ENV = "PIPELINE_SQLITE_LOCK_WAIT"
+"""Seconds a statement keeps retrying a locked database before it fails naming the lock (default 600)."""
+DEFAULT_BUSY_TIMEOUT_SECONDS = 30.0
+DEFAULT_LOCK_WAIT_SECONDS = 600.0
+MAX_LOCK_BACKOFF_SECONDS = 1.0
+
+_log = logging.getLogger(__name__)
+_Result = TypeVar("_Result")
 
 _engines: dict[str, Engine] = {}
 _migrated: set[str] = set()
@@ -49,21 +72,100 @@ def get_engine(url: str) -> Engine:
         return engine
 
 
+def _seconds_from_env(name: str, default: float) -> float:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        seconds = float(value)
+    except ValueError as exc:
+        raise ValueError(f"{name} must be a number of seconds, not {value!r}") from exc
+    if seconds < 0:
+        raise ValueError(f"{name} must not be negative, not {value!r}")
+    return seconds
+
+
+class DatabaseLockedError(sqlite3.OperationalError):
+    """Another connection kept SQLite's write lock past the lock wait: says which file and how long."""
+
+
+def _is_locked(exc: sqlite3.OperationalError) -> bool:
+    message = str(exc).lower()
+    return "database is locked" in message or "database is busy" in message
+
+
+def _retry_while_locked(connection: LockRetryingConnection, statement: Callable[[], _Result]) -> _Result:
+    """Run `statement`; while SQLite reports the database locked, wait with backoff and run it again,
+    for up to the connection's lock wait, then fail naming the lock."""
+    started = time.monotonic()
+    attempt = 0
+    while True:
+        try:
+            return statement()
+        except DatabaseLockedError:
+            raise
+        except sqlite3.OperationalError as exc:
+            if not _is_locked(exc):
+                raise
+            waited = time.monotonic() - started
+            if waited >= connection.lock_wait_seconds:
+                raise DatabaseLockedError(
+                    f"database is locked: another connection held the write lock of {connection.path} "
+                    f"for {waited:.0f}s (over {connection.lock_wait_seconds:g}s, {LOCK_WAIT_ENV}); "
+                    "a long ingest or an open sqlite3 shell? Nothing was written by this statement"
+                ) from exc
+            if attempt == 0:
+                _log.warning(
+                    "%s is locked by another writer; waiting up to %gs",
+                    connection.path,
+                    connection.lock_wait_seconds,
+                )
+            time.sleep(min(MAX_LOCK_BACKOFF_SECONDS, 0.05 * 2**attempt))
+            attempt += 1
+
+
+class LockRetryingCursor(sqlite3.Cursor):
+    """A cursor whose statements ride out a writer holding the lock (see the module's docstring)."""
+
+    connection: LockRetryingConnection
+
+    def execute(self, sql: str, parameters: Any = (), /) -> LockRetryingCursor:
+        return _retry_while_locked(self.connection, lambda: sqlite3.Cursor.execute(self, sql, parameters))
+
+    def executemany(self, sql: str, parameters: Any, /) -> LockRetryingCursor:
+        rows = list(parameters)  # an iterator could not be replayed
+        return _retry_while_locked(self.connection, lambda: sqlite3.Cursor.executemany(self, sql, rows))
+
+
+class LockRetryingConnection(sqlite3.Connection):
+    """pysqlite's connection with `LockRetryingCursor`s; `path` and `lock_wait_seconds` set on connect."""
+
+    path: str = ""
+    lock_wait_seconds: float = DEFAULT_LOCK_WAIT_SECONDS
+
+    def cursor(self, factory: Any = LockRetryingCursor) -> Any:  # noqa: ANN401 - sqlite3's signature
+        return super().cursor(factory)
+
+
 def _create_engine(url: str) -> Engine:
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
         return create_engine(url, pool_pre_ping=True)
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url, connect_args={"timeout": 30})
+    busy_timeout = _seconds_from_env(BUSY_TIMEOUT_ENV, DEFAULT_BUSY_TIMEOUT_SECONDS)
+    lock_wait = _seconds_from_env(LOCK_WAIT_ENV, DEFAULT_LOCK_WAIT_SECONDS)
+    engine = create_engine(url, connect_args={"timeout": busy_timeout, "factory": LockRetryingConnection})
 
     @event.listens_for(engine, "connect")
     def _sqlite_pragmas(dbapi_connection, _record) -> None:  # noqa: ANN001 - DBAPI types
+        dbapi_connection.path = parsed.database or ":memory:"
+        dbapi_connection.lock_wait_seconds = lock_wait
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
         cursor.close()
 
     return engine

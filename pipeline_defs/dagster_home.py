@@ -12,9 +12,14 @@ the runs per host instead (`run_limits`). Run monitoring frees the slots of runs
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import json
 import os
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -139,23 +144,42 @@ def _yaml_value(value: Any) -> str:
     return json.dumps(value)
 
 
+HOME_LOCK = ".pipeline-home.lock"
+STORAGE_READY = ".pipeline-storage-ready"
+"""Holds the hash of the dagster.yaml whose storage schemas were created (a changed file creates again)."""
+HOME_LOCK_WAIT_SECONDS = 300.0
+
+
 def ensure_dagster_home(settings: Settings) -> Path:
-    """Create DAGSTER_HOME with a dagster.yaml if missing (readable by its owner only), and point this
-    process, and the processes it starts, at it (and at the Dagster PostgreSQL URL the file names)."""
+    """Create DAGSTER_HOME with a dagster.yaml (readable by its owner only) and Dagster's storage
+    schemas if missing, and point this process, and the processes it starts, at it (and at the
+    Dagster PostgreSQL URL the file names).
+
+    Under a file lock: two first runs at once on a new home both created Dagster's tables, and one
+    crashed ("table snapshots already exists"), even after `pipeline migrate`. Now the first process
+    creates them (migrate does, too) and the others wait for it, then find them there."""
     home = settings.dagster_home
     home.mkdir(parents=True, exist_ok=True)
-    config = home / "dagster.yaml"
-    try:
-        descriptor = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL, CONFIG_MODE)
-    except FileExistsError:
-        _keep_private(config)
-    else:
-        with os.fdopen(descriptor, "w") as file:
-            file.write(dagster_yaml(settings))
     if settings.dagster_postgres_url:
         # dagster-postgres needs psycopg2: with SQLAlchemy 2.1 a bare postgresql:// picks psycopg 3.
         os.environ[POSTGRES_URL_VARIABLE] = normalize_url(settings.dagster_postgres_url)
     os.environ["DAGSTER_HOME"] = str(home)
+    config = home / "dagster.yaml"
+    ready = home / STORAGE_READY
+    if config.exists():
+        _keep_private(config)
+    if config.exists() and ready.exists() and ready.read_text() == _config_hash(config):
+        return home  # the common case: set up before, no lock taken
+    with _home_lock(home):
+        if not config.exists():
+            partial = home / f".dagster.yaml.{os.getpid()}"
+            descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, CONFIG_MODE)
+            with os.fdopen(descriptor, "w") as file:
+                file.write(dagster_yaml(settings))
+            partial.replace(config)  # whole or absent, never half-written for a concurrent reader
+        if not ready.exists() or ready.read_text() != _config_hash(config):
+            _create_storage_schemas()
+            ready.write_text(_config_hash(config))
     return home
 
 
@@ -170,3 +194,37 @@ def _keep_private(config: Path) -> None:
             f"{{env: {POSTGRES_URL_VARIABLE}}} (or delete the file: `pipeline migrate` writes a new one)",
             file=sys.stderr,
         )
+
+
+def _config_hash(config: Path) -> str:
+    return hashlib.sha256(config.read_bytes()).hexdigest()
+
+
+def _create_storage_schemas() -> None:
+    """Open the instance once, touching each storage: Dagster creates the missing tables then."""
+    from dagster import DagsterInstance
+
+    with DagsterInstance.get() as instance:
+        _ = (instance.run_storage, instance.event_log_storage, instance.schedule_storage)
+
+
+@contextlib.contextmanager
+def _home_lock(home: Path) -> Iterator[None]:
+    """An exclusive lock on the home's lock file, waited for up to HOME_LOCK_WAIT_SECONDS."""
+    with open(home / HOME_LOCK, "a+") as handle:
+        deadline = time.monotonic() + HOME_LOCK_WAIT_SECONDS
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"another process has held {home / HOME_LOCK} for over {HOME_LOCK_WAIT_SECONDS:g}s "
+                        "while setting up the Dagster home"
+                    ) from None
+                time.sleep(0.1)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -39,6 +39,8 @@ Everything a user may want to point elsewhere is one environment variable:
 | PIPELINE_LLM_BURST           | ``1``: requests sent at once after a quiet spell (with the rate above) |
 | PIPELINE_DOMAINS             | ``postings``; ``postings,autodo`` adds autodo's assets and sensors |
 | PIPELINE_MODEL_PRICES        | unset; JSON ``{"model": [per 1k prompt tokens, per 1k completion tokens]}`` |
+| PIPELINE_SQLITE_BUSY_TIMEOUT | ``30``: seconds a statement waits in SQLite for the lock (appdb reads it) |
+| PIPELINE_SQLITE_LOCK_WAIT    | ``600``: seconds it keeps retrying after that, then fails naming the lock |
 """
 
 from __future__ import annotations

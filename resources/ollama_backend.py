@@ -4,6 +4,11 @@ At the first use of a model in a run it sends an empty prompt, which makes Ollam
 load the model, and pins it with `keep_alive` on that and every later call, so the
 model stays in memory for the whole run. Structured output goes through Ollama's
 JSON-schema `format`.
+
+Before that load, a warm-up probe (GET /api/tags) must answer within `probe_timeout_seconds`, and
+every connection must be made within it: a server that accepts connections and never answers (a
+hung Ollama, a black-holed port) ends the run as an outage in seconds, not after the load's
+`timeout_seconds` (a black hole kept `pipeline run` busy 722 s before).
 """
 
 from __future__ import annotations
@@ -88,9 +93,16 @@ class OllamaResource(LLMResource):
         return is_loopback_host(self.url)
 
     def _client(self) -> ollama.Client:
-        return ollama.Client(host=self.url, timeout=self.timeout_seconds, verify=_tls_context())
+        return ollama.Client(
+            host=self.url, timeout=self._timeout(self.timeout_seconds), verify=_tls_context()
+        )
+
+    def _timeout(self, seconds: float) -> httpx.Timeout:
+        """`seconds` to read an answer; a connection must be made within the probe's deadline."""
+        return httpx.Timeout(seconds, connect=min(seconds, self.probe_timeout_seconds))
 
     def _load(self, model: str) -> ollama.Client:
+        self._warm_up_probe(model)
         client = self._client()
         load_options = {name: value for name, value in self.options.items() if name in LOAD_TIME_OPTIONS}
         self._call(
@@ -187,11 +199,33 @@ class OllamaResource(LLMResource):
 
     def _server_answers(self) -> bool:
         """Whether the server answers a cheap request within `probe_timeout_seconds`."""
+        return self._probe() is None
+
+    def _probe(self) -> str | None:
+        """None when the server answers GET /api/tags within `probe_timeout_seconds`, else why not."""
         try:
-            with ollama.Client(host=self.url, timeout=self.probe_timeout_seconds) as client:
+            with ollama.Client(
+                host=self.url, timeout=self.probe_timeout_seconds, verify=_tls_context()
+            ) as client:
                 client.list()
-        except (ConnectionError, httpx.HTTPError):
-            return False
+        except httpx.TimeoutException as exc:
+            if isinstance(exc, httpx.ConnectTimeout):
+                return f"no connection within {self.probe_timeout_seconds:g}s"
+            return (
+                f"it accepted the connection but did not answer within {self.probe_timeout_seconds:g}s "
+                "(a hung server or a port that swallows requests)"
+            )
+        except (ConnectionError, httpx.HTTPError) as exc:
+            return f"cannot connect: is `ollama serve` running there? ({exc})"
         except (ollama.ResponseError, ValueError):
-            return True  # an error status or an unexpected body is still an answer
-        return True
+            return None  # an error status or an unexpected body is still an answer
+        return None
+
+    def _warm_up_probe(self, model: str) -> None:
+        """Fail fast, as an outage (no attempts spent), when the server does not answer a cheap request:
+        the model load that follows may take minutes by right, a silent server should not."""
+        why = self._probe()
+        if why is not None:
+            raise BackendUnavailable(
+                f"Ollama at {self.url} did not answer the warm-up probe before loading {model}: {why}"
+            )

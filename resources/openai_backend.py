@@ -77,8 +77,13 @@ class OpenAICompatibleResource(LLMResource):
         """Check the server answers; the model itself is checked by the first call (404: not served).
         An OpenAI-compatible server loads its model at start-up, so there is nothing to warm. llama-server
         says how many requests it serves at once (`total_slots` at /props, beside /v1): fill them."""
-        client = httpx.Client(base_url=self.url, headers=self._headers(), timeout=self.timeout_seconds)
-        self._call(model, lambda: client.get("/models"))
+        # a connection within the probe's deadline, and this check answered within it too: a server that
+        # accepts connections and never answers is an outage in seconds, not after `timeout_seconds`
+        timeout = httpx.Timeout(
+            self.timeout_seconds, connect=min(self.timeout_seconds, self.probe_timeout_seconds)
+        )
+        client = httpx.Client(base_url=self.url, headers=self._headers(), timeout=timeout)
+        self._call(model, lambda: client.get("/models", timeout=self.probe_timeout_seconds), probe=True)
         self._server_slots = self._reported_slots()
         return client
 
@@ -141,12 +146,20 @@ class OpenAICompatibleResource(LLMResource):
         with contextlib.suppress(Exception):
             handle.close()
 
-    def _call(self, model: str, request: Any, *, timeout_may_be_the_items_fault: bool = False) -> Any:
+    def _call(
+        self, model: str, request: Any, *, timeout_may_be_the_items_fault: bool = False, probe: bool = False
+    ) -> Any:
         """Send one request; turn transport errors and error statuses into the engine's two kinds."""
         where = f"the OpenAI-compatible server at {self.url} (model {model})"
         try:
             response = request()
         except httpx.TimeoutException as exc:
+            if probe:
+                raise BackendUnavailable(
+                    f"{where} did not answer the warm-up probe (GET /models) within "
+                    f"{self.probe_timeout_seconds:g}s"
+                    + ("" if isinstance(exc, httpx.ConnectTimeout) else ": it accepted the connection")
+                ) from exc
             if timeout_may_be_the_items_fault and isinstance(exc, httpx.ReadTimeout) and self._answers():
                 raise ItemError(
                     f"generation timed out after {self.timeout_seconds:g}s while {where} was up"
@@ -175,7 +188,11 @@ class OpenAICompatibleResource(LLMResource):
     def _answers(self) -> bool:
         """Whether the server answers GET /models within `probe_timeout_seconds`."""
         try:
-            httpx.get(f"{self.url}/models", headers=self._headers(), timeout=self.probe_timeout_seconds)
+            httpx.get(
+                f"{self.url}/models",
+                headers=self._headers(),
+                timeout=self.probe_timeout_seconds,
+            )
         except httpx.HTTPError:
             return False
         return True

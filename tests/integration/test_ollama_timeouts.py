@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -114,3 +116,71 @@ def test_in_a_run_a_slow_posting_spends_an_attempt_and_the_rest_of_the_batch_goe
     assert (nurse.status, nurse.attempts) == ("pending", 1)
     assert "timed out after 0.3s while the server was up" in nurse.last_error
     assert interaction.status == "item_error"
+
+
+class BlackHole:
+    """A server that accepts connections and never answers (a hung Ollama, a port that swallows requests)."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.accepted: list[socket.socket] = []
+        self.closed = threading.Event()
+        self.host = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self.closed.is_set():
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:
+                return
+            self.accepted.append(connection)  # read nothing, answer nothing
+
+    def close(self) -> None:
+        self.closed.set()
+        self.listener.close()
+        for connection in self.accepted:
+            connection.close()
+
+
+def test_a_black_hole_server_is_an_outage_within_the_probe_deadline() -> None:
+    """Before: the warm-up load waited the whole `timeout_seconds` (120 s by default: `pipeline run`
+    sat 722 s on such a server); now the warm-up probe gives up after `probe_timeout_seconds`."""
+    hole = BlackHole()
+    try:
+        started = time.monotonic()
+        with pytest.raises(BackendUnavailable, match=r"accepted the connection but did not answer within 1s"):
+            OllamaResource(host=hole.host, timeout_seconds=60, probe_timeout_seconds=1).ensure_loaded(MODEL)
+        assert time.monotonic() - started < 5
+        assert hole.accepted  # it did accept: a connect check alone would not have caught it
+    finally:
+        hole.close()
+
+
+def test_pipeline_run_against_a_black_hole_ends_soon_naming_the_host_with_nothing_spent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pipeline_defs.cli.main import main
+
+    hole = BlackHole()
+    url = f"sqlite:///{tmp_path / 'app.db'}"
+    try:
+        seed_postings(url, tmp_path)
+        for name, value in {
+            "PIPELINE_DATA_DIR": str(tmp_path / "data"),
+            "PIPELINE_DATABASE_URL": url,
+            "OLLAMA_HOST": hole.host,
+            "PIPELINE_LLM_BACKEND": "ollama",
+        }.items():
+            monkeypatch.setenv(name, value)
+        started = time.monotonic()
+        code = main(["run", "--use-case", "posting_summary"])
+        seconds = time.monotonic() - started
+    finally:
+        hole.close()
+    printed = capsys.readouterr()
+    assert code != 0 and seconds < 60
+    assert f"Ollama at {hole.host}" in printed.out + printed.err
+    with session_scope(url) as session:
+        items = session.scalars(select(WorkItem)).all()
+    assert items and all(item.attempts == 0 and item.status == "pending" for item in items)
