@@ -19,7 +19,19 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Column, DateTime, Integer, MetaData, String, Table, Text, delete, insert, select, update
+from sqlalchemy import (
+    Column,
+    DateTime,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    delete,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.orm import Session
 
 from appdb.dialects import CHUNK
@@ -72,7 +84,9 @@ class Rejection:
     """The record's last physical line when it spans several (a CSV record over lines)."""
 
     def __str__(self) -> str:
-        lines = f"{self.line}-{self.last_line}" if self.last_line and self.last_line > self.line else self.line
+        lines = (
+            f"{self.line}-{self.last_line}" if self.last_line and self.last_line > self.line else self.line
+        )
         return f"{self.file}:{lines}: {self.reason}"
 
 
@@ -182,8 +196,6 @@ def _has_surrogates(value: str) -> bool:
     return False
 
 
-
-
 def ingest_files(session: Session, paths: Iterable[Path], merge: MergeFunction | None = None) -> IngestReport:
     """Validate and upsert every file's rows in the caller's transaction; `merge(stored, incoming)`
     decides the fields of a posting already stored (default: the incoming row replaces it).
@@ -196,7 +208,7 @@ def ingest_files(session: Session, paths: Iterable[Path], merge: MergeFunction |
         table.create(connection, checkfirst=True)
         session.execute(delete(table))
     files = [Path(path) for path in paths]
-    for index, path in enumerate(files):
+    for index in range(len(files)):
         _ingest_file(session, files, index, report, merge)
     for table in (_CHANGED, _SEEN):
         table.drop(connection)
@@ -275,9 +287,9 @@ def _upsert(session: Session, postings: list[dict[str, Any]], report: IngestRepo
     for start in range(0, len(keys), CHUNK):
         chunk = keys[start : start + CHUNK]
         existing.update(
-            session.execute(select(_POSTINGS.c.key, _POSTINGS.c.content_hash).where(_POSTINGS.c.key.in_(chunk)))
-            .tuples()
-            .all()
+            session.execute(
+                select(_POSTINGS.c.key, _POSTINGS.c.content_hash).where(_POSTINGS.c.key.in_(chunk))
+            ).all()
         )
     new_rows, changed_rows = [], []
     for posting in postings:

@@ -30,11 +30,12 @@ FIELD_LIMITS: dict[str, int] = {
 }
 # The only posting column a CSV record may break over lines in (docs/ingest.md).
 MULTILINE_COLUMNS = frozenset({"description"})
-# A raw CSV field may carry padding around the limit; anything longer is a runaway quote.
-MAX_CSV_FIELD = 2 * max(FIELD_LIMITS.values())
 # One physical line: a JSONL record whose description is escaped (\uXXXX) takes up to 6 characters
 # per character; longer lines are rejected without being held in memory.
 MAX_LINE_CHARS = 8 * max(FIELD_LIMITS.values())
+# A CSV field as long as a line may be: a longer one (over several lines) is a quote that never closes.
+# Anything shorter is read, so that the field's own limit can name it.
+MAX_CSV_FIELD = MAX_LINE_CHARS
 _READ_CHUNK = 1 << 20
 
 
@@ -141,7 +142,9 @@ def _read_jsonl(path: Path) -> Iterator[RawRecord]:
             except StopIteration:
                 return
             except _OverlongLine as exc:
-                yield RawRecord(exc.number, exc.number, None, f"the line is longer than {MAX_LINE_CHARS:,} characters")
+                yield RawRecord(
+                    exc.number, exc.number, None, f"the line is longer than {MAX_LINE_CHARS:,} characters"
+                )
                 continue
             record = _parse_json_line(lines.taken[0][0], text)
             if record is not None:
@@ -169,9 +172,10 @@ def _parse_json_line(number: int, text: str) -> RawRecord | None:
 
 def _first_undecodable(text: str) -> int | None:
     """Byte offset of the first byte that was not UTF-8 (decoded with surrogateescape), or None."""
-    for index, char in enumerate(text):
-        if "\udc80" <= char <= "\udcff":
-            return len(text[:index].encode("utf-8", errors="surrogateescape"))
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return len(text[: exc.start].encode("utf-8", errors="surrogateescape"))
     return None
 
 
@@ -195,7 +199,9 @@ def _read_csv(path: Path) -> Iterator[RawRecord]:
                 return
             except _OverlongLine as exc:
                 first = lines.taken[0][0] if lines.taken else exc.number
-                yield RawRecord(first, exc.number, None, f"a line is longer than {MAX_LINE_CHARS:,} characters")
+                yield RawRecord(
+                    first, exc.number, None, f"a line is longer than {MAX_LINE_CHARS:,} characters"
+                )
                 lines.push_back(lines.taken[1:])
                 continue
             except csv.Error as exc:  # a field past the limit: a quote that never closes, most likely
@@ -221,7 +227,9 @@ def _csv_header(reader: Any, lines: _Lines) -> Iterator[RawRecord]:
         except StopIteration:
             return None
         except (csv.Error, _OverlongLine) as exc:
-            yield RawRecord(1, lines.taken[-1][0] if lines.taken else 1, None, f"unreadable CSV header: {exc}")
+            yield RawRecord(
+                1, lines.taken[-1][0] if lines.taken else 1, None, f"unreadable CSV header: {exc}"
+            )
             return None
         if header:
             return header

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_POSTGRES_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
-_WORDS = "data pipeline python sql nurse ward cook kitchen deliver build maintain customer team".split()
+_WORDS = ("data", "pipeline", "python", "sql", "nurse", "ward", "cook", "kitchen", "deliver", "build", "team")
 
 
 def write_postings(path: Path, count: int, description_chars: int, fmt: str, variant: str = "") -> int:
