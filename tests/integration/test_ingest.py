@@ -297,7 +297,8 @@ def test_duplicate_keys_within_one_ingest_are_rejected_naming_where_the_key_was_
     in the same file or another (before: a later file silently replaced it); batches change nothing."""
     import appdb.ingest as ingest_module
 
-    monkeypatch.setattr(ingest_module, "BATCH_ROWS", 2, raising=False)  # the first occurrence is in an earlier batch
+    # the first occurrence is in an earlier batch
+    monkeypatch.setattr(ingest_module, "BATCH_ROWS", 2, raising=False)
     header = 0 if suffix == ".jsonl" else 1
     first = _rows_file(
         tmp_path / f"first{suffix}",
