@@ -72,7 +72,7 @@ def build_definitions(
             build_gym_sensor(gym_job),
         ],
         resources={
-            "app_db": AppDatabase(url=settings.database_url),
+            "app_db": AppDatabase(url=settings.database_url, heartbeat_seconds=settings.heartbeat_seconds),
             "llm": llm or build_llm_resource(settings),
             "taxonomy": build_taxonomy_resource(settings),
             "gym": build_gym_resource(settings),
