@@ -276,7 +276,7 @@ def build_discovery_sensor(
             if not plan.pending:
                 return SkipReason(f"{group.name}: no work: every posting has a current output")
             stuck = stuck_work(
-                context.instance,
+                lambda: context.instance,
                 app_db,
                 group.use_case_names,
                 len(plan.pending),

@@ -15,11 +15,11 @@ holds the pool and the claims, with their heartbeats' age, so an operator sees w
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from dagster import DagsterInstance, DagsterRunStatus
+from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
 from appdb import heartbeats
 from appdb.models import utcnow
@@ -108,7 +108,7 @@ def describe_age(beat: heartbeats.Heartbeat | None, now: datetime | None = None)
 
 
 def stuck_work(
-    instance: DagsterInstance | None,
+    instance_for: Callable[[], DagsterInstance | None],
     app_db: AppDatabase,
     use_cases: Sequence[str],
     pending: int,
@@ -116,7 +116,9 @@ def stuck_work(
     *,
     uses_pool: bool = True,
 ) -> str | None:
-    """None while work moves; else one line: how long nothing moved, and what holds the pool and claims."""
+    """None while work moves; else one line: how long nothing moved, and what holds the pool and claims.
+
+    `instance_for` gives Dagster's instance (None: not known here); it is asked only when work is stuck."""
     if not pending:
         return None
     now = utcnow()
@@ -127,6 +129,7 @@ def stuck_work(
         held = heartbeats.claims_by_run(session, use_cases)
         beats = heartbeats.heartbeats_of(session, held)
     minutes = (now - since).total_seconds() / 60
+    instance = instance_for()
     blockers = []
     if instance is not None and uses_pool:
         for holder in pool_holders(instance, app_db):
@@ -139,7 +142,7 @@ def stuck_work(
         lease = f", lease ends {expires:%H:%M:%S} UTC" if expires else ""
         blockers.append(f"{count} claims held by run {run_id[:8]} ({describe_age(beats.get(run_id), now)}{lease})")
     if instance is not None:
-        queued = instance.get_runs_count(_queued_filter())
+        queued = instance.get_runs_count(RunsFilter(statuses=[DagsterRunStatus.QUEUED]))
         if queued:
             blockers.append(f"{queued} runs queued")
     if not blockers:
@@ -148,9 +151,3 @@ def stuck_work(
         f"{', '.join(use_cases)}: {pending} pending and nothing stored for {minutes:.0f} min "
         f"(longer than a lease, {lease_seconds:.0f} s): " + "; ".join(blockers)
     )
-
-
-def _queued_filter():  # noqa: ANN202 - RunsFilter, imported late to keep this module's imports small
-    from dagster import RunsFilter
-
-    return RunsFilter(statuses=[DagsterRunStatus.QUEUED])

@@ -29,6 +29,7 @@ from resources.app_database import AppDatabase
 from resources.llm_hosts import HOST_PAUSE_PREFIX
 from sensors.discovery_sensor import plan_runs
 
+REPLANS_AFTER_REAPING = 3
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 
@@ -87,8 +88,13 @@ def run_pending(
     with contextlib.ExitStack() as stack:
         watch = watch or stack.enter_context(RunWatch(instance, app_db))
         for group in groups:
-            report = _run_group(defs, group, instance, app_db, watch, source, verbose, on_run)
-            reports.append(report)
+            for _ in range(REPLANS_AFTER_REAPING + 1):
+                reaped_before = len(watch.reaped)
+                report = _run_group(defs, group, instance, app_db, watch, source, verbose, on_run)
+                reports.append(report)
+                # A dead run's claims came back while this group ran: its postings were not in the plan.
+                if report.stopped or len(watch.reaped) == reaped_before:
+                    break
             if report.stopped:
                 break
     return reports
