@@ -54,7 +54,9 @@ def _heartbeat(row: RunHeartbeat) -> Heartbeat:
     )
 
 
-def start_heartbeat(session: Session, run_id: str, *, job: str, source: str | None, host: str, pid: int) -> None:
+def start_heartbeat(
+    session: Session, run_id: str, *, job: str, source: str | None, host: str, pid: int
+) -> None:
     """The run's first beat (a run already reaped as dead stays dead)."""
     now = utcnow()
     session.execute(

@@ -40,7 +40,7 @@ Everything a user may want to point elsewhere is one environment variable:
 | PIPELINE_DOMAINS             | ``postings``; ``postings,autodo`` adds autodo's assets and sensors |
 | PIPELINE_MODEL_PRICES        | unset; JSON ``{"model": [per 1k prompt tokens, per 1k completion tokens]}`` |
 | PIPELINE_HEARTBEAT_SECONDS   | ``10``: how often a run shows it is alive; dead after 6 missed beats |
-| PIPELINE_LEASE_SECONDS       | unset: each use case's claim lease (600); also the stuck detector's patience |
+| PIPELINE_LEASE_SECONDS       | unset: each use case's claim lease (600); the stuck detector's patience |
 """
 
 from __future__ import annotations
@@ -209,7 +209,9 @@ class Settings:
         except ValueError:
             heartbeat_seconds = 0.0
         if not 0.2 <= heartbeat_seconds <= 300:
-            raise ValueError(f"PIPELINE_HEARTBEAT_SECONDS must be a number of seconds from 0.2 to 300, not {heartbeat!r}")
+            raise ValueError(
+                f"PIPELINE_HEARTBEAT_SECONDS must be a number of seconds from 0.2 to 300, not {heartbeat!r}"
+            )
         return cls(
             data_dir=data_dir,
             database_url=env.get("PIPELINE_DATABASE_URL") or f"sqlite:///{data_dir / 'app.db'}",

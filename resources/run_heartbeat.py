@@ -42,7 +42,12 @@ class RunHeartbeat:
         """The first beat now (in the caller's thread, so it is there before the run waits on anything)."""
         with session_scope(self.url) as session:
             heartbeats.start_heartbeat(
-                session, self.run_id, job=self.job, source=self.source, host=socket.gethostname(), pid=os.getpid()
+                session,
+                self.run_id,
+                job=self.job,
+                source=self.source,
+                host=socket.gethostname(),
+                pid=os.getpid(),
             )
         self._thread.start()
         return self

@@ -38,7 +38,9 @@ class ReapedRun:
     dagster_status_was: str | None
 
 
-def reap_dead_runs(instance: DagsterInstance, app_db: AppDatabase, dead_after_seconds: float) -> list[ReapedRun]:
+def reap_dead_runs(
+    instance: DagsterInstance, app_db: AppDatabase, dead_after_seconds: float
+) -> list[ReapedRun]:
     """Fail every run whose heartbeat is older than `dead_after_seconds`; return what was reaped."""
     with app_db.session() as session:
         stale = heartbeats.stale_heartbeats(session, dead_after_seconds)
@@ -50,7 +52,9 @@ def reap_dead_runs(instance: DagsterInstance, app_db: AppDatabase, dead_after_se
             if not heartbeats.mark_dead(session, beat.run_id, reason):
                 continue  # another reaper got it first
             released = heartbeats.release_claims_of(session, [beat.run_id])
-        status = fail_run(instance, beat.run_id, f"the run's process died: {reason}; {released} claims given back")
+        status = fail_run(
+            instance, beat.run_id, f"the run's process died: {reason}; {released} claims given back"
+        )
         reaped.append(ReapedRun(beat.run_id, beat.job, age, released, status))
     if reaped:
         with app_db.session() as session:
@@ -140,13 +144,17 @@ def stuck_work(
             )
     for run_id, (count, expires) in held.items():
         lease = f", lease ends {expires:%H:%M:%S} UTC" if expires else ""
-        blockers.append(f"{count} claims held by run {run_id[:8]} ({describe_age(beats.get(run_id), now)}{lease})")
+        blockers.append(
+            f"{count} claims held by run {run_id[:8]} ({describe_age(beats.get(run_id), now)}{lease})"
+        )
     if instance is not None:
         queued = instance.get_runs_count(RunsFilter(statuses=[DagsterRunStatus.QUEUED]))
         if queued:
             blockers.append(f"{queued} runs queued")
     if not blockers:
-        blockers.append("no run holds the pool or claims: is the daemon running (`pipeline ui`), or run `pipeline run`")
+        blockers.append(
+            "no run holds the pool or claims: is the daemon running (`pipeline ui`), or run `pipeline run`"
+        )
     return (
         f"{', '.join(use_cases)}: {pending} pending and nothing stored for {minutes:.0f} min "
         f"(longer than a lease, {lease_seconds:.0f} s): " + "; ".join(blockers)

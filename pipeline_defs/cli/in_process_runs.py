@@ -17,14 +17,13 @@ from dagster import DagsterInstance, Definitions
 
 from appdb import pauses
 from appdb.models import utcnow
-
 from assets.factory import WorkGroup, build_work_groups
 from assets.run_tags import SOURCE_TAG
+from pipeline_defs.cli.run_watch import RunWatch
 from pipeline_defs.dagster_home import ensure_dagster_home
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import build_use_cases
-from pipeline_defs.cli.run_watch import RunWatch
 from resources.app_database import AppDatabase
 from resources.llm_hosts import HOST_PAUSE_PREFIX
 from sensors.discovery_sensor import plan_runs
@@ -149,7 +148,9 @@ def _breaker_tripped(app_db: AppDatabase, group: WorkGroup, since: datetime) -> 
     with app_db.session() as session:
         tripped = [pause for pause in pauses.active_pauses(session).values() if pause.paused_at >= since]
     names = set(group.use_case_names)
-    tripped = [pause for pause in tripped if pause.use_case in names or pause.use_case.startswith(HOST_PAUSE_PREFIX)]
+    tripped = [
+        pause for pause in tripped if pause.use_case in names or pause.use_case.startswith(HOST_PAUSE_PREFIX)
+    ]
     if not tripped:
         return ""
     first = tripped[0]

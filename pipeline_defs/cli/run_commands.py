@@ -42,7 +42,9 @@ def _run_all(settings: Settings, only: list[str] | None, verbose: bool) -> tuple
     with RunWatch(instance, app_db, handle_signals=True) as watch:  # Ctrl-C, SIGTERM: stop at once
         taxonomy_ok = load_reference_data(defs, instance)
         if not taxonomy_ok:
-            print("error: loading the skills taxonomy failed; skill_entities will wait for it", file=sys.stderr)
+            print(
+                "error: loading the skills taxonomy failed; skill_entities will wait for it", file=sys.stderr
+            )
         run_reports = run_pending(
             defs,
             selected,

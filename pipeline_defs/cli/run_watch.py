@@ -33,7 +33,9 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 class RunWatch:
     """A context manager around the runs of one `pipeline run`; `handle_signals` only in the CLI."""
 
-    def __init__(self, instance: DagsterInstance, app_db: AppDatabase, *, handle_signals: bool = False) -> None:
+    def __init__(
+        self, instance: DagsterInstance, app_db: AppDatabase, *, handle_signals: bool = False
+    ) -> None:
         self.instance, self.app_db = instance, app_db
         self.interval = app_db.heartbeat_seconds
         self.dead_after = dead_after_seconds(app_db.heartbeat_seconds)
@@ -71,8 +73,9 @@ class RunWatch:
         for dead in reaped:
             self.reaped.append(dead.run_id)
             print(
-                f"run {dead.run_id} ({dead.job}) is dead (heartbeat stopped {dead.heartbeat_age_seconds:.0f}s "
-                f"ago): marked failed, its pool slots freed, {dead.claims_released} claims given back",
+                f"run {dead.run_id} ({dead.job}) is dead (heartbeat stopped "
+                f"{dead.heartbeat_age_seconds:.0f}s ago): marked failed, its pool slots freed, "
+                f"{dead.claims_released} claims given back",
                 file=sys.stderr,
                 flush=True,
             )
@@ -97,7 +100,9 @@ class RunWatch:
                     heartbeats.mark_dead(session, run_id, f"stopped by {name}")
                     released = heartbeats.release_claims_of(session, [run_id])
                 fail_run(self.instance, run_id, f"`pipeline run` stopped by {name}", canceled=True)
-            what = f"run {run_id} canceled, {released} claims given back" if run_id else "no run was in progress"
+            what = (
+                f"run {run_id} canceled, {released} claims given back" if run_id else "no run was in progress"
+            )
             message = f"pipeline run: stopped by {name}: {what}; the pending work waits for the next run"
         except Exception as exc:  # noqa: BLE001 - exit anyway: the heartbeat reaper finishes the job
             message = (

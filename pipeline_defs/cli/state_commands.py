@@ -74,7 +74,7 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _print_stuck(settings: Settings, built: list, pending_by_use_case: dict[str, int]) -> None:
-    """The stuck-work detector: pending work that has not moved for longer than a lease, and what blocks it."""
+    """The stuck-work detector: work pending that did not move for longer than a lease, and what blocks it."""
     app_db = AppDatabase(url=settings.database_url)
     instance: list[DagsterInstance | None] = []
 

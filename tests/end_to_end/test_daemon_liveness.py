@@ -10,6 +10,7 @@ one step wide and four runs at once (as on the embedded model), a 1 s heartbeat 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -74,10 +75,8 @@ def _start(live: LivePipeline, env: dict[str, str], port: int) -> subprocess.Pop
 
 def _kill_tree(process: subprocess.Popen) -> None:
     """A host loss: every process of the tree dies at once, no clean-up."""
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     process.wait()
 
 
@@ -105,7 +104,9 @@ def test_after_the_daemon_tree_is_killed_a_restart_finishes_all_work_within_a_le
             live.ingest(rows, "host-loss")
 
             def in_flight() -> list[dict]:
-                return [run for run in live.runs() if run["jobName"] == GROUP_JOB and run["status"] == "STARTED"]
+                return [
+                    run for run in live.runs() if run["jobName"] == GROUP_JOB and run["status"] == "STARTED"
+                ]
 
             live.wait_until(
                 lambda: len(live.outputs(keys)) >= 1 and len(in_flight()) >= 3,
@@ -130,4 +131,6 @@ def test_after_the_daemon_tree_is_killed_a_restart_finishes_all_work_within_a_le
     dead = [run_id for run_id, status in before.items() if status == "STARTED"]
     assert all(after[run_id] == "FAILURE" for run_id in dead), {run_id: after[run_id] for run_id in dead}
     assert not [status for status in after.values() if status in ("STARTED", "QUEUED", "STARTING")], after
-    print(f"{len(dead)} runs died with the host; all {POSTINGS} postings done {seconds:.0f}s after the restart")
+    print(
+        f"{len(dead)} runs died with the host; all {POSTINGS} postings done {seconds:.0f}s after the restart"
+    )

@@ -77,7 +77,8 @@ def _one_slot_pool(env: dict[str, str]) -> None:
         os.environ.clear()
         os.environ.update(saved)
     lines = [
-        "    default_limit: 1" if line.strip().startswith("default_limit:") else line for line in text.splitlines()
+        "    default_limit: 1" if line.strip().startswith("default_limit:") else line
+        for line in text.splitlines()
     ]
     (home / "dagster.yaml").write_text("\n".join(lines) + "\n")
 
@@ -105,7 +106,9 @@ def _claimed(url: str) -> int:
 def _wait(condition, timeout: float, what: str, process: subprocess.Popen, log: Path) -> None:  # noqa: ANN001
     deadline = time.monotonic() + timeout
     while not condition():
-        assert process.poll() is None, f"`pipeline run` ended early ({process.returncode}):\n{log.read_text()}"
+        assert process.poll() is None, (
+            f"`pipeline run` ended early ({process.returncode}):\n{log.read_text()}"
+        )
         assert time.monotonic() < deadline, f"timed out waiting for {what}:\n{log.read_text()[-3000:]}"
         time.sleep(0.1)
 
@@ -146,7 +149,8 @@ def test_a_run_killed_mid_batch_does_not_block_the_next_run_on_the_pool(setting_
         os.killpg(second.pid, signal.SIGKILL)
         second.wait()
         pytest.fail(
-            f"the second `pipeline run` did not finish within one lease + 60 s:\n{second_log.read_text()[-3000:]}"
+            "the second `pipeline run` did not finish within one lease + 60 s:\n"
+            + second_log.read_text()[-3000:]
         )
     elapsed = time.monotonic() - started
     output = second_log.read_text()
@@ -181,7 +185,10 @@ def test_a_stop_signal_ends_pipeline_run_at_once_with_its_claims_given_back(
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
-        pytest.fail(f"`pipeline run` still running {STOP_WITHIN_SECONDS}s after {stop_signal.name}:\n{log.read_text()}")
+        pytest.fail(
+            f"`pipeline run` still running {STOP_WITHIN_SECONDS}s after {stop_signal.name}:\n"
+            + log.read_text()
+        )
     finally:
         fake.release()
     seconds = time.monotonic() - started
@@ -226,7 +233,9 @@ def test_status_names_what_blocks_work_that_stopped_moving(
     seed_postings(app_db_url, tmp_path)
     long_ago = utcnow() - timedelta(minutes=15)
     with session_scope(app_db_url) as session:
-        heartbeats.start_heartbeat(session, "deadbeef-run", job="gemma3_270m_batch_job", source="cli", host="h", pid=1)
+        heartbeats.start_heartbeat(
+            session, "deadbeef-run", job="gemma3_270m_batch_job", source="cli", host="h", pid=1
+        )
         session.add(
             WorkItem(
                 use_case="posting_summary",
@@ -239,9 +248,7 @@ def test_status_names_what_blocks_work_that_stopped_moving(
             )
         )
     with session_scope(app_db_url) as session:
-        session.execute(
-            RunHeartbeat.__table__.update().values(beat_at=utcnow() - timedelta(minutes=12))
-        )
+        session.execute(RunHeartbeat.__table__.update().values(beat_at=utcnow() - timedelta(minutes=12)))
     monkeypatch.setenv("PIPELINE_DATABASE_URL", app_db_url)
     monkeypatch.setenv("PIPELINE_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("PIPELINE_LEASE_SECONDS", "600")
