@@ -42,7 +42,7 @@ class AppDatabase(ConfigurableResource):
             yield session
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
-        run = context.dagster_run
+        run = context.run
         if run is None:  # a sensor or a schedule: no run to keep alive
             return
         self._heartbeat = RunHeartbeat(

@@ -40,19 +40,21 @@ def _run_all(settings: Settings, only: list[str] | None, verbose: bool) -> tuple
     instance, defs, groups, app_db = dagster_for(settings)
     selected = single_use_case_groups(groups, only) if only else groups
     with RunWatch(instance, app_db, handle_signals=True) as watch:  # Ctrl-C, SIGTERM: stop at once
-        taxonomy_ok = load_reference_data(defs, instance)
+        taxonomy_ok = watch.call(lambda: load_reference_data(defs, instance))
         if not taxonomy_ok:
             print(
                 "error: loading the skills taxonomy failed; skill_entities will wait for it", file=sys.stderr
             )
-        run_reports = run_pending(
-            defs,
-            selected,
-            instance,
-            app_db,
-            verbose=verbose,
-            on_run=lambda name, index, total: print(f"{name}: run {index} of {total} ...", flush=True),
-            watch=watch,
+        run_reports = watch.call(
+            lambda: run_pending(
+                defs,
+                selected,
+                instance,
+                app_db,
+                verbose=verbose,
+                on_run=lambda name, index, total: print(f"{name}: run {index} of {total} ...", flush=True),
+                watch=watch,
+            )
         )
     for report in run_reports:
         for name, why in report.paused.items():

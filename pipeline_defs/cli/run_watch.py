@@ -6,9 +6,10 @@
 - **Signals.** SIGINT (Ctrl-C) and SIGTERM stop at once, whatever Dagster is doing (inside a model
   call, waiting on the pool): a helper thread gives back the claims of the run in progress without
   spending attempts, reports that run canceled and frees its pool slots, prints one line and exits
-  with 128 + the signal number. Dagster's own interrupt handling would finish or fail the step and the
-  loop would start the next batch; exiting from the helper thread does not depend on it. A second
-  signal exits without the clean-up.
+  with 128 + the signal number. The runs execute on a worker thread (`call`): on the main thread
+  Dagster replaces the SIGINT and SIGTERM handlers with its own, which fail the step and let the loop
+  start the next batch, or only note the signal while a step waits on the pool. A second signal exits
+  without the clean-up.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from types import FrameType, TracebackType
+from typing import TypeVar
 
 from dagster import DagsterInstance
 
@@ -28,6 +31,7 @@ from resources.run_heartbeat import dead_after_seconds
 from sensors.run_liveness import fail_run, reap_dead_runs
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+T = TypeVar("T")
 
 
 class RunWatch:
@@ -62,6 +66,26 @@ class RunWatch:
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)  # type: ignore[arg-type]
         self._reaper.join(timeout=self.interval + 5)
+
+    def call(self, work: Callable[[], T]) -> T:
+        """`work()` on a worker thread, the main thread waiting for it and free to take signals."""
+        if not self._handle_signals:
+            return work()
+        outcome: dict[str, object] = {}
+
+        def worker() -> None:
+            try:
+                outcome["value"] = work()
+            except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+                outcome["error"] = exc
+
+        thread = threading.Thread(target=worker, name="pipeline-run-work", daemon=True)
+        thread.start()
+        while thread.is_alive():
+            thread.join(timeout=0.2)  # short waits: the signal handlers run between them
+        if "error" in outcome:
+            raise outcome["error"]  # type: ignore[misc]
+        return outcome["value"]  # type: ignore[return-value]
 
     def reap(self) -> None:
         """Fail the runs whose heartbeat stopped; say so on stderr."""
