@@ -41,7 +41,10 @@ GROUP_JOB = "gemma3_270m_batch_job"
 
 
 def _home_like_the_embedded_model(env: dict[str, str]) -> None:
-    """dagster.yaml as the embedded model has it: four runs at once, the `llm` pool one step wide."""
+    """dagster.yaml as the embedded model has it (four runs at once, the `llm` pool one step wide), and
+    the run queue launching up to three runs whose steps must wait for the pool (Dagster's
+    `op_granularity_run_buffer`): without it the queue holds them back and only one run waits at a time
+    (on its next step), which the test could not catch reliably."""
     home = Path(env["DAGSTER_HOME"])
     home.mkdir(parents=True, exist_ok=True)
     saved = dict(os.environ)
@@ -49,7 +52,10 @@ def _home_like_the_embedded_model(env: dict[str, str]) -> None:
         os.environ.clear()
         os.environ.update({**env, "PIPELINE_LLM_BACKEND": "embedded", "PIPELINE_DAGSTER_STORAGE": "stock"})
         os.environ.pop("OLLAMA_HOST", None)
-        (home / "dagster.yaml").write_text(dagster_yaml(Settings.from_env()))
+        text = dagster_yaml(Settings.from_env())
+        (home / "dagster.yaml").write_text(
+            text.replace("    default_limit: 1\n", "    default_limit: 1\n    op_granularity_run_buffer: 3\n")
+        )
     finally:
         os.environ.clear()
         os.environ.update(saved)
@@ -100,6 +106,7 @@ def test_after_the_daemon_tree_is_killed_a_restart_finishes_all_work_within_a_le
             fake_ollama=fake,
         )
         process = _start(live, env, port)
+        fake.hold()  # the run that gets the pool's slot stays inside its model call, holding claims
         try:
             live.ingest(rows, "host-loss")
 
@@ -109,13 +116,16 @@ def test_after_the_daemon_tree_is_killed_a_restart_finishes_all_work_within_a_le
                 ]
 
             live.wait_until(
-                lambda: len(live.outputs(keys)) >= 1 and len(in_flight()) >= 3,
+                lambda: fake.in_flight >= 1 and len(in_flight()) >= 3,
                 180,
-                lambda: "one run storing outputs while others wait for the pool",
+                lambda: (
+                    f"one run inside a model call, others waiting for the pool ({len(in_flight())} started)"
+                ),
             )
             before = {run["runId"]: run["status"] for run in live.runs() if run["jobName"] == GROUP_JOB}
         finally:
             _kill_tree(process)
+            fake.release()
 
         restarted = time.monotonic()
         port = free_port()
