@@ -87,8 +87,35 @@ def beat(session: Session, run_id: str) -> bool:
 
 
 def end_heartbeat(session: Session, run_id: str) -> None:
-    """The run ended in its own process (success, failure or a handled signal): nothing to reap."""
-    session.execute(delete(RunHeartbeat).where(RunHeartbeat.run_id == run_id, RunHeartbeat.state == "alive"))
+    """The run ended in its own process: nothing to reap. The row stays (state `ended`), so a run with
+    no row at all is one that never began to beat (`record_silent_death`)."""
+    session.execute(
+        update(RunHeartbeat)
+        .where(RunHeartbeat.run_id == run_id, RunHeartbeat.state == "alive")
+        .values(state="ended", beat_at=utcnow())
+        .execution_options(synchronize_session=False)
+    )
+
+
+def record_silent_death(session: Session, run_id: str, job: str, reason: str) -> bool:
+    """A run that died before its first beat: recorded dead; True for the one caller that recorded it."""
+    now = utcnow()
+    result = session.execute(
+        insert_for(session)(RunHeartbeat)
+        .values(
+            run_id=run_id,
+            job=job,
+            source=None,
+            host="",
+            pid=0,
+            state="dead",
+            started_at=now,
+            beat_at=now,
+            ended_reason=reason,
+        )
+        .on_conflict_do_nothing()
+    )
+    return result.rowcount == 1
 
 
 def stale_heartbeats(session: Session, timeout_seconds: float) -> list[Heartbeat]:
@@ -124,10 +151,10 @@ def heartbeats_of(session: Session, run_ids: Collection[str] | None = None) -> d
 
 
 def prune_dead(session: Session, days: int = DEAD_ROWS_KEPT_DAYS) -> int:
-    """Forget reaped runs older than `days`."""
+    """Forget ended and reaped runs older than `days`."""
     cutoff = utcnow() - timedelta(days=days)
     result = session.execute(
-        delete(RunHeartbeat).where(RunHeartbeat.state == "dead", RunHeartbeat.beat_at < cutoff)
+        delete(RunHeartbeat).where(RunHeartbeat.state != "alive", RunHeartbeat.beat_at < cutoff)
     )
     return result.rowcount
 

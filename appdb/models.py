@@ -375,7 +375,8 @@ class RunHeartbeat(Base):
     """A run that can hold the `llm` pool or claims, seen alive: its process renews `beat_at` every few
     seconds from before it waits on the pool until it ends (`appdb/heartbeats.py`). A row whose beat
     stopped belongs to a dead run: the sensor and `pipeline run` fail it, free its pool slots and give
-    its claims back. `state` is `alive`, or `dead` once reaped (a late beat cannot revive it)."""
+    its claims back. `state` is `alive`, `ended` (it ended in its process) or `dead` (reaped; a late beat
+    cannot revive it)."""
 
     __tablename__ = "run_heartbeats"
     __table_args__ = (Index("ix_run_heartbeats_beat_at", "state", "beat_at"),)
@@ -385,7 +386,7 @@ class RunHeartbeat(Base):
     source: Mapped[str | None] = mapped_column(String(20))
     host: Mapped[str] = mapped_column(String(255))
     pid: Mapped[int] = mapped_column(Integer)
-    state: Mapped[str] = mapped_column(String(10), default="alive")  # alive | dead
+    state: Mapped[str] = mapped_column(String(10), default="alive")  # alive | ended | dead
     started_at: Mapped[datetime] = mapped_column(default=utcnow)
     beat_at: Mapped[datetime] = mapped_column(default=utcnow)
     ended_reason: Mapped[str | None] = mapped_column(Text)

@@ -233,7 +233,8 @@ def build_discovery_sensor(
         ),
     )
     def _discovery(context: SensorEvaluationContext, app_db: AppDatabase) -> SensorResult | SkipReason:
-        for dead in reap_dead_runs(context.instance, app_db, dead_after_seconds(app_db.heartbeat_seconds)):
+        dead_after = dead_after_seconds(app_db.heartbeat_seconds)
+        for dead in reap_dead_runs(context.instance, app_db, dead_after, [group.job.name]):
             context.log.warning(
                 f"{group.name}: run {dead.run_id} ({dead.job}) is dead, its heartbeat stopped "
                 f"{dead.heartbeat_age_seconds:.0f}s ago: marked failed (was {dead.dagster_status_was}), "

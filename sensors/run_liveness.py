@@ -15,7 +15,8 @@ holds the pool and the claims, with their heartbeats' age, so an operator sees w
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -26,6 +27,7 @@ from appdb.models import utcnow
 from resources.app_database import AppDatabase
 
 LLM_POOL = "llm"
+SILENT_GRACE_SECONDS = 30  # beyond the heartbeat timeout: how long a started run may take to beat first
 log = logging.getLogger(__name__)
 
 
@@ -39,9 +41,13 @@ class ReapedRun:
 
 
 def reap_dead_runs(
-    instance: DagsterInstance, app_db: AppDatabase, dead_after_seconds: float
+    instance: DagsterInstance,
+    app_db: AppDatabase,
+    dead_after_seconds: float,
+    job_names: Collection[str] = (),
 ) -> list[ReapedRun]:
-    """Fail every run whose heartbeat is older than `dead_after_seconds`; return what was reaped."""
+    """Fail every run whose heartbeat is older than `dead_after_seconds`, and every run that died before
+    its first beat (`_reap_silent_runs`); return what was reaped."""
     with app_db.session() as session:
         stale = heartbeats.stale_heartbeats(session, dead_after_seconds)
     reaped = []
@@ -56,9 +62,49 @@ def reap_dead_runs(
             instance, beat.run_id, f"the run's process died: {reason}; {released} claims given back"
         )
         reaped.append(ReapedRun(beat.run_id, beat.job, age, released, status))
+    reaped += _reap_silent_runs(instance, app_db, dead_after_seconds + SILENT_GRACE_SECONDS, job_names)
     if reaped:
         with app_db.session() as session:
             heartbeats.prune_dead(session)
+    return reaped
+
+
+def _reap_silent_runs(
+    instance: DagsterInstance, app_db: AppDatabase, grace_seconds: float, job_names: Collection[str]
+) -> list[ReapedRun]:
+    """Runs started longer than `grace_seconds` ago that never beat: killed while their process was
+    still loading the code. Candidates are the runs holding or waiting for pool slots, and the started
+    runs of `job_names` (their postings count as in flight while they look started)."""
+    candidates = set(instance.event_log_storage.get_concurrency_run_ids())
+    for job in job_names:
+        candidates.update(
+            run.run_id
+            for run in instance.get_runs(RunsFilter(job_name=job, statuses=[DagsterRunStatus.STARTED]))
+        )
+    if not candidates:
+        return []
+    with app_db.session() as session:
+        silent = candidates - set(heartbeats.heartbeats_of(session, candidates))
+    reaped = []
+    now = time.time()
+    for run_id in sorted(silent):
+        record = instance.get_run_record_by_id(run_id)
+        if (
+            record is None
+            or record.dagster_run.status != DagsterRunStatus.STARTED
+            or record.start_time is None
+        ):
+            continue
+        if now - record.start_time < grace_seconds:
+            continue
+        job = record.dagster_run.job_name
+        reason = f"started {now - record.start_time:.0f}s ago and never sent a heartbeat"
+        with app_db.session() as session:
+            if not heartbeats.record_silent_death(session, run_id, job, reason):
+                continue
+            released = heartbeats.release_claims_of(session, [run_id])
+        status = fail_run(instance, run_id, f"the run's process died: {reason}; {released} claims given back")
+        reaped.append(ReapedRun(run_id, job, now - record.start_time, released, status))
     return reaped
 
 
