@@ -369,3 +369,24 @@ class AutodoDependency(Base):
     depends_on: Mapped[str] = mapped_column(String(KEY_LENGTH), primary_key=True)
     reason: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class RunHeartbeat(Base):
+    """A run that can hold the `llm` pool or claims, seen alive: its process renews `beat_at` every few
+    seconds from before it waits on the pool until it ends (`appdb/heartbeats.py`). A row whose beat
+    stopped belongs to a dead run: the sensor and `pipeline run` fail it, free its pool slots and give
+    its claims back. `state` is `alive`, `ended` (it ended in its process) or `dead` (reaped; a late beat
+    cannot revive it)."""
+
+    __tablename__ = "run_heartbeats"
+    __table_args__ = (Index("ix_run_heartbeats_beat_at", "state", "beat_at"),)
+
+    run_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    job: Mapped[str] = mapped_column(String(200))
+    source: Mapped[str | None] = mapped_column(String(20))
+    host: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(10), default="alive")  # alive | ended | dead
+    started_at: Mapped[datetime] = mapped_column(default=utcnow)
+    beat_at: Mapped[datetime] = mapped_column(default=utcnow)
+    ended_reason: Mapped[str | None] = mapped_column(Text)

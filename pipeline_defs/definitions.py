@@ -73,7 +73,10 @@ def build_definitions(
             build_gym_sensor(gym_job),
         ],
         resources={
-            "app_db": AppDatabase(url=from_env(settings.database_url, "PIPELINE_DATABASE_URL")),
+            "app_db": AppDatabase(
+                url=from_env(settings.database_url, "PIPELINE_DATABASE_URL"),
+                heartbeat_seconds=settings.heartbeat_seconds,
+            ),
             "llm": llm or build_llm_resource(settings, env_vars=True),
             "taxonomy": build_taxonomy_resource(settings, env_vars=True),
             "gym": build_gym_resource(settings),

@@ -41,6 +41,8 @@ Everything a user may want to point elsewhere is one environment variable:
 | PIPELINE_MODEL_PRICES        | unset; JSON ``{"model": [per 1k prompt tokens, per 1k completion tokens]}`` |
 | PIPELINE_SQLITE_BUSY_TIMEOUT | ``30``: seconds a statement waits in SQLite for the lock (appdb reads it) |
 | PIPELINE_SQLITE_LOCK_WAIT    | ``600``: seconds it keeps retrying after that, then fails naming the lock |
+| PIPELINE_HEARTBEAT_SECONDS   | ``10``: how often a run shows it is alive; dead after 6 missed beats |
+| PIPELINE_LEASE_SECONDS       | unset: each use case's claim lease (600); the stuck detector's patience |
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from resources.llm_hosts import LLMHost, parse_hosts
+from resources.run_heartbeat import DEFAULT_HEARTBEAT_SECONDS
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 # The daemon evaluates sensors at most every 5 s; an idle tick is one cheap query (docs/performance.md).
@@ -105,6 +108,8 @@ class Settings:
     llm_burst: int = 1
     model_prices: tuple[tuple[str, float, float], ...] = ()  # (model, per 1k prompt, per 1k completion)
     domains: tuple[str, ...] = ("postings",)  # the domain plugins in the code location (catalog.py)
+    heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS  # resources/run_heartbeat.py, docs/liveness.md
+    lease_seconds: int | None = None  # overrides every use case's claim lease when set
 
     @property
     def server_backend(self) -> bool:
@@ -200,6 +205,15 @@ class Settings:
         if not 1.0 <= threshold <= 5.0:
             raise ValueError(f"PIPELINE_REVIEW_BELOW must be a grade between 1 and 5, not {review_below!r}")
         rate, burst = _pacing(env)
+        heartbeat = env.get("PIPELINE_HEARTBEAT_SECONDS") or str(DEFAULT_HEARTBEAT_SECONDS)
+        try:
+            heartbeat_seconds = float(heartbeat)
+        except ValueError:
+            heartbeat_seconds = 0.0
+        if not 0.2 <= heartbeat_seconds <= 300:
+            raise ValueError(
+                f"PIPELINE_HEARTBEAT_SECONDS must be a number of seconds from 0.2 to 300, not {heartbeat!r}"
+            )
         return cls(
             data_dir=data_dir,
             database_url=env.get("PIPELINE_DATABASE_URL") or f"sqlite:///{data_dir / 'app.db'}",
@@ -245,6 +259,8 @@ class Settings:
                 for name in (env.get("PIPELINE_DOMAINS") or "postings").split(",")
                 if name.strip()
             ),
+            heartbeat_seconds=heartbeat_seconds,
+            lease_seconds=_positive_int(env, "PIPELINE_LEASE_SECONDS"),
         )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from dagster import EnvVar
@@ -38,8 +39,15 @@ def build_use_cases(
 ) -> list[UseCaseDefinitions]:
     """Each use case's asset, checks and job; by default the use cases the settings declare."""
     use_cases = use_cases if use_cases is not None else declared_use_cases(settings)
+    if settings.lease_seconds:
+        use_cases = [with_lease(use_case, settings.lease_seconds) for use_case in use_cases]
     registry = {use_case.name: use_case for use_case in use_cases}
     return [build_use_case(use_case, registry, batch_size_for(use_case, settings)) for use_case in use_cases]
+
+
+def with_lease(use_case: UseCase, lease_seconds: int) -> UseCase:
+    """The use case with PIPELINE_LEASE_SECONDS as its claim lease (tests use a short one)."""
+    return replace(use_case, retry=replace(use_case.retry, lease_seconds=lease_seconds))
 
 
 def batch_size_for(use_case: UseCase, settings: Settings) -> int | None:

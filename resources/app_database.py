@@ -1,20 +1,36 @@
-"""The application database as a Dagster resource (SQLite file by default, PostgreSQL by URL)."""
+"""The application database as a Dagster resource (SQLite file by default, PostgreSQL by URL).
+
+In a run it also keeps the run's heartbeat (`resources/run_heartbeat.py`): resources are set up
+before any step waits on the `llm` pool, so a run is visible as alive from then until it ends.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from dagster import ConfigurableResource
+from dagster import ConfigurableResource, InitResourceContext
+from pydantic import PrivateAttr
 from sqlalchemy.orm import Session
 
 from appdb.database import migrate, session_scope
+from resources.run_heartbeat import DEFAULT_HEARTBEAT_SECONDS, RunHeartbeat
+
+
+def _source(tags: dict[str, str]) -> str:
+    """Who started the run, as `assets/run_tags.run_source` says it (resources cannot import assets)."""
+    if tags.get("pipeline/source"):
+        return tags["pipeline/source"][:20]
+    return "sensor" if "dagster/sensor_name" in tags else "backfill" if "dagster/backfill" in tags else "ui"
 
 
 class AppDatabase(ConfigurableResource):
-    """Postings, outputs, interactions and work state; migrated to the newest schema on first use."""
+    """Postings, outputs, interactions and work state; migrated to the newest schema on first use.
+    heartbeat_seconds: how often a run shows it is alive (PIPELINE_HEARTBEAT_SECONDS)."""
 
     url: str
+    heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS
+    _heartbeat: RunHeartbeat | None = PrivateAttr(default=None)
 
     def ensure_ready(self) -> None:
         migrate(self.url)
@@ -24,3 +40,16 @@ class AppDatabase(ConfigurableResource):
         """One transaction: committed when the block ends, rolled back on error."""
         with session_scope(self.url) as session:
             yield session
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        run = context.run
+        if run is None:  # a sensor or a schedule: no run to keep alive
+            return
+        self._heartbeat = RunHeartbeat(
+            self.url, run.run_id, run.job_name, _source(dict(run.tags)), self.heartbeat_seconds
+        ).start()
+
+    def teardown_after_execution(self, context: InitResourceContext) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
+            self._heartbeat = None

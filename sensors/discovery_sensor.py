@@ -49,7 +49,9 @@ from assets.run_tags import (
 )
 from resources.app_database import AppDatabase
 from resources.llm_hosts import LLMHost
+from resources.run_heartbeat import dead_after_seconds
 from sensors.host_pinning import pin_requests, usable_hosts
+from sensors.run_liveness import fail_run, reap_dead_runs, stuck_work
 
 DEFAULT_INTERVAL_SECONDS = 30
 _LOOKUP_CHUNK = 500  # partition keys per lookup query on SQLite
@@ -196,15 +198,19 @@ def fail_dead_runs(instance: DagsterInstance, run_ids: Sequence[str]) -> list[st
     for run_id in run_ids:
         run = instance.get_run_by_id(run_id)
         if run is not None and run.status in ACTIVE_STATUSES:
-            instance.report_run_failed(
-                run,
-                message=(
-                    "the run stopped renewing its claims (lease expired): its worker died; "
-                    "its postings are pending again and the sensor requests them anew"
-                ),
+            fail_run(
+                instance,
+                run_id,
+                "the run stopped renewing its claims (lease expired): its worker died; "
+                "its postings are pending again and the sensor requests them anew",
             )
             failed.append(run_id)
     return failed
+
+
+def group_lease_seconds(group: WorkGroup) -> int:
+    """The longest claim lease among the group's use cases: the stuck detector's patience."""
+    return max(member.use_case.retry.lease_seconds for member in group.members)
 
 
 def build_discovery_sensor(
@@ -227,6 +233,13 @@ def build_discovery_sensor(
         ),
     )
     def _discovery(context: SensorEvaluationContext, app_db: AppDatabase) -> SensorResult | SkipReason:
+        dead_after = dead_after_seconds(app_db.heartbeat_seconds)
+        for dead in reap_dead_runs(context.instance, app_db, dead_after, [group.job.name]):
+            context.log.warning(
+                f"{group.name}: run {dead.run_id} ({dead.job}) is dead, its heartbeat stopped "
+                f"{dead.heartbeat_age_seconds:.0f}s ago: marked failed (was {dead.dagster_status_was}), "
+                f"its pool slots freed, {dead.claims_released} claims given back"
+            )
         with app_db.session() as session:
             dead_runs = claims.expired_claim_holders(session)
             freed = claims.release_expired_claims(session)
@@ -263,7 +276,20 @@ def build_discovery_sensor(
                 return SkipReason(f"{group.name}: paused: {'; '.join(plan.paused.values())}")
             if not plan.pending:
                 return SkipReason(f"{group.name}: no work: every posting has a current output")
-            return SkipReason(f"{group.name}: {len(plan.pending)} pending, all in queued or running runs")
+            stuck = stuck_work(
+                lambda: context.instance,
+                app_db,
+                group.use_case_names,
+                len(plan.pending),
+                group_lease_seconds(group),
+                uses_pool=group.model is not None,
+            )
+            if stuck:
+                context.log.warning(f"stuck: {stuck}")
+            return SkipReason(
+                f"{group.name}: {len(plan.pending)} pending, all in queued or running runs"
+                + (f"; stuck: {stuck}" if stuck else "")
+            )
         with app_db.session() as session:  # the event log keeps discovery counts across runs
             events.record_event(
                 session,
@@ -286,4 +312,11 @@ def build_discovery_sensor(
     return _discovery
 
 
-__all__ = ["RunPlan", "build_discovery_sensor", "fail_dead_runs", "partition_positions", "plan_runs"]
+__all__ = [
+    "RunPlan",
+    "build_discovery_sensor",
+    "fail_dead_runs",
+    "group_lease_seconds",
+    "partition_positions",
+    "plan_runs",
+]

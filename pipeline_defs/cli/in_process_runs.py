@@ -6,21 +6,29 @@ the runs appear in the Dagster UI like any other, tagged with source `cli`.
 
 from __future__ import annotations
 
+import contextlib
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from dagster import DagsterInstance, Definitions
 
+from appdb import pauses
+from appdb.models import utcnow
 from assets.factory import WorkGroup, build_work_groups
 from assets.run_tags import SOURCE_TAG
+from pipeline_defs.cli.run_watch import RunWatch
 from pipeline_defs.dagster_home import ensure_dagster_home
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import build_use_cases
 from resources.app_database import AppDatabase
+from resources.llm_hosts import HOST_PAUSE_PREFIX
 from sensors.discovery_sensor import plan_runs
 
+REPLANS_AFTER_REAPING = 3
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 
@@ -33,6 +41,7 @@ class RunReport:
     pending_before: int = 0
     seconds: float = 0.0
     paused: dict[str, str] = field(default_factory=dict)
+    stopped: str = ""  # why the remaining batches were not run (the circuit breaker tripped)
 
 
 def single_use_case_groups(groups: Sequence[WorkGroup], names: Sequence[str]) -> list[WorkGroup]:
@@ -67,34 +76,89 @@ def run_pending(
     source: str = "cli",
     verbose: bool = False,
     on_run: Callable[[str, int, int], None] | None = None,
+    watch: RunWatch | None = None,
 ) -> list[RunReport]:
-    """Discover and process every pending posting of the given work groups, in order."""
-    reports = []
-    for group in groups:
-        started = time.perf_counter()
-        with app_db.session() as session:
-            plan = plan_runs(session, instance, group)
-        if plan.new_partitions:
-            instance.add_dynamic_partitions(group.subject_kind, plan.new_partitions)
-        report = RunReport(group.name, group.use_case_names, pending_before=len(plan.pending))
-        report.paused = plan.paused
-        job = defs.resolve_job_def(group.job.name)
-        requests = plan.run_requests(group, source=source)
-        for index, request in enumerate(requests, start=1):
-            if on_run:
-                on_run(group.name, index, len(requests))
+    """Discover and process every pending posting of the given work groups, in order.
+
+    Runs whose heartbeat stopped are failed and their pool slots freed before and while this works
+    (`RunWatch`); after a run tripped the circuit breaker nothing more is started.
+    """
+    reports: list[RunReport] = []
+    with contextlib.ExitStack() as stack:
+        watch = watch or stack.enter_context(RunWatch(instance, app_db))
+        for group in groups:
+            for _ in range(REPLANS_AFTER_REAPING + 1):
+                reaped_before = len(watch.reaped)
+                report = _run_group(defs, group, instance, app_db, watch, source, verbose, on_run)
+                reports.append(report)
+                # A dead run's claims came back while this group ran: its postings were not in the plan.
+                if report.stopped or len(watch.reaped) == reaped_before:
+                    break
+            if report.stopped:
+                break
+    return reports
+
+
+def _run_group(
+    defs: Definitions,
+    group: WorkGroup,
+    instance: DagsterInstance,
+    app_db: AppDatabase,
+    watch: RunWatch,
+    source: str,
+    verbose: bool,
+    on_run: Callable[[str, int, int], None] | None,
+) -> RunReport:
+    started = time.perf_counter()
+    with app_db.session() as session:
+        plan = plan_runs(session, instance, group)
+    if plan.new_partitions:
+        instance.add_dynamic_partitions(group.subject_kind, plan.new_partitions)
+    report = RunReport(group.name, group.use_case_names, pending_before=len(plan.pending))
+    report.paused = plan.paused
+    job = defs.resolve_job_def(group.job.name)
+    requests = plan.run_requests(group, source=source)
+    for index, request in enumerate(requests, start=1):
+        if on_run:
+            on_run(group.name, index, len(requests))
+        run_id, run_started = str(uuid.uuid4()), utcnow()
+        watch.current_run_id = run_id  # what a signal cancels
+        try:
             result = job.execute_in_process(
                 instance=instance,
                 tags=request.tags,
                 run_config=None if verbose else QUIET_LOGS,
                 raise_on_error=False,
+                run_id=run_id,
             )
-            report.runs.append(result.run_id)
-            if not result.success:
-                report.failed_runs.append(result.run_id)
-        report.seconds = time.perf_counter() - started
-        reports.append(report)
-    return reports
+        finally:
+            watch.current_run_id = None
+        report.runs.append(result.run_id)
+        if not result.success:
+            report.failed_runs.append(result.run_id)
+            report.stopped = _breaker_tripped(app_db, group, run_started)
+            if report.stopped:
+                break
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _breaker_tripped(app_db: AppDatabase, group: WorkGroup, since: datetime) -> str:
+    """Why to stop: a pause of the group's use cases (or of a host) set since `since`; "" when none."""
+    with app_db.session() as session:
+        tripped = [pause for pause in pauses.active_pauses(session).values() if pause.paused_at >= since]
+    names = set(group.use_case_names)
+    tripped = [
+        pause for pause in tripped if pause.use_case in names or pause.use_case.startswith(HOST_PAUSE_PREFIX)
+    ]
+    if not tripped:
+        return ""
+    first = tripped[0]
+    return (
+        f"the circuit breaker tripped: {', '.join(pause.use_case for pause in tripped)} paused until "
+        f"{first.resume_at:%Y-%m-%d %H:%M:%S} UTC ({first.reason}); stopped, the pending work waits "
+        "(`pipeline resume` to retry sooner)"
+    )
 
 
 def dagster_for(settings: Settings) -> tuple[DagsterInstance, Definitions, list[WorkGroup], AppDatabase]:
@@ -103,4 +167,5 @@ def dagster_for(settings: Settings) -> tuple[DagsterInstance, Definitions, list[
     built = build_use_cases(settings)
     groups = build_work_groups(built)
     defs = build_definitions(settings, built=built, groups=groups)
-    return DagsterInstance.get(), defs, groups, AppDatabase(url=settings.database_url)
+    app_db = AppDatabase(url=settings.database_url, heartbeat_seconds=settings.heartbeat_seconds)
+    return DagsterInstance.get(), defs, groups, app_db

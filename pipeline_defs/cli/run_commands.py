@@ -17,6 +17,7 @@ from pipeline_defs.cli.in_process_runs import (
     run_pending,
     single_use_case_groups,
 )
+from pipeline_defs.cli.run_watch import RunWatch
 from pipeline_defs.cli.terminal import EXIT_ERROR, clip, one_line
 from pipeline_defs.settings import PROJECT_ROOT, Settings
 
@@ -38,18 +39,24 @@ def register(commands: argparse._SubParsersAction) -> None:
 def _run_all(settings: Settings, only: list[str] | None, verbose: bool) -> tuple[list, bool]:
     """Load the taxonomy, then run every pending batch group by group; (reports, all succeeded)."""
     instance, defs, groups, app_db = dagster_for(settings)
-    taxonomy_ok = load_reference_data(defs, instance)
-    if not taxonomy_ok:
-        print("error: loading the skills taxonomy failed; skill_entities will wait for it", file=sys.stderr)
     selected = single_use_case_groups(groups, only) if only else groups
-    run_reports = run_pending(
-        defs,
-        selected,
-        instance,
-        app_db,
-        verbose=verbose,
-        on_run=lambda name, index, total: print(f"{name}: run {index} of {total} ...", flush=True),
-    )
+    with RunWatch(instance, app_db, handle_signals=True) as watch:  # Ctrl-C, SIGTERM: stop at once
+        taxonomy_ok = watch.call(lambda: load_reference_data(defs, instance))
+        if not taxonomy_ok:
+            print(
+                "error: loading the skills taxonomy failed; skill_entities will wait for it", file=sys.stderr
+            )
+        run_reports = watch.call(
+            lambda: run_pending(
+                defs,
+                selected,
+                instance,
+                app_db,
+                verbose=verbose,
+                on_run=lambda name, index, total: print(f"{name}: run {index} of {total} ...", flush=True),
+                watch=watch,
+            )
+        )
     for report in run_reports:
         for name, why in report.paused.items():
             print(f"{name}: paused, skipped: {why}")
@@ -57,6 +64,8 @@ def _run_all(settings: Settings, only: list[str] | None, verbose: bool) -> tuple
             f"{report.group} ({', '.join(report.use_cases)}): {report.pending_before} postings pending, "
             f"{len(report.runs)} runs ({len(report.failed_runs)} failed) in {report.seconds:.1f}s"
         )
+        if report.stopped:
+            print(f"error: {report.group}: {report.stopped}", file=sys.stderr)
     return run_reports, taxonomy_ok and not any(report.failed_runs for report in run_reports)
 
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
+
+from dagster import DagsterInstance
 
 from appdb import claims, discovery, events, pauses, reports
 from appdb.database import session_scope
@@ -11,6 +14,8 @@ from domain.language.declaration import model_label
 from pipeline_defs.cli.terminal import ERROR_CHARS, clip, describe_pause, table, when
 from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import build_use_cases
+from resources.app_database import AppDatabase
+from sensors.run_liveness import stuck_work
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -52,10 +57,12 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
     if getattr(args, "by_source", False):
         return _status_by_source(settings, args.hours)
     built = build_use_cases(settings)
+    pending_by_use_case: dict[str, int] = {}
     with session_scope(settings.database_url) as session:
         print(f"{reports.posting_count(session)} postings in {redact(settings.database_url)}")
         for item in built:
             pending = len(discovery.find_pending_work(session, item.spec))
+            pending_by_use_case[item.use_case.name] = pending
             states = reports.work_state_counts(session, item.use_case.name)
             print(
                 f"{item.use_case.name} (version {item.use_case.version}, {model_label(item.use_case)}): "
@@ -63,7 +70,36 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
             )
         for pause in pauses.active_pauses(session).values():
             print(f"{pause.use_case}: {describe_pause(pause)}")
+    _print_stuck(settings, built, pending_by_use_case)
     return 0
+
+
+def _print_stuck(settings: Settings, built: list, pending_by_use_case: dict[str, int]) -> None:
+    """The stuck-work detector: work pending that did not move for longer than a lease, and what blocks it."""
+    app_db = AppDatabase(url=settings.database_url)
+    instance: list[DagsterInstance | None] = []
+
+    def instance_for() -> DagsterInstance | None:  # opened only when something is stuck
+        if not instance:
+            home = settings.dagster_home
+            if (home / "dagster.yaml").is_file():
+                os.environ["DAGSTER_HOME"] = str(home)
+                instance.append(DagsterInstance.get())
+            else:
+                instance.append(None)
+        return instance[0]
+
+    for item in built:  # UseCaseDefinitions
+        stuck = stuck_work(
+            instance_for,
+            app_db,
+            [item.use_case.name],
+            pending_by_use_case[item.use_case.name],
+            item.use_case.retry.lease_seconds,
+            uses_pool=item.use_case.uses_llm,
+        )
+        if stuck:
+            print(f"stuck: {stuck}")
 
 
 def _status_by_source(settings: Settings, hours: int) -> int:

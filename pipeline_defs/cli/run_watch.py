@@ -1,0 +1,139 @@
+"""What keeps `pipeline run` live: a reaper thread, the signals, and the run in progress.
+
+- **Reaper.** While runs execute, a thread fails the runs whose heartbeat stopped (a `pipeline run`
+  killed with SIGKILL, a daemon run on a lost host) and frees their `llm` pool slots, so this process
+  never waits on a pool held by a dead run for longer than `dead_after_seconds`.
+- **Signals.** SIGINT (Ctrl-C) and SIGTERM stop at once, whatever Dagster is doing (inside a model
+  call, waiting on the pool): a helper thread gives back the claims of the run in progress without
+  spending attempts, reports that run canceled and frees its pool slots, prints one line and exits
+  with 128 + the signal number. The runs execute on a worker thread (`call`): on the main thread
+  Dagster replaces the SIGINT and SIGTERM handlers with its own, which fail the step and let the loop
+  start the next batch, or only note the signal while a step waits on the pool. A second signal exits
+  without the clean-up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from types import FrameType, TracebackType
+from typing import TypeVar
+
+from dagster import DagsterInstance
+
+from appdb import heartbeats
+from resources.app_database import AppDatabase
+from resources.run_heartbeat import dead_after_seconds
+from sensors.run_liveness import fail_run, reap_dead_runs
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+T = TypeVar("T")
+
+
+class RunWatch:
+    """A context manager around the runs of one `pipeline run`; `handle_signals` only in the CLI."""
+
+    def __init__(
+        self, instance: DagsterInstance, app_db: AppDatabase, *, handle_signals: bool = False
+    ) -> None:
+        self.instance, self.app_db = instance, app_db
+        self.interval = app_db.heartbeat_seconds
+        self.dead_after = dead_after_seconds(app_db.heartbeat_seconds)
+        self.current_run_id: str | None = None
+        self.reaped: list[str] = []
+        self._handle_signals = handle_signals and threading.current_thread() is threading.main_thread()
+        self._previous: dict[int, object] = {}
+        self._stop = threading.Event()
+        self._stopping = threading.Event()
+        self._reaper = threading.Thread(target=self._reap_loop, name="pipeline-run-reaper", daemon=True)
+
+    def __enter__(self) -> RunWatch:
+        self.reap()  # before the first run: a pool held by a run that died earlier is freed now
+        self._reaper.start()
+        if self._handle_signals:
+            for signum in STOP_SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._on_signal)
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._stop.set()
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)  # type: ignore[arg-type]
+        self._reaper.join(timeout=self.interval + 5)
+
+    def call(self, work: Callable[[], T]) -> T:
+        """`work()` on a worker thread, the main thread waiting for it and free to take signals."""
+        if not self._handle_signals:
+            return work()
+        outcome: dict[str, object] = {}
+
+        def worker() -> None:
+            try:
+                outcome["value"] = work()
+            except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+                outcome["error"] = exc
+
+        thread = threading.Thread(target=worker, name="pipeline-run-work", daemon=True)
+        thread.start()
+        while thread.is_alive():
+            thread.join(timeout=0.2)  # short waits: the signal handlers run between them
+        if "error" in outcome:
+            raise outcome["error"]  # type: ignore[misc]
+        return outcome["value"]  # type: ignore[return-value]
+
+    def reap(self) -> None:
+        """Fail the runs whose heartbeat stopped; say so on stderr."""
+        try:
+            reaped = reap_dead_runs(self.instance, self.app_db, self.dead_after)
+        except Exception as exc:  # noqa: BLE001 - the next round tries again; the run goes on
+            print(f"warning: could not check other runs' heartbeats: {exc}", file=sys.stderr, flush=True)
+            return
+        for dead in reaped:
+            self.reaped.append(dead.run_id)
+            print(
+                f"run {dead.run_id} ({dead.job}) is dead (heartbeat stopped "
+                f"{dead.heartbeat_age_seconds:.0f}s ago): marked failed, its pool slots freed, "
+                f"{dead.claims_released} claims given back",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def _reap_loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.reap()
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        if self._stopping.is_set():  # a second Ctrl-C: no clean-up, just go
+            os._exit(128 + signum)
+        self._stopping.set()
+        threading.Thread(target=self._abort, args=(signum,), name="pipeline-run-stop", daemon=True).start()
+
+    def _abort(self, signum: int) -> None:
+        """Give the run's claims back, mark it canceled, free its slots, one line, exit."""
+        name = signal.Signals(signum).name
+        run_id, released = self.current_run_id, 0
+        try:
+            if run_id is not None:
+                with self.app_db.session() as session:
+                    heartbeats.mark_dead(session, run_id, f"stopped by {name}")
+                    released = heartbeats.release_claims_of(session, [run_id])
+                fail_run(self.instance, run_id, f"`pipeline run` stopped by {name}", canceled=True)
+            what = (
+                f"run {run_id} canceled, {released} claims given back" if run_id else "no run was in progress"
+            )
+            message = f"pipeline run: stopped by {name}: {what}; the pending work waits for the next run"
+        except Exception as exc:  # noqa: BLE001 - exit anyway: the heartbeat reaper finishes the job
+            message = (
+                f"pipeline run: stopped by {name}; clean-up failed ({exc}): the next run or sensor tick "
+                "frees what this run held once its heartbeat is old"
+            )
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            print(message, file=sys.stderr, flush=True)
+        os._exit(128 + signum)

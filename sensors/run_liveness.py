@@ -1,0 +1,207 @@
+"""Liveness: fail the runs whose heartbeat stopped, and say what blocks work that does not move.
+
+Every run that can hold the `llm` pool or claims beats in the application database
+(`resources/run_heartbeat.py`). `reap_dead_runs` (each sensor tick, and a thread of `pipeline run`)
+takes the runs whose beat is older than `dead_after_seconds`, and for each: marks it dead (one reaper
+wins), gives its claims back without spending attempts, reports the Dagster run failed and frees its
+pool slots and pending pool claims. That last part matters for a run that died while *waiting* on the
+pool: it holds no claims, so the lease sweep never sees it, and a freed slot would otherwise be
+assigned to it and stay taken forever.
+
+`stuck_work` is the detector: work pending and nothing stored for longer than a lease; it names what
+holds the pool and the claims, with their heartbeats' age, so an operator sees why.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
+
+from appdb import heartbeats
+from appdb.models import utcnow
+from resources.app_database import AppDatabase
+
+LLM_POOL = "llm"
+SILENT_GRACE_SECONDS = 30  # beyond the heartbeat timeout: how long a started run may take to beat first
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ReapedRun:
+    run_id: str
+    job: str
+    heartbeat_age_seconds: float
+    claims_released: int
+    dagster_status_was: str | None
+
+
+def reap_dead_runs(
+    instance: DagsterInstance,
+    app_db: AppDatabase,
+    dead_after_seconds: float,
+    job_names: Collection[str] = (),
+) -> list[ReapedRun]:
+    """Fail every run whose heartbeat is older than `dead_after_seconds`, and every run that died before
+    its first beat (`_reap_silent_runs`); return what was reaped."""
+    with app_db.session() as session:
+        stale = heartbeats.stale_heartbeats(session, dead_after_seconds)
+    reaped = []
+    for beat in stale:
+        age = beat.age_seconds()
+        reason = f"heartbeat stopped {age:.0f}s ago (pid {beat.pid} on {beat.host})"
+        with app_db.session() as session:
+            if not heartbeats.mark_dead(session, beat.run_id, reason):
+                continue  # another reaper got it first
+            released = heartbeats.release_claims_of(session, [beat.run_id])
+        status = fail_run(
+            instance, beat.run_id, f"the run's process died: {reason}; {released} claims given back"
+        )
+        reaped.append(ReapedRun(beat.run_id, beat.job, age, released, status))
+    reaped += _reap_silent_runs(instance, app_db, dead_after_seconds + SILENT_GRACE_SECONDS, job_names)
+    if reaped:
+        with app_db.session() as session:
+            heartbeats.prune_dead(session)
+    return reaped
+
+
+def _reap_silent_runs(
+    instance: DagsterInstance, app_db: AppDatabase, grace_seconds: float, job_names: Collection[str]
+) -> list[ReapedRun]:
+    """Runs started longer than `grace_seconds` ago that never beat: killed while their process was
+    still loading the code. Candidates are the runs holding or waiting for pool slots, and the started
+    runs of `job_names` (their postings count as in flight while they look started)."""
+    candidates = set(instance.event_log_storage.get_concurrency_run_ids())
+    for job in job_names:
+        candidates.update(
+            run.run_id
+            for run in instance.get_runs(RunsFilter(job_name=job, statuses=[DagsterRunStatus.STARTED]))
+        )
+    if not candidates:
+        return []
+    with app_db.session() as session:
+        silent = candidates - set(heartbeats.heartbeats_of(session, candidates))
+    reaped = []
+    now = time.time()
+    for run_id in sorted(silent):
+        record = instance.get_run_record_by_id(run_id)
+        if (
+            record is None
+            or record.dagster_run.status != DagsterRunStatus.STARTED
+            or record.start_time is None
+        ):
+            continue
+        if now - record.start_time < grace_seconds:
+            continue
+        job = record.dagster_run.job_name
+        reason = f"started {now - record.start_time:.0f}s ago and never sent a heartbeat"
+        with app_db.session() as session:
+            if not heartbeats.record_silent_death(session, run_id, job, reason):
+                continue
+            released = heartbeats.release_claims_of(session, [run_id])
+        status = fail_run(instance, run_id, f"the run's process died: {reason}; {released} claims given back")
+        reaped.append(ReapedRun(run_id, job, now - record.start_time, released, status))
+    return reaped
+
+
+def fail_run(instance: DagsterInstance, run_id: str, message: str, *, canceled: bool = False) -> str | None:
+    """Mark a Dagster run that will never end by itself failed (or canceled), and free its `llm` pool
+    slots and pending pool claims; returns its status before (None: Dagster does not know it)."""
+    run = instance.get_run_by_id(run_id)
+    before = run.status.value if run is not None else None
+    if run is not None and not run.is_finished:
+        if canceled:
+            instance.report_run_canceled(run, message=message)
+        else:
+            instance.report_run_failed(run, message=message)
+    # Public on every event log storage since Dagster 1.5 (no `DagsterInstance` wrapper of its own);
+    # it removes the run's claimed slots *and* its waiting claims, then reassigns the freed slots.
+    instance.event_log_storage.free_concurrency_slots_for_run(run_id)
+    return before
+
+
+@dataclass(frozen=True)
+class PoolHolder:
+    run_id: str
+    waiting: bool  # a pending claim, not a slot
+    dagster_status: str | None
+    heartbeat: heartbeats.Heartbeat | None
+
+
+def pool_holders(instance: DagsterInstance, app_db: AppDatabase, pool: str = LLM_POOL) -> list[PoolHolder]:
+    """The runs holding (or waiting for) slots of `pool`, with their Dagster status and heartbeat."""
+    info = instance.event_log_storage.get_concurrency_info(pool)
+    entries = [(slot.run_id, False) for slot in info.claimed_slots] + [
+        (step.run_id, True) for step in info.pending_steps if step.assigned_timestamp is None
+    ]
+    if not entries:
+        return []
+    with app_db.session() as session:
+        beats = heartbeats.heartbeats_of(session, {run_id for run_id, _ in entries})
+    holders = []
+    for run_id, waiting in dict.fromkeys(entries):
+        run = instance.get_run_by_id(run_id)
+        holders.append(PoolHolder(run_id, waiting, run.status.value if run else None, beats.get(run_id)))
+    return holders
+
+
+def describe_age(beat: heartbeats.Heartbeat | None, now: datetime | None = None) -> str:
+    if beat is None:
+        return "no heartbeat"
+    age = beat.age_seconds(now)
+    text = f"{age / 60:.0f} min" if age >= 120 else f"{age:.0f} s"
+    return f"heartbeat {text} old" + (" (declared dead)" if beat.state == "dead" else "")
+
+
+def stuck_work(
+    instance_for: Callable[[], DagsterInstance | None],
+    app_db: AppDatabase,
+    use_cases: Sequence[str],
+    pending: int,
+    lease_seconds: float,
+    *,
+    uses_pool: bool = True,
+) -> str | None:
+    """None while work moves; else one line: how long nothing moved, and what holds the pool and claims.
+
+    `instance_for` gives Dagster's instance (None: not known here); it is asked only when work is stuck."""
+    if not pending:
+        return None
+    now = utcnow()
+    with app_db.session() as session:
+        since = heartbeats.last_progress(session, use_cases)
+        if since is None or (now - since).total_seconds() <= lease_seconds:
+            return None
+        held = heartbeats.claims_by_run(session, use_cases)
+        beats = heartbeats.heartbeats_of(session, held)
+    minutes = (now - since).total_seconds() / 60
+    instance = instance_for()
+    blockers = []
+    if instance is not None and uses_pool:
+        for holder in pool_holders(instance, app_db):
+            what = "waiting for" if holder.waiting else "held by"
+            blockers.append(
+                f"pool {LLM_POOL} {what} run {holder.run_id[:8]} "
+                f"({holder.dagster_status or 'unknown to Dagster'}, {describe_age(holder.heartbeat, now)})"
+            )
+    for run_id, (count, expires) in held.items():
+        lease = f", lease ends {expires:%H:%M:%S} UTC" if expires else ""
+        blockers.append(
+            f"{count} claims held by run {run_id[:8]} ({describe_age(beats.get(run_id), now)}{lease})"
+        )
+    if instance is not None:
+        queued = instance.get_runs_count(RunsFilter(statuses=[DagsterRunStatus.QUEUED]))
+        if queued:
+            blockers.append(f"{queued} runs queued")
+    if not blockers:
+        blockers.append(
+            "no run holds the pool or claims: is the daemon running (`pipeline ui`), or run `pipeline run`"
+        )
+    return (
+        f"{', '.join(use_cases)}: {pending} pending and nothing stored for {minutes:.0f} min "
+        f"(longer than a lease, {lease_seconds:.0f} s): " + "; ".join(blockers)
+    )

@@ -1,0 +1,265 @@
+"""Liveness of `pipeline run`: a run killed with SIGKILL mid-batch does not block the next one on the
+`llm` pool; SIGTERM and Ctrl-C stop it at once with its claims given back; the circuit breaker stops
+it; `pipeline status` names what blocks work that stopped moving.
+
+The subprocess tests run the real command against a fake Ollama over HTTP with the pool one slot wide
+(as on the embedded model), a 1 s heartbeat (a run is dead after 6 s) and a 30 s lease.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from dagster import DagsterInstance, DagsterRunStatus
+from sqlalchemy import func, select, update
+
+from appdb.database import dispose, session_scope
+from appdb.models import UseCaseOutput, WorkItem, utcnow
+from assets.factory import build_work_groups
+from domain.use_cases.posting_summary import POSTING_SUMMARY
+from pipeline_defs.cli.in_process_runs import run_pending
+from pipeline_defs.cli.main import main
+from pipeline_defs.dagster_home import dagster_yaml
+from pipeline_defs.definitions import build_definitions
+from pipeline_defs.settings import PROJECT_ROOT, Settings
+from pipeline_defs.wiring import build_use_cases
+from resources.app_database import AppDatabase
+from tests.integration.test_outage import FlakyBackend
+from tests.support.fake_ollama_server import FakeOllamaServer
+from tests.support.live_pipeline import make_postings
+from tests.support.postings import seed_postings
+
+LEASE_SECONDS = 30
+HEARTBEAT_SECONDS = 1
+BATCH_SIZE = 3
+USE_CASES = ("posting_summary", "posting_skills")
+STOP_WITHIN_SECONDS = 10
+
+
+def _env(tmp_path: Path, url: str, ollama_url: str) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("PIPELINE_", "DAGSTER_"))}
+    env.update(
+        PYTHONPATH=str(PROJECT_ROOT),
+        PIPELINE_DATA_DIR=str(tmp_path / "data"),
+        PIPELINE_DATABASE_URL=url,
+        DAGSTER_HOME=str(tmp_path / "dagster_home"),
+        OLLAMA_HOST=ollama_url,
+        PIPELINE_LLM_BACKEND="ollama",
+        PIPELINE_LLM_PARALLEL="1",
+        PIPELINE_SKILLS_STYLE="llm",
+        PIPELINE_EMBEDDING_BACKEND="none",
+        PIPELINE_JUDGE_SAMPLE="0",
+        PIPELINE_BATCH_SIZE=str(BATCH_SIZE),
+        PIPELINE_HEARTBEAT_SECONDS=str(HEARTBEAT_SECONDS),
+        PIPELINE_LEASE_SECONDS=str(LEASE_SECONDS),
+    )
+    return env
+
+
+def _one_slot_pool(env: dict[str, str]) -> None:
+    """The Dagster home with the `llm` pool one step wide, as the embedded model has it."""
+    home = Path(env["DAGSTER_HOME"])
+    home.mkdir(parents=True, exist_ok=True)
+    saved = dict(os.environ)
+    try:
+        os.environ.update(env)
+        text = dagster_yaml(Settings.from_env())
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    lines = [
+        "    default_limit: 1" if line.strip().startswith("default_limit:") else line
+        for line in text.splitlines()
+    ]
+    (home / "dagster.yaml").write_text("\n".join(lines) + "\n")
+
+
+def _start_run(env: dict[str, str], log: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "pipeline_defs.cli.main", "run"],
+        cwd=PROJECT_ROOT,
+        env=env,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def _count(url: str, model: type, *where: object) -> int:
+    with session_scope(url) as session:
+        return session.scalar(select(func.count()).select_from(model).where(*where)) or 0
+
+
+def _claimed(url: str) -> int:
+    return _count(url, WorkItem, WorkItem.status == "claimed")
+
+
+def _wait(condition, timeout: float, what: str, process: subprocess.Popen, log: Path) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert process.poll() is None, (
+            f"`pipeline run` ended early ({process.returncode}):\n{log.read_text()}"
+        )
+        assert time.monotonic() < deadline, f"timed out waiting for {what}:\n{log.read_text()[-3000:]}"
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def setting_up(tmp_path: Path, app_db_url: str):  # noqa: ANN201
+    """Postings, a fake Ollama (0.4 s a call) and the environment of `pipeline run`."""
+    rows = make_postings("live", 8)
+    seed_postings(app_db_url, tmp_path, rows)
+    with FakeOllamaServer(delay_seconds=0.4) as fake:
+        env = _env(tmp_path, app_db_url, fake.url)
+        _one_slot_pool(env)
+        yield env, [row["key"] for row in rows], fake
+    dispose(app_db_url)
+
+
+def test_a_run_killed_mid_batch_does_not_block_the_next_run_on_the_pool(setting_up, tmp_path: Path) -> None:
+    env, keys, _ = setting_up
+    url = env["PIPELINE_DATABASE_URL"]
+    first_log, second_log = tmp_path / "first.log", tmp_path / "second.log"
+    first = _start_run(env, first_log)
+    _wait(
+        lambda: _count(url, UseCaseOutput) >= 1 and _claimed(url) > 0,
+        120,
+        "the first run to store an output while holding claims",
+        first,
+        first_log,
+    )
+    os.killpg(first.pid, signal.SIGKILL)  # mid-batch: it holds the pool's one slot and claims
+    first.wait()
+    assert _claimed(url) > 0
+
+    started = time.monotonic()
+    second = _start_run(env, second_log)
+    try:
+        code = second.wait(timeout=LEASE_SECONDS + 60)
+    except subprocess.TimeoutExpired:
+        os.killpg(second.pid, signal.SIGKILL)
+        second.wait()
+        pytest.fail(
+            "the second `pipeline run` did not finish within one lease + 60 s:\n"
+            + second_log.read_text()[-3000:]
+        )
+    elapsed = time.monotonic() - started
+    output = second_log.read_text()
+    assert code == 0, output
+    missing = len(keys) * len(USE_CASES) - _count(
+        url, UseCaseOutput, UseCaseOutput.use_case.in_(USE_CASES), UseCaseOutput.posting_key.in_(keys)
+    )
+    assert missing == 0, output
+    assert "is dead (heartbeat stopped" in output, output
+    assert _claimed(url) == 0
+    with session_scope(url) as session:
+        assert {row.attempts for row in session.scalars(select(WorkItem))} == {0}  # no attempt spent
+    print(f"second run finished everything {elapsed:.1f}s after the kill")
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("app_db_url", ["sqlite"], indirect=True)
+def test_a_stop_signal_ends_pipeline_run_at_once_with_its_claims_given_back(
+    setting_up, tmp_path: Path, stop_signal: signal.Signals
+) -> None:
+    env, _, fake = setting_up
+    url = env["PIPELINE_DATABASE_URL"]
+    log = tmp_path / "run.log"
+    fake.hold()  # the run stays inside its model calls
+    process = _start_run(env, log)
+    _wait(lambda: _claimed(url) > 0 and fake.in_flight > 0, 120, "claims and a model call", process, log)
+
+    started = time.monotonic()
+    process.send_signal(stop_signal)
+    try:
+        code = process.wait(timeout=STOP_WITHIN_SECONDS)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        pytest.fail(
+            f"`pipeline run` still running {STOP_WITHIN_SECONDS}s after {stop_signal.name}:\n"
+            + log.read_text()
+        )
+    finally:
+        fake.release()
+    seconds = time.monotonic() - started
+    output = log.read_text()
+
+    assert code == 128 + stop_signal, (code, output)
+    last = output.strip().splitlines()[-1]
+    assert last.startswith(f"pipeline run: stopped by {stop_signal.name}: run "), output
+    assert "claims given back" in last
+    assert _claimed(url) == 0, output  # given back, not left to the lease
+    with session_scope(url) as session:
+        assert {row.attempts for row in session.scalars(select(WorkItem))} == {0}
+    os.environ["DAGSTER_HOME"] = env["DAGSTER_HOME"]
+    with DagsterInstance.get() as instance:
+        statuses = {run.status for run in instance.get_runs() if run.job_name.endswith("_batch_job")}
+        assert DagsterRunStatus.CANCELED in statuses, statuses
+        assert not statuses & {DagsterRunStatus.STARTED, DagsterRunStatus.STARTING}, statuses
+        assert not instance.event_log_storage.get_concurrency_info("llm").claimed_slots
+    print(f"{stop_signal.name}: exited {seconds:.1f}s after the signal")
+
+
+def test_pipeline_run_stops_after_the_circuit_breaker_trips(app_db_url: str, tmp_path: Path) -> None:
+    FlakyBackend.up, FlakyBackend.calls, FlakyBackend.serve_before_outage = False, 0, 0
+    FlakyBackend.bad_output_for = set()
+    seed_postings(app_db_url, tmp_path)  # three postings, one per run
+    settings = replace(Settings.from_env(), database_url=app_db_url, batch_size_override=1)
+    built = build_use_cases(settings, [POSTING_SUMMARY])
+    groups = build_work_groups(built)
+    defs = build_definitions(settings, built=built, groups=groups, llm=FlakyBackend())
+    with DagsterInstance.ephemeral() as instance:
+        [report] = run_pending(defs, groups, instance, AppDatabase(url=app_db_url), source="test")
+    assert len(report.runs) == 1, f"{len(report.runs)} runs started after the breaker tripped"
+    assert "circuit breaker tripped" in report.stopped
+
+
+def test_status_names_what_blocks_work_that_stopped_moving(
+    app_db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    seed_postings(app_db_url, tmp_path)
+    long_ago = utcnow() - timedelta(minutes=15)
+    with session_scope(app_db_url) as session:  # a run claimed p-1 15 minutes ago, and nothing moved since
+        session.add(
+            WorkItem(
+                use_case="posting_summary",
+                posting_key="p-1",
+                status="claimed",
+                claimed_by="deadbeef-run",
+                lease_expires_at=utcnow() + timedelta(minutes=5),
+                created_at=long_ago,
+                updated_at=long_ago,
+            )
+        )
+    monkeypatch.setenv("PIPELINE_DATABASE_URL", app_db_url)
+    monkeypatch.setenv("PIPELINE_DATA_DIR", str(tmp_path / "data"))
+
+    def stuck_line() -> str:
+        assert main(["status"]) == 0
+        out = capsys.readouterr().out
+        stuck = [line for line in out.splitlines() if line.startswith("stuck: posting_summary")]
+        assert stuck, out
+        assert "2 pending and nothing stored for 15 min" in stuck[0]
+        return stuck[0]
+
+    assert "1 claims held by run deadbeef (no heartbeat, lease ends" in stuck_line()
+
+    from appdb import heartbeats  # the run's heartbeat, 12 minutes old
+    from appdb.models import RunHeartbeat
+
+    with session_scope(app_db_url) as session:
+        heartbeats.start_heartbeat(
+            session, "deadbeef-run", job="gemma3_270m_batch_job", source="cli", host="h", pid=1
+        )
+    with session_scope(app_db_url) as session:
+        session.execute(update(RunHeartbeat).values(beat_at=utcnow() - timedelta(minutes=12)))
+    assert "1 claims held by run deadbeef (heartbeat 12 min old, lease ends" in stuck_line()
