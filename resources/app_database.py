@@ -45,11 +45,9 @@ class AppDatabase(ConfigurableResource):
         run = context.run
         if run is None:  # a sensor or a schedule: no run to keep alive
             return
+        # No teardown here: that would make this a context-manager resource, which sensors and tests
+        # could then only open with `with`. The heartbeat ends itself when Dagster reports the run
+        # finished, or when the process exits.
         self._heartbeat = RunHeartbeat(
             self.url, run.run_id, run.job_name, _source(dict(run.tags)), self.heartbeat_seconds
-        ).start()
-
-    def teardown_after_execution(self, context: InitResourceContext) -> None:
-        if self._heartbeat is not None:
-            self._heartbeat.stop()
-            self._heartbeat = None
+        ).start(context.instance)

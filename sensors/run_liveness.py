@@ -53,6 +53,11 @@ def reap_dead_runs(
     reaped = []
     for beat in stale:
         age = beat.age_seconds()
+        run = instance.get_run_by_id(beat.run_id)
+        if run is not None and run.is_finished:  # it ended before its heartbeat did: nothing to free
+            with app_db.session() as session:
+                heartbeats.end_heartbeat(session, beat.run_id)
+            continue
         reason = f"heartbeat stopped {age:.0f}s ago (pid {beat.pid} on {beat.host})"
         with app_db.session() as session:
             if not heartbeats.mark_dead(session, beat.run_id, reason):
