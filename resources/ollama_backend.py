@@ -38,6 +38,7 @@ _OPTION_NAMES = {
 }
 # Options Ollama fixes when it loads a model: a call whose values differ from the loaded model's makes
 # Ollama reload it, so the warm-up sends the same ones the calls will.
+REFUSED = "refused: "  # the probe's answer when no connection could be made at all
 LOAD_TIME_OPTIONS = ("num_ctx", "num_batch", "num_gpu", "main_gpu", "num_thread", "use_mmap", "low_vram")
 
 
@@ -216,7 +217,7 @@ class OllamaResource(LLMResource):
                 "(a hung server or a port that swallows requests)"
             )
         except (ConnectionError, httpx.HTTPError) as exc:
-            return f"cannot connect: is `ollama serve` running there? ({exc})"
+            return f"{REFUSED}{exc}"
         except (ollama.ResponseError, ValueError):
             return None  # an error status or an unexpected body is still an answer
         return None
@@ -225,6 +226,11 @@ class OllamaResource(LLMResource):
         """Fail fast, as an outage (no attempts spent), when the server does not answer a cheap request:
         the model load that follows may take minutes by right, a silent server should not."""
         why = self._probe()
+        if why is not None and why.startswith(REFUSED):
+            raise BackendUnavailable(
+                f"cannot reach Ollama at {self.url} (model {model}): is `ollama serve` running there? "
+                f"({why.removeprefix(REFUSED)})"
+            )
         if why is not None:
             raise BackendUnavailable(
                 f"Ollama at {self.url} did not answer the warm-up probe before loading {model}: {why}"
