@@ -26,7 +26,12 @@ from domain.language.steps import Chain, LLMStep, Route, ScriptStep, StepContext
 from domain.quality import output_checks
 from domain.quality.corrections import CorrectionContext, CorrectionError, Edits
 from domain.skills.mention_grounding import MENTION_KINDS, Mention, ground_mentions, sentence_around
-from domain.skills.skill_extraction import SKILL_MENTIONS_SCHEMA, extract_mentions, skills_output
+from domain.skills.skill_extraction import (
+    SKILL_MENTIONS_SCHEMA,
+    extract_mentions,
+    skills_output,
+    taxonomy_mentions,
+)
 
 MODEL = "gemma3:270m"
 SKILLS_SCHEMA: dict[str, Any] = SKILL_MENTIONS_SCHEMA
@@ -65,10 +70,13 @@ def _texts(inputs: Mapping[str, Any]) -> tuple[str, str]:
 
 
 def find_candidates(inputs: Mapping[str, Any], context: StepContext) -> dict[str, Any]:
-    """The tagger's mentions of the posting (the model is loaded once per process), and the unsure ones
-    numbered for a verifier."""
+    """The tagger's mentions of the posting (the model is loaded once per process), or the taxonomy's
+    labels found in it when the tagger finds none; the unsure ones numbered for a verifier."""
     title, description = _texts(inputs)
     mentions = extract_mentions(title, description)
+    taxonomy = getattr(context.resources, "taxonomy", None) if context is not None else None
+    if not mentions and taxonomy is not None:
+        mentions = taxonomy_mentions(title, description, taxonomy.taxonomy_path())
     texts = {"title": title, "description": description}
     asked = sorted(
         (index for index, mention in enumerate(mentions) if mention.score < VERIFY_BELOW),
@@ -335,7 +343,8 @@ SKILLS_CHECKS = (
 
 POSTING_SKILLS = UseCase(
     name="posting_skills",
-    version="2026-11-23.1",
+    version="2026-11-23.2",
+    resources=("taxonomy",),  # the fallback when the tagger finds nothing
     description="Skill and knowledge mentions of each posting, at their offsets in its text (CRF tagger).",
     output_schema=SKILLS_SCHEMA,
     steps=Chain(
@@ -362,7 +371,8 @@ def verified_skills(model: str) -> UseCase:
     """posting_skills with an LLM that verifies the tagger's unsure candidates and adds missed ones."""
     return UseCase(
         name="posting_skills",
-        version="2026-11-23.1",
+        version="2026-11-23.2",
+        resources=("taxonomy",),  # the fallback when the tagger finds nothing
         description=(
             "Skill and knowledge mentions of each posting, at their offsets in its text "
             f"(CRF tagger, unsure ones verified by {model})."

@@ -95,6 +95,28 @@ def test_a_posting_that_names_no_skill_gets_an_empty_valid_output(
     assert _outputs(sqlite_url) == {"e-1": {"skills": [], "ungrounded": []}}
 
 
+def test_a_posting_the_tagger_finds_nothing_in_gets_the_taxonomy_labels_it_names(
+    sqlite_url: str, tmp_path: Path, dagster_instance
+) -> None:
+    care = {  # the demo's Care Assistant posting, where the tagger finds no mention
+        "key": "c-1",
+        "title": "Care Assistant",
+        "description": (
+            "Sunrise Home Care supports older people to live at home. You need a kind and patient "
+            "manner, reliability, and a driving licence with access to a car."
+        ),
+    }
+    seed_postings(sqlite_url, tmp_path, [care])
+    result = run_use_case(
+        build_definitions(_settings(sqlite_url)), dagster_instance, ["c-1"], "posting_skills"
+    )
+    assert result.success
+    skills = _outputs(sqlite_url)["c-1"]["skills"]
+    assert {"patient manner", "reliability", "driving licence"} <= {s["mention"] for s in skills}
+    for skill in skills:
+        assert care[skill["field"]][skill["start"] : skill["end"]] == skill["mention"]
+
+
 class Verifier(LLMResource):
     """Drops every phrase it is asked about and adds one missed mention (and one it invents)."""
 
