@@ -412,7 +412,7 @@ def verified_skills(model: str) -> UseCase:
 
 POSTING_SKILLS_LLM = UseCase(
     name="posting_skills",
-    version="2026-11-23.1",
+    version="2026-11-23.2",
     model=MODEL,
     description="Skill and knowledge mentions of each posting, copied by the model and located in its text.",
     prompt=SKILLS_PROMPT,
