@@ -225,18 +225,27 @@ def renew_claims(
     )
 
 
+def _given_back() -> dict[str, Any]:
+    """The values of a claim given back: pending again, held by no one, no attempt spent."""
+    return {"status": "pending", "claimed_by": None, "lease_expires_at": None, "updated_at": utcnow()}
+
+
 def release_items(session: Session, use_case: str, keys: Sequence[str], run_id: str) -> int:
     """Give claims back without spending an attempt (the backend was down, not the item bad)."""
-    return _update_held(
-        session,
-        use_case,
-        keys,
-        run_id,
-        status="pending",
-        claimed_by=None,
-        lease_expires_at=None,
-        updated_at=utcnow(),
+    return _update_held(session, use_case, keys, run_id, **_given_back())
+
+
+def release_claims_of_runs(session: Session, run_ids: Sequence[str]) -> int:
+    """Give back every claim these (dead) runs hold, in any use case, without spending an attempt."""
+    if not run_ids:
+        return 0
+    result = session.execute(
+        update(WorkItem)
+        .where(WorkItem.status == "claimed", WorkItem.claimed_by.in_(list(run_ids)))
+        .values(**_given_back())
+        .execution_options(synchronize_session=False)
     )
+    return result.rowcount
 
 
 def _update_held(session: Session, use_case: str, keys: Sequence[str], run_id: str, **values: Any) -> int:
@@ -272,11 +281,11 @@ def expired_claim_holders(session: Session) -> list[str]:
 
 def release_expired_claims(session: Session) -> int:
     """Free claims whose lease ran out (their run died); returns how many were freed."""
-    now = utcnow()
+    values = _given_back()
     result = session.execute(
         update(WorkItem)
-        .where(WorkItem.status == "claimed", WorkItem.lease_expires_at < now)
-        .values(status="pending", claimed_by=None, lease_expires_at=None, updated_at=now)
+        .where(WorkItem.status == "claimed", WorkItem.lease_expires_at < values["updated_at"])
+        .values(**values)
         .execution_options(synchronize_session=False)
     )
     return result.rowcount

@@ -4,7 +4,7 @@ A run that can hold the `llm` pool or claims writes a row before it waits on the
 `beat_at` every few seconds until it ends (`resources/run_heartbeat.py`). A claim lease says "this
 item is taken" for up to ten minutes; a heartbeat says "this process is alive" within seconds, so a
 dead run is found long before its leases run out, including a run that died while *waiting* for the
-pool and held no claims at all. Reaping is `mark_dead` (one reaper wins) then `release_claims_of`.
+pool and held no claims at all. Reaping is `mark_dead` (one reaper wins) then `claims.release_claims_of_runs`.
 """
 
 from __future__ import annotations
@@ -155,19 +155,6 @@ def prune_dead(session: Session, days: int = DEAD_ROWS_KEPT_DAYS) -> int:
     cutoff = utcnow() - timedelta(days=days)
     result = session.execute(
         delete(RunHeartbeat).where(RunHeartbeat.state != "alive", RunHeartbeat.beat_at < cutoff)
-    )
-    return result.rowcount
-
-
-def release_claims_of(session: Session, run_ids: Sequence[str]) -> int:
-    """Give back every claim these (dead) runs hold, in any use case, without spending an attempt."""
-    if not run_ids:
-        return 0
-    result = session.execute(
-        update(WorkItem)
-        .where(WorkItem.status == "claimed", WorkItem.claimed_by.in_(list(run_ids)))
-        .values(status="pending", claimed_by=None, lease_expires_at=None, updated_at=utcnow())
-        .execution_options(synchronize_session=False)
     )
     return result.rowcount
 

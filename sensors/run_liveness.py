@@ -22,7 +22,7 @@ from datetime import datetime
 
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
-from appdb import heartbeats
+from appdb import claims, heartbeats
 from appdb.models import utcnow
 from resources.app_database import AppDatabase
 
@@ -62,7 +62,7 @@ def reap_dead_runs(
         with app_db.session() as session:
             if not heartbeats.mark_dead(session, beat.run_id, reason):
                 continue  # another reaper got it first
-            released = heartbeats.release_claims_of(session, [beat.run_id])
+            released = claims.release_claims_of_runs(session, [beat.run_id])
         status = fail_run(
             instance, beat.run_id, f"the run's process died: {reason}; {released} claims given back"
         )
@@ -107,7 +107,7 @@ def _reap_silent_runs(
         with app_db.session() as session:
             if not heartbeats.record_silent_death(session, run_id, job, reason):
                 continue
-            released = heartbeats.release_claims_of(session, [run_id])
+            released = claims.release_claims_of_runs(session, [run_id])
         status = fail_run(instance, run_id, f"the run's process died: {reason}; {released} claims given back")
         reaped.append(ReapedRun(run_id, job, now - record.start_time, released, status))
     return reaped

@@ -25,7 +25,7 @@ from typing import TypeVar
 
 from dagster import DagsterInstance
 
-from appdb import heartbeats
+from appdb import claims, heartbeats
 from resources.app_database import AppDatabase
 from resources.run_heartbeat import dead_after_seconds
 from sensors.run_liveness import fail_run, reap_dead_runs
@@ -122,7 +122,7 @@ class RunWatch:
             if run_id is not None:
                 with self.app_db.session() as session:
                     heartbeats.mark_dead(session, run_id, f"stopped by {name}")
-                    released = heartbeats.release_claims_of(session, [run_id])
+                    released = claims.release_claims_of_runs(session, [run_id])
                 fail_run(self.instance, run_id, f"`pipeline run` stopped by {name}", canceled=True)
             what = (
                 f"run {run_id} canceled, {released} claims given back" if run_id else "no run was in progress"
