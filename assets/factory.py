@@ -46,6 +46,8 @@ from resources.app_database import AppDatabase
 # BackfillPolicy is beta in Dagster 1.13; we rely on it on purpose (UI backfills run in batches).
 warnings.filterwarnings("ignore", message=".*backfill_policy.*", category=BetaWarning)
 
+LLM_POOL = "llm"  # the Dagster pool of LLM steps (sensors/run_liveness.py frees a dead run's slots)
+
 
 class UseCaseRunConfig(Config):
     """force: redo postings whose output is already current (and retry parked ones)."""
@@ -161,7 +163,7 @@ def build_use_case_asset(use_case: UseCase, spec: WorkSpec) -> AssetsDefinition:
         output_required=False,
         backfill_policy=BackfillPolicy.multi_run(max_partitions_per_run=use_case.batch_size),
         check_specs=check_specs,
-        pool="llm" if use_case.uses_llm else None,
+        pool=LLM_POOL if use_case.uses_llm else None,
         kinds={"python"},
         group_name="enrichment",
         required_resource_keys={

@@ -24,9 +24,9 @@ from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
 from appdb import claims, heartbeats
 from appdb.models import utcnow
+from assets.factory import LLM_POOL
 from resources.app_database import AppDatabase
 
-LLM_POOL = "llm"
 SILENT_GRACE_SECONDS = 30  # beyond the heartbeat timeout: how long a started run may take to beat first
 log = logging.getLogger(__name__)
 
