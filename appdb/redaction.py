@@ -47,11 +47,6 @@ def redact(text: str, environ: Mapping[str, str] | None = None) -> str:
     return text
 
 
-def redact_url(url: str) -> str:
-    """A URL as it may be shown: its password (or its whole userinfo if a bare token) masked."""
-    return redact(url)
-
-
 def known_secrets(environ: Mapping[str, str]) -> list[str]:
     """Secret values of this environment, longest first: secret-named variables and URL passwords."""
     found: set[str] = set()

@@ -15,7 +15,7 @@ from datetime import datetime
 
 from dagster import DagsterInstance, Definitions
 
-from appdb import heartbeats, pauses
+from appdb import pauses
 from appdb.models import utcnow
 from assets.factory import WorkGroup, build_work_groups
 from assets.run_tags import SOURCE_TAG
@@ -132,9 +132,7 @@ def _run_group(
                 run_id=run_id,
             )
         finally:
-            watch.current_run_id = None
-            with app_db.session() as session:  # the run is over: its heartbeat ends with it
-                heartbeats.end_heartbeat(session, run_id)
+            watch.current_run_id = None  # its heartbeat ended with the app_db resource's teardown
         report.runs.append(result.run_id)
         if not result.success:
             report.failed_runs.append(result.run_id)
