@@ -42,10 +42,10 @@ from sqlalchemy import create_engine, func, select, text
 from appdb.database import normalize_url
 from appdb.models import Interaction, UseCaseOutput, WorkItem
 from benchmarks.report import write_report
+from domain.language.declaration import SCRIPT_BACKEND
 from pipeline_defs.settings import PROJECT_ROOT
 
 USE_CASES = ("posting_summary", "posting_skills", "skill_entities")
-LLM_USE_CASES = ("posting_summary", "posting_skills")
 STARTUP_TIMEOUT_SECONDS = 300
 IDLE_SECONDS = 12  # after the location is up: the sensors' first ticks find an empty database
 POLL_SECONDS = 0.25
@@ -275,10 +275,20 @@ def measure(args: argparse.Namespace, storage: str) -> dict[str, Any]:
             print(f"  (dagster dev log kept at {kept})", file=sys.stderr)
             raise
         ui.stop()
+        if args.keep_log is not None:
+            args.keep_log.mkdir(parents=True, exist_ok=True)
+            kept = args.keep_log / f"dagster_dev-{storage}-{int(ingested)}.log"
+            kept.write_text((work / "dagster_dev.log").read_text(errors="replace"))
         servers = [_get(f"{h.url}/stats/timeline")["generations"] for h in hosts if h.poll() is None]
         stats = [_get(f"{h.url}/stats") for h in hosts if h.poll() is None]
-        result.update(_server_figures(args, servers, stats, ingested, result))
         result.update(_integrity(app_url, len(rows)))
+        result.update(_server_figures(args, servers, stats, ingested, result))
+        llm_firsts = [
+            seconds
+            for name, seconds in result["first_output_by_use_case"].items()
+            if name in result["llm_use_cases"]
+        ]
+        result["first_llm_output_seconds"] = min(llm_firsts, default=None)
         result.update(storage=storage, hosts=args.hosts, latency_ms=args.latency_ms, parallel=args.parallel)
         result["postings"] = args.postings
         result["load_average"] = os.getloadavg()
@@ -351,7 +361,20 @@ def _runs_summary(runs: list[dict[str, Any]], ingested: float) -> dict[str, Any]
         "by_job": by_job,
         "by_status": statuses,
         "first_run_started_seconds": round(min(starts) - ingested, 2) if starts else None,
+        "first_llm_run_started_seconds": (
+            round(min(run["startTime"] for run in llm_runs) - ingested, 2) if llm_runs else None
+        ),
         "by_host": _count(run["tags"].get("pipeline/llm_host", "-") for run in llm_runs),
+        # every run's job, start and end in seconds after ingest: where the time went
+        "timeline": sorted(
+            [
+                run["jobName"],
+                round(run["startTime"] - ingested, 2),
+                round(run["endTime"] - ingested, 2) if run.get("endTime") else None,
+            ]
+            for run in runs
+            if run.get("startTime")
+        ),
         # resolution alongside the LLM group: its first run starts before the last LLM run ends
         "script_run_started_before_llm_runs_ended": bool(script_starts and llm_ends)
         and min(script_starts) < max(llm_ends),
@@ -374,7 +397,7 @@ def _server_figures(
 ) -> dict[str, Any]:
     intervals = [(start, end) for timeline in timelines for start, end in timeline]
     calls = len(intervals)
-    llm_calls = args.postings * len(LLM_USE_CASES)
+    llm_calls = result["llm_calls_needed"]
     capacity_seconds = llm_calls * args.latency_ms / 1000 / (args.parallel * args.hosts)
     figures: dict[str, Any] = {
         "generations": calls,
@@ -400,15 +423,20 @@ def _server_figures(
 
 
 def _integrity(app_url: str, postings: int) -> dict[str, Any]:
-    """Duplicates (more than one stored answer per posting and use case) and attempts spent."""
+    """What the database says of the work: the LLM calls it needed, duplicates, attempts spent.
+
+    A duplicate is a second stored answer for the same use case, posting and chain step (a chain
+    records one interaction per step, so two per posting can be right). The LLM calls needed are
+    the distinct (use case, posting, step) answered by the LLM, not by a script: the tagger's
+    skills are no LLM work, however many use cases there are.
+    """
     engine = create_engine(normalize_url(app_url))
     try:
         with engine.connect() as conn:
-            ok = conn.execute(
-                select(Interaction.use_case, Interaction.posting_key, func.count())
-                .where(Interaction.status == "ok")
-                .group_by(Interaction.use_case, Interaction.posting_key)
-                .having(func.count() > 1)
+            answered = conn.execute(
+                select(
+                    Interaction.use_case, Interaction.posting_key, Interaction.backend, Interaction.options
+                ).where(Interaction.status == "ok")
             ).all()
             attempts = conn.execute(select(func.coalesce(func.sum(WorkItem.attempts), 0))).scalar_one()
             failed_calls = conn.execute(
@@ -416,10 +444,21 @@ def _integrity(app_url: str, postings: int) -> dict[str, Any]:
             ).scalar_one()
     finally:
         engine.dispose()
+    seen: dict[tuple[Any, ...], int] = {}
+    llm_use_cases: set[str] = set()
+    for use_case, posting_key, backend, options in answered:
+        chain = (options or {}).get("chain") or {}
+        key = (use_case, posting_key, chain.get("step"), chain.get("visit"))
+        seen[key] = seen.get(key, 0) + 1
+        if backend != SCRIPT_BACKEND:
+            llm_use_cases.add(use_case)
+    llm_keys = {key for key, _ in seen.items() if key[0] in llm_use_cases}
     return {
-        "duplicate_outputs": len(ok),
+        "duplicate_outputs": sum(1 for count in seen.values() if count > 1),
         "attempts_spent": int(attempts),
         "failed_interactions": failed_calls,
+        "llm_use_cases": sorted(llm_use_cases),
+        "llm_calls_needed": len(llm_keys),
     }
 
 
@@ -427,10 +466,10 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     lines = [
         "# Daemon-path throughput (`pipeline ui`, simulated Ollama)",
         "",
-        "| label | storage | postings | hosts x slots x ms | all current s | first output s | first run s "
-        "| runs | efficiency | LLM window eff. | slot busy | max gap s | gaps > 1 s | calls/s "
-        "| dup. | attempts | load avg |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| label | storage | postings | hosts x slots x ms | LLM calls | all current s | first output s "
+        "| first LLM output s | first run s | first LLM run s | runs | efficiency | LLM window eff. "
+        "| slot busy | max gap s | gaps > 1 s | calls/s | dup. | attempts | load avg |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         runs = row.get("runs", {})
@@ -439,9 +478,12 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             row["storage"],
             row["postings"],
             f"{row['hosts']} x {row['parallel']} x {row['latency_ms']:g}",
+            row.get("llm_calls_needed"),
             row.get("all_current_seconds"),
             row.get("first_output_seconds"),
+            row.get("first_llm_output_seconds"),
             runs.get("first_run_started_seconds"),
+            runs.get("first_llm_run_started_seconds"),
             runs.get("count"),
             row.get("efficiency"),
             row.get("llm_efficiency_in_window"),
@@ -474,6 +516,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--postgres-admin-url", default="postgresql://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--name", default="daemon_throughput", help="report name in results/")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--keep-log", type=Path, default=None, help="copy each dagster dev log here")
     args = parser.parse_args(argv)
     args.project_root = args.project_root.resolve()
     rows = []

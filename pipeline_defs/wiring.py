@@ -23,10 +23,13 @@ from resources.ollama_backend import OllamaResource
 from resources.openai_backend import OpenAICompatibleResource
 from resources.taxonomy_resource import TaxonomyResource
 
-# A run costs about 0.6 s of Dagster bookkeeping in process and 3.5 s more when the daemon
-# launches it (a new process loads the code location). At Ollama's GPU speed (~0.1 s a call)
-# that is most of a 25-posting run; at the embedded model's 3-10 s a posting it is nothing.
-OLLAMA_MIN_BATCH_SIZE = 100
+# A run costs about 0.6 s of Dagster bookkeeping in process and 2-3.5 s more when the daemon
+# launches it (a new process loads the code location), on the same CPU the other runs need. At a
+# server's speed (~0.1 s a call, 4 slots) 100 postings are 2.5 s of backend time: on the daemon path
+# the server was busy 0.66 of the time at 100 postings per run, 0.91 at 250 (docs/performance.md).
+# At the embedded model's 3-10 s a posting the start costs nothing. With several hosts the sensor
+# cuts smaller runs so that each host gets one (sensors/discovery_sensor.py, plan_runs).
+OLLAMA_MIN_BATCH_SIZE = 250
 # Requests in flight per server when nobody says (OLLAMA_NUM_PARALLEL, PIPELINE_LLM_PARALLEL, a host's
 # `parallel=`): Ollama exposes no slot count, and picks 4 parallel slots when the GPU has room;
 # an OpenAI-compatible server that does not report its slots (llama-server does, at /props) gets 8.

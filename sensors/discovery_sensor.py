@@ -54,6 +54,7 @@ from sensors.host_pinning import pin_requests, usable_hosts
 from sensors.run_liveness import fail_run, reap_dead_runs, stuck_work
 
 DEFAULT_INTERVAL_SECONDS = 30
+SPREAD_FLOOR = 25  # postings: below this a run's start costs more than it spreads
 _LOOKUP_CHUNK = 500  # partition keys per lookup query on SQLite
 ACTIVE_STATUSES = [
     DagsterRunStatus.QUEUED,
@@ -86,8 +87,12 @@ class RunPlan:
         return requests
 
 
-def plan_runs(session: Session, instance: DagsterInstance, group: WorkGroup) -> RunPlan:
-    """Which postings need this group's use cases now, and how they split into runs."""
+def plan_runs(session: Session, instance: DagsterInstance, group: WorkGroup, spread: int = 1) -> RunPlan:
+    """Which postings need this group's use cases now, and how they split into runs.
+
+    Runs hold at most `batch_size` postings; with `spread` hosts to serve them, the work is cut into at
+    least that many runs (of no fewer than `SPREAD_FLOOR` postings), so 300 postings with three hosts are
+    three runs of 100, not one of 250 and one of 50 that leave a host idle."""
     active = pauses.active_pauses(session)
     paused = {
         name: f"{active[name].reason} (until {active[name].resume_at:%Y-%m-%d %H:%M:%S} UTC)"
@@ -120,6 +125,8 @@ def plan_runs(session: Session, instance: DagsterInstance, group: WorkGroup) -> 
     covered = _keys_in_active_runs(instance, group.job.name, positions, group.subject_kind)
     todo = [key for key in pending if key not in covered]
     size = group.batch_size
+    if spread > 1 and todo:
+        size = min(size, max(SPREAD_FLOOR, -(-len(todo) // spread)))
     batches = [todo[start : start + size] for start in range(0, len(todo), size)]
     return RunPlan(
         pending=pending,
@@ -252,8 +259,8 @@ def build_discovery_sensor(
             previous = json.loads(context.cursor) if context.cursor else {}
             if previous.get("marker") == marker and previous.get("pending") == 0:
                 return SkipReason(f"{group.name}: no change since the last tick, and no work then")
-            plan = plan_runs(session, context.instance, group)
             open_hosts = usable_hosts(hosts, group.model, pauses.active_pauses(session)) if hosts else []
+            plan = plan_runs(session, context.instance, group, spread=len(open_hosts))
         for name, why in plan.paused.items():
             context.log.warning(f"{name} is paused, no runs requested for it: {why}")
         cursor = json.dumps({"marker": marker, "pending": len(plan.pending)})

@@ -357,7 +357,7 @@ POSTING_SKILLS = UseCase(
         max_steps_per_posting=3,
     ),
     priority=9,
-    batch_size=100,
+    batch_size=500,  # the CPU tagger: a run's process start (2-3 s of CPU) costs more than 100 postings' work
     checks=SKILLS_CHECKS,
     judge_view=skills_for_judge,
     gold_items=skills_gold_items,

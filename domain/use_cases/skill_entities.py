@@ -117,7 +117,7 @@ SKILL_ENTITIES = UseCase(
     reference_inputs=("skills_taxonomy",),
     output_schema=ENTITIES_SCHEMA,
     priority=5,
-    batch_size=100,
+    batch_size=500,  # a script: a run's process start (2-3 s of CPU) costs more than 100 postings' work
     after_store=store_skill_concepts,
     checks=(
         OutputCheck(

@@ -73,6 +73,20 @@ def test_runs_are_spread_over_the_hosts_by_slots_and_skip_hosts_without_the_mode
     assert sorted(pinned) == ["http://a:1"] * 4 + ["http://b:1"] * 2  # by slots; c lacks gemma3:270m
 
 
+def test_work_smaller_than_a_batch_is_cut_so_that_every_host_gets_a_run(
+    sqlite_url: str, tmp_path: Path, dagster_instance
+) -> None:
+    """90 postings fit one 250-posting run: with three hosts that ran on one while two idled."""
+    seed_postings(sqlite_url, tmp_path, [{**POSTINGS[0], "key": f"s-{i:03d}"} for i in range(90)])
+    three = replace(_settings(sqlite_url, "http://a:1;http://b:1;http://c:1"), batch_size_override=None)
+    assert sorted(_tick(three, dagster_instance)) == ["http://a:1", "http://b:1", "http://c:1"]
+
+    one = replace(_settings(sqlite_url, "http://a:1"), batch_size_override=None)
+    with session_scope(sqlite_url) as session:  # a fresh cursor and no runs queued: the same work again
+        assert session.scalars(select(WorkItem)).all() == []
+    assert _tick(one, dagster_instance) == ["http://a:1"]  # one host: one run of 90
+
+
 def test_a_dead_host_pauses_itself_only_its_claims_return_unspent_and_the_others_take_its_postings(
     httpserver: HTTPServer, sqlite_url: str, tmp_path: Path, dagster_instance
 ) -> None:
