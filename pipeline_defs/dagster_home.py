@@ -33,6 +33,7 @@ LLM_POOL_LIMIT = 1
 MAX_CONCURRENT_RUNS = 4
 SCRIPT_RUNS_ROOM = 2  # places for script runs (skill resolution) beside the LLM runs on a server backend
 DEQUEUE_INTERVAL_SECONDS = 1
+DEQUEUE_WORKERS = 4
 FREE_SLOTS_AFTER_RUN_END_SECONDS = 60
 STORAGE_MODULE = "pipeline_defs.dagster_storage"
 POSTGRES_URL_VARIABLE = "PIPELINE_DAGSTER_POSTGRES_URL"
@@ -81,6 +82,10 @@ def dagster_yaml(settings: Settings) -> str:
         # Queued runs start within a second of a free place (Dagster's default looks every 5 s).
         "run_queue:",
         f"  dequeue_interval_seconds: {DEQUEUE_INTERVAL_SECONDS}",
+        # Launch dequeued runs side by side: one at a time, each launch (a call to the code server,
+        # a new process) took 1-2.5 s, so three hosts' runs started seconds apart.
+        "  dequeue_use_threads: true",
+        f"  dequeue_num_workers: {DEQUEUE_WORKERS}",
         # A run whose worker died keeps its pool slot (one slot: every LLM step would wait
         # forever). The discovery sensor marks such runs failed when their claims expire;
         # monitoring then frees their slots, and fails runs that never get started.

@@ -104,6 +104,9 @@ def test_on_model_servers_the_run_queue_limits_runs_per_host_and_script_runs_get
         [limit] = config.run_queue_config.tag_concurrency_limits
         assert limit == {"key": "pipeline/llm_host", "value": {"applyLimitPerUniqueValue": True}, "limit": 3}
         assert instance.run_coordinator.dequeue_interval_seconds == 1
+        # three hosts' runs launched together, not one launch (1-2.5 s) after another
+        coordinator = instance.run_coordinator
+        assert coordinator.dequeue_use_threads and coordinator.dequeue_num_workers == 4
 
 
 def test_in_flight_requests_default_to_the_servers_parallel_slots(monkeypatch: pytest.MonkeyPatch) -> None:
