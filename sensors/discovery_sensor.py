@@ -282,7 +282,9 @@ def build_discovery_sensor(
             if plan.paused and not plan.pending:
                 return SkipReason(f"{group.name}: paused: {'; '.join(plan.paused.values())}")
             if not plan.pending:
-                return SkipReason(f"{group.name}: no work: every posting has a current output")
+                return SkipReason(
+                    f"{group.name}: no work: every posting has a current output or is held by a running run"
+                )
             stuck = stuck_work(
                 lambda: context.instance,
                 app_db,
