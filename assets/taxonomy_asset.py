@@ -1,6 +1,7 @@
 """The `skills_taxonomy` asset: loads the configured skills CSV into the application database."""
 
 from dagster import AssetExecutionContext, DataVersion, MaterializeResult, MetadataValue, asset
+from sqlalchemy.exc import IntegrityError
 
 from appdb.taxonomy import load_taxonomy
 from resources.app_database import AppDatabase
@@ -15,8 +16,15 @@ def skills_taxonomy(
 ) -> MaterializeResult:
     """Skills taxonomy concepts and labels; rewritten only when the file's content changed."""
     path = taxonomy.taxonomy_path()
-    with app_db.session() as session:
-        load = load_taxonomy(session, path)
+    try:
+        with app_db.session() as session:
+            load = load_taxonomy(session, path)
+    except IntegrityError:
+        # Two first runs at once both found no taxonomy and both loaded it; the later one's
+        # transaction is rolled back whole. Looking again finds the other's rows (or loads anew).
+        context.log.info("another run loaded the taxonomy at the same moment: looking again")
+        with app_db.session() as session:
+            load = load_taxonomy(session, path)
     for rejection in load.rejected:
         context.log.warning(f"rejected {rejection}")
     context.log.info(
