@@ -1,6 +1,7 @@
 """Detail claims tuned where the demo is not: real summaries of SkillSpan dev postings, read.
 
-    python -m benchmarks.detail_claims [--limit 30] [--shares 0.02,0.05,0.1] [--no-cache] [--out DIR]
+    python -m benchmarks.detail_claims [--limit 25] [--source house] [--shares 0.02,0.05,0.1]
+                                       [--no-cache] [--out DIR]
 
 The faithfulness check's *detail* claims (`faithfulness.py`: a lower-case phrase with a specific
 word the posting does not state, "homecare centre", "dementia") decide what is specific with a
@@ -35,10 +36,11 @@ from pipeline_defs.wiring import build_llm_resource
 READINGS = Path(__file__).with_name("detail_readings.json")
 
 
-def dev_postings(root: Path, limit: int) -> list[dict[str, Any]]:
-    """SkillSpan dev postings as pipeline postings: the first line is the title."""
+def dev_postings(root: Path, limit: int, source: str = "house") -> list[dict[str, Any]]:
+    """SkillSpan dev postings of `source` as pipeline postings: the first line is the title."""
     postings = []
-    for posting in load_postings(root / "skillspan" / "dev.json")[:limit]:
+    chosen = [p for p in load_postings(root / "skillspan" / "dev.json") if p.doc_id.startswith(f"{source}-")]
+    for posting in chosen[:limit]:
         title, *rest = posting.sentences
         postings.append(
             {
@@ -62,7 +64,14 @@ def detail_flags(checker: FaithfulnessChecker, summary: str, posting: dict[str, 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--limit", type=int, default=30)
+    parser.add_argument("--limit", type=int, default=25)
+    parser.add_argument(
+        "--source",
+        default="house",
+        choices=["house", "tech"],
+        help="SkillSpan source (default house: on the long tech postings the embedded model mostly "
+        "repeats the prompt's first example)",
+    )
     parser.add_argument("--shares", default="0.02,0.05,0.1")
     parser.add_argument("--data-dir")
     parser.add_argument("--no-cache", action="store_true")
@@ -74,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     generate = CachedGenerator(
         llm, None if args.no_cache else out_dir / f"judge_discrimination_cache_{llm.backend_name}.json"
     )
-    postings = dev_postings(root, args.limit)
+    postings = dev_postings(root, args.limit, args.source)
     readings = json.loads(READINGS.read_text()) if READINGS.is_file() else {}
     summaries = {}
     for number, posting in enumerate(postings, start=1):

@@ -46,8 +46,7 @@ from typing import Any
 from benchmarks.report import DEFAULT_RESULTS_DIR, write_report
 from domain.language.declaration import UseCase
 from domain.language.llm_types import ItemError
-from domain.language.output_parsing import parse_output
-from domain.quality import output_checks
+from domain.language.output_parsing import BlockedOutput, parse_output
 from domain.quality.faithfulness import (
     SIMILARITY_THRESHOLD,
     Claim,
@@ -170,7 +169,7 @@ def summarize(
             unchecked = parse_output(replace(use_case, checks=()), text, values)
             record["summary"] = unchecked["summary"]
             parse_output(use_case, text, values)
-        except output_checks.BlockedOutput as exc:
+        except BlockedOutput as exc:
             record["error"] = str(exc)
             if exc.check == "summary_faithful":
                 record["blocked_phrases"] = default_checker().unsupported(record["summary"], values)
