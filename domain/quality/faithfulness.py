@@ -97,6 +97,7 @@ SUMMARY_VOCABULARY = {
     "candidates", "applicant", "applicants", "including", "include", "includes", "various", "such",
     "ensure", "ensuring", "required", "requires", "require", "requirement", "requirements", "asks",
     "ask", "needs", "need", "wants", "want", "offers", "offer", "based", "located", "summary",
+    "summaries", "summarize", "summarized", "summarise", "summarised",
 }  # fmt: skip
 # Function words end a detail phrase (beside STOPWORDS): "homecare centre" | "with" | "dementia".
 DETAIL_BREAKS = {
