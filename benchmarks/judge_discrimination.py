@@ -12,7 +12,8 @@
 2. Planted summaries (`domain/quality/planted.py`): from each real summary, one invented fact
    per kind (headcount, founding year, certification, other company, place, role) and two loops;
    plus the demo postings with a few-shot record injected into their description (issue 20).
-3. Judges: the deterministic judge (`quality_signals`; with MiniLM, and exact-only), and the
+3. Judges: the deterministic judge (`quality_signals`; with MiniLM, without the detail claims as
+   before them, and exact-only), and the
    LLM judge (PIPELINE_JUDGE_MODEL on the configured backend: embedded, or Ollama when
    OLLAMA_HOST is set) under the rubric. Flagged = any criterion below PIPELINE_REVIEW_BELOW
    (`needs_review`); the mean-only rule the gym used so far is reported beside it. Each judge
@@ -22,7 +23,11 @@
    (supported) and of names mixed with other postings' (invented), and the threshold chosen.
 
 Real summaries are also split by what a reader found in them (benchmarks/summary_readings.json,
-keyed by the exact summary text: a summary nobody has read counts as unread).
+keyed by the exact summary text: a summary nobody has read counts as unread): "invents" (it states
+something the posting does not), "faithful, thin" (faithful, but it leaves out two or more of what
+the prompt asks for: who hires, the role, where, a main requirement) and "faithful". A flag on an
+inventing summary is a catch; on a faithful one a false flag; on a thin one a flag for
+completeness, which the rubric asks for.
 Generations are cached in results/ (temperature 0 makes them repeatable); --no-cache redoes them.
 """
 
@@ -41,8 +46,7 @@ from typing import Any
 from benchmarks.report import DEFAULT_RESULTS_DIR, write_report
 from domain.language.declaration import UseCase
 from domain.language.llm_types import ItemError
-from domain.language.output_parsing import parse_output
-from domain.quality import output_checks
+from domain.language.output_parsing import BlockedOutput, parse_output
 from domain.quality.faithfulness import (
     SIMILARITY_THRESHOLD,
     Claim,
@@ -52,7 +56,7 @@ from domain.quality.faithfulness import (
 )
 from domain.quality.judge_calibration import Grader, calibrate_judge, llm_grader
 from domain.quality.judge_rubric import JUDGE_OPTIONS, load_rubric, overall
-from domain.quality.planted import plant_invented, plant_looping
+from domain.quality.planted import plant_detail, plant_invented, plant_looping
 from domain.quality.quality_signals import needs_review, quality_grade
 from domain.use_cases.posting_summary import POSTING_SUMMARY
 from pipeline_defs.cli.run_commands import DEMO_POSTINGS
@@ -165,7 +169,7 @@ def summarize(
             unchecked = parse_output(replace(use_case, checks=()), text, values)
             record["summary"] = unchecked["summary"]
             parse_output(use_case, text, values)
-        except output_checks.BlockedOutput as exc:
+        except BlockedOutput as exc:
             record["error"] = str(exc)
             if exc.check == "summary_faithful":
                 record["blocked_phrases"] = default_checker().unsupported(record["summary"], values)
@@ -217,6 +221,20 @@ def judge_cases(grade: Grader, cases: list[tuple[str, Mapping[str, Any], str]], 
         row.setdefault("grade_sum", 0.0)
         row["grade_sum"] += overall(grades)
     table = {}
+    groups = {
+        "real (faithful)": lambda kind: kind == "real (faithful)",
+        "real (faithful, thin)": lambda kind: kind == "real (faithful, thin)",
+        "real (invents)": lambda kind: kind == "real (invents)",
+        "planted invented (all kinds)": lambda kind: kind.startswith("invented: "),
+        "planted looping (all kinds)": lambda kind: kind.startswith("looping: "),
+    }
+    totals = {}
+    for group, member in groups.items():
+        rows = [row for kind, row in by_kind.items() if member(kind)]
+        cases = sum(row["cases"] for row in rows)
+        if cases:
+            flagged = sum(row["flagged"] for row in rows)
+            totals[group] = {"cases": cases, "flagged": flagged, "flagged_share": round(flagged / cases, 3)}
     for kind, row in by_kind.items():
         graded = row["cases"]
         table[kind] = {
@@ -225,7 +243,7 @@ def judge_cases(grade: Grader, cases: list[tuple[str, Mapping[str, Any], str]], 
             "mean_rule_flagged_share": round(row["mean_flagged"] / graded, 3),
             "mean_overall": round(row.get("grade_sum", 0.0) / graded, 2),
         }
-    return {"by_kind": table, "errors": errors}
+    return {"by_kind": table, "totals": totals, "errors": errors}
 
 
 # --- the similarity threshold --------------------------------------------------------------------
@@ -307,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--limit", type=int, default=25, help="demo postings to summarize (default 25)")
     parser.add_argument("--llm-limit", type=int, default=8, help="postings the LLM judge grades (default 8)")
-    parser.add_argument("--judges", default="deterministic,exact-only,llm", help="judges to run")
+    parser.add_argument("--judges", default="deterministic,no-details,exact-only,llm", help="judges to run")
     parser.add_argument(
         "--retry-temperature",
         type=float,
@@ -371,6 +389,9 @@ def main(argv: list[str] | None = None) -> int:
             (f"invented: {kind}", posting, text)
             for kind, text in plant_invented(first, posting, others).items()
         ]
+        detail = plant_detail(first, posting, others)
+        if detail:
+            cases.append(("invented: other_detail", posting, detail))
         cases += [(f"looping: {kind}", posting, text) for kind, text in plant_looping(first, posting).items()]
     for posting in injected:
         summary = injected_runs[posting["key"]]["after"][0]["summary"]
@@ -381,6 +402,9 @@ def main(argv: list[str] | None = None) -> int:
     graders: dict[str, Grader] = {}
     if "deterministic" in judges:
         graders["deterministic (MiniLM)"] = deterministic_grader(checker)
+    if "no-details" in judges:
+        no_details = FaithfulnessChecker(checker.embedder, details=False)
+        graders["deterministic (MiniLM), without detail claims"] = deterministic_grader(no_details)
     if "exact-only" in judges:
         graders["deterministic (exact only)"] = deterministic_grader(FaithfulnessChecker(None))
     if "llm" in judges:
@@ -427,12 +451,19 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+THIN_MISSES = 2
+"""A faithful summary that leaves out this many of who hires, the role, where and a main requirement
+(by reading) is thin: the rubric's `complete` criterion is right to flag it."""
+
+
 def reading_label(readings: dict[str, Any], prompt: str, posting: Mapping[str, Any], summary: str) -> str:
-    """What a reader found in this exact summary: faithful, invents, or unread."""
+    """What a reader found in this exact summary: invents, faithful but thin, faithful, or unread."""
     reading = readings.get(prompt, {}).get(posting["key"], {})
     if reading.get("summary") != summary:
         return "unread"
-    return "invents" if reading["invents"] else "faithful"
+    if reading["invents"]:
+        return "invents"
+    return "faithful, thin" if len(reading.get("misses", [])) >= THIN_MISSES else "faithful"
 
 
 def count_unsupported(
@@ -521,6 +552,14 @@ def render(results: dict[str, Any]) -> str:
                 else "-"
             )
         lines.append(f"| {kind} | " + " | ".join(cells) + " |")
+    lines += ["", "Totals (a flag on a faithful summary is a false flag; on an inventing one a catch):", ""]
+    for name in names:
+        totals = results["judges"][name].get("totals", {})
+        parts = [
+            f"{group} {row['flagged']}/{row['cases']} ({row['flagged_share']:.0%})"
+            for group, row in totals.items()
+        ]
+        lines.append(f"- {name}: " + "; ".join(parts))
     lines += ["", "Calibration (6 postings, 54 cases):", ""]
     lines += [f"- {judge['calibration']['message']}" for judge in results["judges"].values()]
     threshold = results.get("threshold")

@@ -6,7 +6,13 @@ A claim is a phrase of the summary that states a checkable fact:
 - a code: an acronym, standard or certification ("ISO 9001", "NMC", "PGCE", "C+E");
 - a name: a run of capitalized words (organisations, places, languages, tools, titled roles:
   "Evil Corp", "Manchester", "Payments Clerk"), a sentence's grammatical first word aside;
-- the role hired for, when written in lower case ("is hiring a payments clerk").
+- the role hired for, when written in lower case ("is hiring a payments clerk");
+- a detail: a lower-case phrase with a word that names something specific ("homecare centre",
+  "dementia", "wireframes"): a word that is not among the words job postings share nor a verb of
+  ESCO's skills (`posting_vocabulary.txt`, built from SkillSpan train postings and ESCO by
+  `benchmarks/posting_vocabulary.py`), nor among the words summaries frame with
+  (`SUMMARY_VOCABULARY`). Each such word must occur in the posting (stemmed, or as a longer
+  or shorter form of a posting word: "electrician" / "electrical"); the shared words need not.
 
 Support is looked up in the posting's title, company, location and description after
 normalization (case, accents, punctuation, "40,000" = "40000", "5+" = "5", "five" = "5", light
@@ -16,8 +22,8 @@ counts within a few words of it); an acronym as the initials of posting words ("
 meaning: MiniLM similarity of the phrase to a posting sentence, clause or field above
 `SIMILARITY_THRESHOLD` ("Manchester, United Kingdom" vs "Manchester, UK"), when the phrase
 shares at least one word with the posting (MiniLM finds "London" 0.72 similar to "Manchester,
-UK": similarity may vouch for a rewording, never for a name with nothing in common). Numbers
-and codes never are: a number the posting does not state is invented, however similar.
+UK": similarity may vouch for a rewording, never for a name with nothing in common). Numbers,
+codes and details never are: a number the posting does not state is invented, however similar.
 
 Text that imitates the prompt's layout inside a description (a "Title:"/"Company:" line naming
 another job, as in an injected few-shot record; a line closing or opening the prompt's `<posting>`
@@ -37,7 +43,11 @@ import unicodedata
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache, cached_property
+from pathlib import Path
 from typing import Any, Protocol
+
+import snowballstemmer
 
 SIMILARITY_THRESHOLD = 0.94
 """MiniLM cosine above which a posting unit supports a name or role: the lowest that lets at most 5%
@@ -78,6 +88,32 @@ ROLE_FILLER = {
     "enthusiastic", "friendly", "reliable", "new", "great", "suitable", "ideal", "candidate",
     "professional", "person", "someone",
 }  # fmt: skip
+# Words a summary frames a posting with, beside the words postings share (`posting_vocabulary.txt`):
+# never a detail by themselves.
+SUMMARY_VOCABULARY = {
+    "looking", "hiring", "hire", "seeking", "seeks", "seek", "recruiting", "join", "joining", "role",
+    "position", "job", "vacancy", "opportunity", "company", "employer", "organisation", "organization",
+    "responsible", "responsibilities", "duties", "tasks", "task", "main", "ideal", "candidate",
+    "candidates", "applicant", "applicants", "including", "include", "includes", "various", "such",
+    "ensure", "ensuring", "required", "requires", "require", "requirement", "requirements", "asks",
+    "ask", "needs", "need", "wants", "want", "offers", "offer", "based", "located", "summary",
+    "summaries", "summarize", "summarized", "summarise", "summarised",
+}  # fmt: skip
+# Function words end a detail phrase (beside STOPWORDS): "homecare centre" | "with" | "dementia".
+DETAIL_BREAKS = {
+    "we", "you", "they", "it", "he", "she", "us", "them", "his", "her", "this", "these", "those",
+    "will", "would", "can", "could", "should", "must", "may", "might", "shall", "has", "have", "had",
+    "was", "were", "been", "being", "do", "does", "did", "not", "no", "nor", "also", "well", "into",
+    "onto", "over", "under", "about", "than", "then", "so", "if", "when", "while", "where", "both",
+    "each", "all", "any", "some", "other", "more", "most", "very", "etc", "via", "within", "across",
+    "through", "during", "after", "before", "between", "up", "out", "re", "ll", "ve",
+}  # fmt: skip
+VOCABULARY_PATH = Path(__file__).with_name("posting_vocabulary.txt")
+MIN_DETAIL_LETTERS = 3
+MIN_SHARED_PREFIX = 5
+"""A detail word and a posting word are one word in two forms when one stem starts the other and
+the shared start has at least this many letters ("electrician" / "electrical", "analyse" / "analysis")."""
+
 HIRING_VERB = re.compile(
     r"\b(?:hiring|hires|hire|seeks|seeking|looking for|recruiting|recruits|needs|wants|searching for|"
     r"offers|is after)\s+(?:(?:an?|the|one|two|several|some|new)\s+)?"
@@ -99,11 +135,12 @@ _NUMBER = re.compile(
 _CODE = re.compile(r"\b(?:[A-Z][A-Za-z]*[A-Z][A-Za-z]*|[A-Z]\+[A-Z])(?:[\s-]?\d+(?:[.:]\d+)*)?(?![\w+])")
 _TOKEN = re.compile(r"\d+\.\d+|[a-z0-9]+\+?")
 _SENTENCE = re.compile(r"(?<=[.!?;:])\s+|\n+")
+_DETAIL_WORD = re.compile(r"[^\W\d_][\w'’-]*")
 
 
 @dataclass(frozen=True)
 class Claim:
-    """A factual phrase of a summary: `kind` is number, code, name or role."""
+    """A factual phrase of a summary: `kind` is number, code, name, role or detail."""
 
     text: str
     kind: str
@@ -251,6 +288,28 @@ class Evidence:
                 return True
         return False
 
+    def has_word(self, word: str) -> bool:
+        """A detail word in the posting: the same stem, a longer or shorter form of a posting word
+        ("electrician" / "electrical"), or part of a joined word ("homecare" in "Home Care")."""
+        key = detail_stem(word)
+        if key in self.detail_stems or stem(word) in self.detail_stems:
+            return True
+        if len(key) >= MIN_SHARED_PREFIX and any(
+            len(other) >= MIN_SHARED_PREFIX and (other.startswith(key) or key.startswith(other))
+            for other in self.detail_stems
+        ):
+            return True
+        return len(word) >= MIN_JOINED_CHARS and word in self.joined
+
+    @cached_property
+    def detail_stems(self) -> set[str]:
+        """The posting's words stemmed both ways (Snowball's and `stem`'s)."""
+        return {detail_stem(word) for word in self.words} | set(self.stems)
+
+    @cached_property
+    def joined(self) -> str:
+        return "".join(self.words)
+
     def has_initials(self, code: str) -> bool:
         """An acronym spelled out in the posting ("ICU" = "intensive care unit")."""
         letters = fold(re.sub(r"[^A-Za-z]", "", code))
@@ -304,8 +363,10 @@ def split_layout_imitation(posting: Mapping[str, Any]) -> tuple[str, str]:
 # --- claims -------------------------------------------------------------------------------------
 
 
-def extract_claims(summary: str) -> list[Claim]:
-    """The numbers, codes, names and lower-case role of a summary, in order, without repeats."""
+def extract_claims(summary: str, vocabulary: frozenset[str] | None = None) -> list[Claim]:
+    """The numbers, codes, names, lower-case role and details of a summary, in order, without repeats.
+
+    vocabulary: stems a detail may use freely (default: `shared_vocabulary()`)."""
     claims: list[Claim] = []
     covered: list[tuple[int, int]] = []
 
@@ -335,6 +396,8 @@ def extract_claims(summary: str) -> list[Claim]:
         role = match.group("role")
         if role and role[0].islower() and any(w not in ROLE_FILLER for w in content_tokens(role)):
             add(match.start("role"), match.end("role"), "role")
+    for start, end in _detail_spans(summary, vocabulary):
+        add(start, end, "detail")
     return list({claim.text.lower(): claim for claim in claims}.values())
 
 
@@ -371,6 +434,68 @@ def _name_spans(summary: str) -> list[tuple[int, int]]:
     return spans
 
 
+_SNOWBALL = snowballstemmer.stemmer("english")
+_SNOWBALL_LOCK = threading.Lock()
+
+
+@cache
+def detail_stem(word: str) -> str:
+    """Snowball's English stem: "centre" and "central" stay apart, "answers" meets "answering"."""
+    with _SNOWBALL_LOCK:  # the stemmer object keeps state between calls
+        return _SNOWBALL.stemWord(word)
+
+
+@cache
+def shared_vocabulary() -> frozenset[str]:
+    """Stems of the words a summary may use freely (`posting_vocabulary.txt`), read once."""
+    lines = VOCABULARY_PATH.read_text(encoding="utf-8").splitlines()
+    return frozenset(detail_stem(line.strip()) for line in lines if line.strip() and not line.startswith("#"))
+
+
+def is_specific(word: str, vocabulary: frozenset[str] | None = None) -> bool:
+    """A word that names something ("dementia", "wireframes"), not one postings and summaries share."""
+    return (
+        word.isalpha()
+        and len(word) >= MIN_DETAIL_LETTERS
+        and word not in STOPWORDS
+        and word not in ROLE_FILLER
+        and word not in SUMMARY_VOCABULARY
+        and word not in DETAIL_BREAKS
+        and detail_stem(word) not in (shared_vocabulary() if vocabulary is None else vocabulary)
+    )
+
+
+def _detail_spans(summary: str, vocabulary: frozenset[str] | None = None) -> list[tuple[int, int]]:
+    """Spans of lower-case phrases (runs of words between punctuation, function words and
+    capitalized words) holding a specific word, trimmed of shared words at both ends."""
+    spans: list[tuple[int, int]] = []
+    run: list[re.Match[str]] = []
+
+    def close() -> None:
+        specific = [
+            i for i, word in enumerate(run) if any(is_specific(w, vocabulary) for w in tokens(word.group(0)))
+        ]
+        if specific:
+            spans.append((run[specific[0]].start(), run[specific[-1]].end()))
+        run.clear()
+
+    for word in _DETAIL_WORD.finditer(summary):
+        text = word.group(0)
+        if run and summary[run[-1].end() : word.start()].strip():
+            close()  # punctuation between two words ends a phrase
+        if text[0].islower() and fold(text) not in STOPWORDS | DETAIL_BREAKS:
+            run.append(word)
+        else:
+            close()
+    close()
+    return spans
+
+
+def detail_phrases(text: str, vocabulary: frozenset[str] | None = None) -> list[str]:
+    """The detail phrases of a text, in order ("refrigerated distribution centre")."""
+    return [text[start:end] for start, end in _detail_spans(text, vocabulary)]
+
+
 def _bare(word: str) -> str:
     """A word without a contraction or possessive ("We're" -> "we")."""
     return re.split(r"['’]", word.lower(), maxsplit=1)[0]
@@ -384,17 +509,33 @@ class FaithfulnessChecker:
 
     embedder: MiniLM (or any `embed(texts) -> vectors` backend) for names and roles exact matching
         misses; None means exact matching only.
+    vocabulary: stems a detail may use freely (default: `shared_vocabulary()`, the shipped list).
+    details: False checks numbers, codes, names and roles only (the check before details, for
+        benchmarks that compare).
     """
 
-    def __init__(self, embedder: Embedder | None = None, threshold: float = SIMILARITY_THRESHOLD) -> None:
+    def __init__(
+        self,
+        embedder: Embedder | None = None,
+        threshold: float = SIMILARITY_THRESHOLD,
+        vocabulary: frozenset[str] | None = None,
+        details: bool = True,
+    ) -> None:
         self.embedder = embedder
         self.threshold = threshold
+        self.vocabulary = vocabulary
+        self.details = details
         self._unit_vectors: OrderedDict[str, Any] = OrderedDict()  # a few postings' unit vectors
         self._lock = threading.Lock()
 
     def findings(self, summary: str, posting: Mapping[str, Any]) -> list[Finding]:
         evidence = Evidence.of(posting)
-        results = [self._judge(claim, evidence) for claim in extract_claims(summary)]
+        claims = [
+            claim
+            for claim in extract_claims(summary, self.vocabulary)
+            if self.details or claim.kind != "detail"
+        ]
+        results = [self._judge(claim, evidence, self.vocabulary) for claim in claims]
         pending = [
             i
             for i, f in enumerate(results)
@@ -410,7 +551,7 @@ class FaithfulnessChecker:
             note = "only in text imitating the prompt's layout"
             results = [
                 Finding(f.claim, f.support, f.score, note)
-                if not f.supported and self._judge(f.claim, imitation).supported
+                if not f.supported and self._judge(f.claim, imitation, self.vocabulary).supported
                 else f
                 for f in results
             ]
@@ -437,7 +578,7 @@ class FaithfulnessChecker:
         return [float(value) for value in (phrases_vectors @ units.T).max(axis=1)]
 
     @staticmethod
-    def _judge(claim: Claim, evidence: Evidence) -> Finding:
+    def _judge(claim: Claim, evidence: Evidence, vocabulary: frozenset[str] | None = None) -> Finding:
         words = tokens(claim.text)
         if claim.kind == "code":
             if evidence.has_code(claim.text) or evidence.has_sequence(words):
@@ -445,6 +586,11 @@ class FaithfulnessChecker:
             if not any(char.isdigit() for char in claim.text) and evidence.has_initials(claim.text):
                 return Finding(claim, "initials")
             return Finding(claim, "")
+        if claim.kind == "detail":
+            missing = [
+                word for word in words if is_specific(word, vocabulary) and not evidence.has_word(word)
+            ]
+            return Finding(claim, "" if missing else "exact")
         if claim.kind == "number":
             number, units = words[0] if words else "", [w for w in words[1:] if w not in STOPWORDS]
             near = evidence.number_near(number, units[:2])

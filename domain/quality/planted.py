@@ -6,6 +6,10 @@ a headcount, a founding year, a certification, another company, another place, a
 The values are drawn with a seeded generator, from fixed lists (numbers, years, standards) or
 from *other* postings (companies, places, titles), and a value the posting itself states is
 never drawn: a planted fact is invented by construction, not picked for being easy to catch.
+The *detail* variant (`plant_detail`, apart from the calibration set's kinds) adds a lower-case
+specific phrase taken from another posting ("refrigerated distribution centre", "tachograph
+records"), the kind of invention a small model writes ("homecare centre", "dementia"), with none
+of its specific words in the posting.
 Each *looping* variant is what a looping small model writes: the title over and over, or the
 summary's opening words repeated.
 """
@@ -16,6 +20,8 @@ import random
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from domain.quality.faithfulness import Evidence, detail_phrases, is_specific, tokens
 
 INVENTED_KINDS = ("headcount", "founding_year", "certification", "other_company", "other_place", "other_role")
 LOOPING_KINDS = ("title_loop", "opening_loop")
@@ -93,6 +99,26 @@ def plant_invented(
             summary, str(posting.get("title") or ""), other_title, f"The role is {other_title}."
         ),
     }
+
+
+def plant_detail(
+    summary: str, posting: Mapping[str, Any], others: Sequence[Mapping[str, Any]], seed: int = 0
+) -> str | None:
+    """`summary` with a specific phrase of another posting's description added (none of its specific
+    words in `posting`), or None when no other posting has one."""
+    rng = random.Random(f"{seed}/detail/{posting.get('key')}/{summary}")
+    evidence = Evidence.of(posting)
+    candidates = [
+        phrase
+        for other in others
+        for phrase in detail_phrases(str(other.get("description") or ""))
+        if len(phrase.split()) >= 2
+        and not any(is_specific(word) and evidence.has_word(word) for word in tokens(phrase))
+    ]
+    if not candidates:
+        return None
+    phrase = rng.choice(sorted(set(candidates)))
+    return f"{summary.rstrip()} The work also involves {phrase}."
 
 
 def plant_looping(summary: str, posting: Mapping[str, Any]) -> dict[str, str]:

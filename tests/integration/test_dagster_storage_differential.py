@@ -34,7 +34,7 @@ POSTINGS = [
 ]
 ANSWERS = {  # by title: a good summary, a looping one (blocked by a check), one that is not JSON
     "Data Engineer": {"summary": "Brightwave hires a Data Engineer to build Python pipelines."},
-    "Nurse": {"summary": "Northgate hires a nurse for night shifts caring for patients."},
+    "Nurse": {"summary": "Northgate hires a nurse to care for patients at night."},
     "Baker": {"summary": "bake bread bake bread bake bread bake bread bake bread bake bread bake bread"},
     "Cook": "Sure! A cook job.",
 }
