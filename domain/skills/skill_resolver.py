@@ -513,13 +513,17 @@ class SkillResolver:
     def _embed_queries(self, texts: list[str]) -> np.ndarray:
         """Unit vectors of `texts`; each distinct text embedded once while it stays in a bounded memo."""
         assert self.embeddings is not None
-        missing = [text for text in dict.fromkeys(texts) if text not in self._query_vectors]
+        distinct = list(dict.fromkeys(texts))
+        found = {text: self._query_vectors[text] for text in distinct if text in self._query_vectors}
+        missing = [text for text in distinct if text not in found]
         if missing:
             if len(self._query_vectors) + len(missing) > QUERY_MEMO_SIZE:
-                self._query_vectors.clear()
+                self._query_vectors.clear()  # the texts found above are kept in `found` for this call
             vectors = _unit_rows(np.asarray(self.embeddings.embed(missing), np.float32))
-            self._query_vectors.update(zip(missing, vectors, strict=True))
-        return np.stack([self._query_vectors[text] for text in texts])
+            fresh = dict(zip(missing, vectors, strict=True))
+            self._query_vectors.update(fresh)
+            found.update(fresh)
+        return np.stack([found[text] for text in texts])
 
     def _resolve_part(self, text: str) -> Resolution:
         return (

@@ -254,3 +254,20 @@ def test_the_query_adapter_round_trips_and_its_gradient_is_right(tmp_path: Path)
     model = LinkerModel(load_linker_model().models, 0.5, {}, {}, QueryAdapter.from_dict(adapter.to_dict()))
     again = LinkerModel.from_json(model.to_json())
     assert again.adapter is not None and np.allclose(again.adapter.apply(query), adapted[0], atol=1e-4)
+
+
+def test_a_full_query_memo_is_emptied_without_losing_the_texts_of_the_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Lengths:
+        name, model = "lengths", "length-2"
+
+        def embed(self, texts: list[str]) -> list[list[float]]:
+            return [[float(len(text)), 1.0] for text in texts]
+
+    entries = [TaxonomyLabelEntry(URI + "sql", "SQL", "sql", True)]
+    resolver = SkillResolver(entries, {URI + "sql": "SQL"}, embeddings=Lengths())
+    monkeypatch.setattr("domain.skills.skill_resolver.QUERY_MEMO_SIZE", 2)
+    resolver._embed_queries(["a", "bb"])
+    vectors = resolver._embed_queries(["bb", "ccc"])  # "bb" was memoized; "ccc" overflows the memo
+    assert vectors.shape == (2, 2) and vectors[0, 0] > vectors[0, 1] * 1.9
