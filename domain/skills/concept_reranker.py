@@ -4,15 +4,17 @@ For one query (a skill mention in its sentence, or a whole sentence) the resolve
 candidate concepts (nearest labels of the mention and of the sentence, exact label matches)
 and describes each by a few numbers (`FEATURES`): how close the mention and the sentence are to
 the concept's labels, in meaning (MiniLM cosine) and in spelling (rapidfuzz), whether the
-mention *is* one of its labels, and how each ranks among the candidates. A logistic model turns
-those into the probability that the concept is meant; its Platt-scaled output is the
-`confidence` a Resolution carries. Three models, same features, one per kind of query:
-"mention" (a mention with its sentence), "bare_mention" (a mention alone, as skill_entities
-sends today) and "sentence" (the sentence is the query).
+mention *is* one of its labels, how many of the mention's words (stemmed) a label shares, the
+cosine of the mention after a learned linear adapter (`QueryAdapter`), and how each ranks among
+the candidates. A logistic model turns those into the probability that the concept is meant;
+its Platt-scaled output is the `confidence` a Resolution carries. Three models, same features,
+one per kind of query: "mention" (a mention with its sentence), "bare_mention" (a mention alone,
+as skill_entities sends today) and "sentence" (the sentence is the query).
 
 Trained by `python -m domain.skills.train_skill_linker` on SkillSkape train only; the weights
 and their card (data, licence, hyper-parameters, validation scores) ship as
-`domain/skills/models/skill_linker.json`. NumPy only: a dozen weights need no framework.
+`domain/skills/models/skill_linker.json`. NumPy only: twenty weights and a rank-32 adapter need no
+framework.
 """
 
 from __future__ import annotations
@@ -40,6 +42,12 @@ FEATURES = (
     "log_rank_mention",  # log(1 + rank) among the candidates, by cos_mention
     "log_rank_context",  # log(1 + rank) by cos_context
     "log_prior",  # log(1 + how often the concept is a skill of a SkillSkape train sentence)
+    "stem_jaccard",  # best Jaccard overlap of the mention's content-word stems with a label's
+    "stem_cover",  # best share of the mention's content-word stems found in one label
+    "head_match",  # the mention's last content word (stemmed) is in one of the labels
+    "label_words",  # log(1 + words of the preferred label)
+    "cos_adapted",  # best cosine of the adapted mention vector (see `QueryAdapter`) to a label
+    "cos_adapted_gap",  # that minus the best candidate's
 )
 QUERY_KINDS = ("mention", "bare_mention", "sentence")
 DEFAULT_MODEL_PATH = Path(__file__).with_name("models") / "skill_linker.json"
@@ -57,6 +65,11 @@ class CandidateSignals:
     fuzzy: np.ndarray
     tier: np.ndarray  # 2: exact preferred label, 1: alternative label, 0: neither
     prior: np.ndarray  # training-set frequency of the concept (see `LinkerModel.concept_prior`)
+    stem_jaccard: np.ndarray
+    stem_cover: np.ndarray
+    head_match: np.ndarray
+    label_words: np.ndarray
+    cos_adapted: np.ndarray  # without an adapter: cos_mention
 
     def features(self) -> np.ndarray:
         """One row per candidate, columns in `FEATURES` order."""
@@ -78,6 +91,12 @@ class CandidateSignals:
                 np.log1p(rank_mention),
                 np.log1p(rank_context),
                 np.log1p(self.prior),
+                self.stem_jaccard,
+                self.stem_cover,
+                self.head_match,
+                np.log1p(self.label_words),
+                self.cos_adapted,
+                self.cos_adapted - self.cos_adapted.max(),
             ],
             axis=1,
         ).astype(np.float64)
@@ -112,15 +131,18 @@ class LogisticModel:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LogisticModel:
-        if list(data["features"]) != list(FEATURES):
+        trained_on = list(data["features"])
+        if trained_on != list(FEATURES[: len(trained_on)]):
             raise ValueError(
                 f"the linker model was trained on features {data['features']}, this code computes "
                 f"{list(FEATURES)}: retrain it (python -m domain.skills.train_skill_linker)"
             )
+        # A model trained before the later features were added gives them weight 0.
+        missing = len(FEATURES) - len(trained_on)
         return cls(
-            np.asarray(data["mean"], np.float64),
-            np.asarray(data["scale"], np.float64),
-            np.asarray(data["weights"], np.float64),
+            np.concatenate([np.asarray(data["mean"], np.float64), np.zeros(missing)]),
+            np.concatenate([np.asarray(data["scale"], np.float64), np.ones(missing)]),
+            np.concatenate([np.asarray(data["weights"], np.float64), np.zeros(missing)]),
             float(data["bias"]),
             (float(data["platt"][0]), float(data["platt"][1])),
         )
@@ -162,6 +184,31 @@ def fit_platt(logits: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
 
 
 @dataclass(frozen=True)
+class QueryAdapter:
+    """A linear map of mention vectors towards the labels they name: q -> unit(q + U (V^T q)).
+
+    Low rank (U, V: dimension x rank) over the frozen encoder, trained contrastively on
+    SkillSkape train mentions (`train_skill_linker.train_adapter`); label vectors stay as they are,
+    so the label index serves both. The identity when absent.
+    """
+
+    up: np.ndarray  # U
+    down: np.ndarray  # V
+
+    def apply(self, vectors: np.ndarray) -> np.ndarray:
+        adapted = vectors + (vectors @ self.down) @ self.up.T
+        norms = np.linalg.norm(adapted, axis=-1, keepdims=True)
+        return (adapted / np.where(norms == 0, 1.0, norms)).astype(np.float32)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"up": self.up.round(5).tolist(), "down": self.down.round(5).tolist()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> QueryAdapter:
+        return cls(np.asarray(data["up"], np.float32), np.asarray(data["down"], np.float32))
+
+
+@dataclass(frozen=True)
 class LinkerModel:
     """The three reranking models, the confidence below which resolve() answers "unmatched", the card,
     and how often each concept (by preferred label) is a skill in the training sentences (a prior)."""
@@ -170,6 +217,7 @@ class LinkerModel:
     threshold: float
     card: dict[str, Any]
     concept_prior: dict[str, int] = field(default_factory=dict)  # preferred label -> training count
+    adapter: QueryAdapter | None = None
 
     def model(self, kind: str) -> LogisticModel:
         return self.models[kind]
@@ -181,6 +229,7 @@ class LinkerModel:
                 "threshold": self.threshold,
                 "models": {kind: model.to_dict() for kind, model in self.models.items()},
                 "concept_prior": dict(sorted(self.concept_prior.items())),
+                "adapter": self.adapter.to_dict() if self.adapter is not None else None,
             },
             indent=1,
         )
@@ -193,7 +242,8 @@ class LinkerModel:
             raise ValueError(f"the linker model has no {', '.join(missing)} model")
         models = {kind: LogisticModel.from_dict(data["models"][kind]) for kind in QUERY_KINDS}
         prior = {str(label): int(count) for label, count in data.get("concept_prior", {}).items()}
-        return cls(models, float(data["threshold"]), dict(data.get("card", {})), prior)
+        adapter = QueryAdapter.from_dict(data["adapter"]) if data.get("adapter") else None
+        return cls(models, float(data["threshold"]), dict(data.get("card", {})), prior, adapter)
 
 
 def load_linker_model(path: Path | None = None) -> LinkerModel:

@@ -37,6 +37,7 @@ from appdb.taxonomy import normalize_label, read_taxonomy_labels
 from domain.skills.concept_index import LabelVectorIndex
 from domain.skills.concept_reranker import CandidateSignals, LinkerModel
 from domain.skills.embeddings import EmbeddingBackend
+from domain.skills.word_stems import content_stems
 
 STAGES = ("exact", "alt_label", "fuzzy", "semantic", "learned", "unmatched")
 EXACT_CONFIDENCE = 1.0
@@ -235,6 +236,8 @@ class SkillResolver:
         self._concept_vectors: np.ndarray | None = None  # unit mean of each concept's label vectors
         self._query_vectors: dict[str, np.ndarray] = {}
         self._prior = np.zeros(len(self.concept_uris), dtype=np.float32)
+        self._label_stems: dict[int, frozenset[str]] = {}  # label id -> its content stems, on first use
+        self._label_words = np.array([len(text.split()) for text in self._label_texts], dtype=np.float32)
         self._prior_for: int | None = None
 
     @classmethod
@@ -390,6 +393,13 @@ class SkillResolver:
             )
             fuzzy = _group_max(label_scores / np.float32(100.0), owner, len(concepts))
         tiers = np.array([tier_of.get(int(c), 0) for c in concepts], dtype=np.int8)
+        stem_jaccard, stem_cover, head_match = self._word_overlap(normalized, labels, owner, len(concepts))
+        adapter = self.linker.adapter if self.linker is not None else None
+        cos_adapted = (
+            cos_mention
+            if adapter is None
+            else _group_max(vectors[labels] @ adapter.apply(query), owner, len(concepts))
+        )
         prior = self._concept_prior()[concepts]
         assert self._concept_vectors is not None
         centroids = self._concept_vectors[concepts]
@@ -402,8 +412,38 @@ class SkillResolver:
             fuzzy=fuzzy,
             tier=tiers,
             prior=prior,
+            stem_jaccard=stem_jaccard,
+            stem_cover=stem_cover,
+            head_match=head_match,
+            label_words=self._label_words[self._preferred_label_of[concepts]],
+            cos_adapted=cos_adapted,
         )
         return signals, concepts, tiers
+
+    def _word_overlap(
+        self, normalized: str, labels: np.ndarray, owner: np.ndarray, count: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per candidate, over its labels: best stem Jaccard, best share of the mention's stems
+        covered, and whether the mention's head (last content word) is in a label."""
+        jaccard = np.zeros(count, np.float32)
+        cover = np.zeros(count, np.float32)
+        head = np.zeros(count, np.float32)
+        stems = content_stems(normalized)
+        if not stems:
+            return jaccard, cover, head
+        mine, last = frozenset(stems), stems[-1]
+        label_stems = self._label_stems
+        for position, label in zip(owner.tolist(), labels.tolist(), strict=True):
+            theirs = label_stems.get(label)
+            if theirs is None:
+                theirs = label_stems[label] = frozenset(content_stems(self._fuzzy_keys[label]))
+            shared = len(mine & theirs)
+            if shared:
+                jaccard[position] = max(jaccard[position], shared / len(mine | theirs))
+                cover[position] = max(cover[position], shared / len(mine))
+                if last in theirs:
+                    head[position] = 1.0
+        return jaccard, cover, head
 
     def link_sentence(self, sentence: str, mentions: Sequence[str] = ()) -> list[tuple[str, float]]:
         """Concepts a sentence names, best first, as (concept URI, confidence).
@@ -473,13 +513,17 @@ class SkillResolver:
     def _embed_queries(self, texts: list[str]) -> np.ndarray:
         """Unit vectors of `texts`; each distinct text embedded once while it stays in a bounded memo."""
         assert self.embeddings is not None
-        missing = [text for text in dict.fromkeys(texts) if text not in self._query_vectors]
+        distinct = list(dict.fromkeys(texts))
+        found = {text: self._query_vectors[text] for text in distinct if text in self._query_vectors}
+        missing = [text for text in distinct if text not in found]
         if missing:
             if len(self._query_vectors) + len(missing) > QUERY_MEMO_SIZE:
-                self._query_vectors.clear()
+                self._query_vectors.clear()  # the texts found above are kept in `found` for this call
             vectors = _unit_rows(np.asarray(self.embeddings.embed(missing), np.float32))
-            self._query_vectors.update(zip(missing, vectors, strict=True))
-        return np.stack([self._query_vectors[text] for text in texts])
+            fresh = dict(zip(missing, vectors, strict=True))
+            self._query_vectors.update(fresh)
+            found.update(fresh)
+        return np.stack([found[text] for text in texts])
 
     def _resolve_part(self, text: str) -> Resolution:
         return (

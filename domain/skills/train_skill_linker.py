@@ -1,16 +1,21 @@
 """Train the skill linker's reranking models (domain/skills/concept_reranker.py); write the shipped artefact.
 
     python -m domain.skills.train_skill_linker [--data-dir D] [--out PATH] [--cache DIR]
+        [--phrases chunks|tagger|both] [--adapter-sentences N]
 
 Data: SkillSkape train only (sentences with their ESCO skills). Three kinds of example:
 - "sentence": the sentence is the query; its candidates are labelled by the gold skills;
 - "mention"/"bare_mention": pseudo-mentions, the sentence's phrases (`sentence_chunks`): each
   gold skill goes to the phrase nearest to it in meaning, and that phrase's candidates are
   labelled by the skills it got (phrases that got none teach what "nothing here" looks like);
-  "mention" sees the sentence as context, "bare_mention" does not.
-Platt scaling of each model: on SkillSkape dev. Selection (the L2 penalty) and the "unmatched"
-threshold (most spans resolved with at most 10% wrong): on the Decorte TECH and HOUSE validation
-splits. Deterministic: a fixed seed picks the training sentences for pseudo-mentions.
+  "mention" sees the sentence as context, "bare_mention" does not. `--phrases tagger` takes the
+  skill tagger's mentions instead of the clause chunks (`both`: the two together).
+The query adapter (`concept_reranker.QueryAdapter`) is trained first, listwise over the candidates
+of pseudo-mentions from other SkillSkape train sentences (early stopping on SkillSkape dev); its
+cosine is then a feature like the others.
+Platt scaling of each model: on SkillSkape dev. Selection (which feature groups, per kind of query)
+and the "unmatched" threshold (most spans resolved with at most 10% wrong): on the Decorte TECH
+and HOUSE validation splits. Deterministic: a fixed seed picks the training sentences for pseudo-mentions.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from domain.skills.concept_reranker import (
     QUERY_KINDS,
     LinkerModel,
     LogisticModel,
+    QueryAdapter,
     fit_logistic,
     fit_platt,
 )
@@ -50,6 +56,7 @@ from domain.skills.linking_data import (
     read_skillskape,
     sentence_chunks,
 )
+from domain.skills.skill_extraction import sentence_mentions
 from domain.skills.skill_resolver import SkillResolver
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -59,6 +66,18 @@ PLATT_SENTENCES = 600  # dev sentences for Platt scaling of the mention models
 L2_GRID = (1e-3,)  # 1e-4 to 1e-2 selected alike in a first run; 1e-1 was worse
 MAX_WRONG = 0.10
 PRIOR_COLUMN = FEATURES.index("log_prior")
+# The query adapter learns from other training sentences than the rerankers (so its cosine is no
+# better on the rerankers' examples than on new text), stops early on SkillSkape dev.
+ADAPTER_SENTENCES = 3000
+ADAPTER_RANK = 32
+ADAPTER_TEMPERATURE = 0.05
+ADAPTER_EPOCHS = 8
+ADAPTER_LEARNING_RATE = 2e-3
+ADAPTER_WEIGHT_DECAY = 1e-4
+WORD_COLUMNS = tuple(
+    FEATURES.index(name) for name in ("stem_jaccard", "stem_cover", "head_match", "label_words")
+)
+ADAPTER_COLUMNS = tuple(FEATURES.index(name) for name in ("cos_adapted", "cos_adapted_gap"))
 
 
 @dataclass
@@ -102,9 +121,23 @@ def query_example(
     return Example(features, labels), bool(labels.any()) or not gold
 
 
-def pseudo_mentions(resolver: SkillResolver, sentence: str, gold: set[int]) -> list[tuple[str, set[int]]]:
+PHRASE_SOURCES = ("chunks", "tagger", "both")
+
+
+def phrases(sentence: str, source: str = "chunks") -> list[str]:
+    """A training sentence's candidate mentions: its clause chunks (`sentence_chunks`), the skill
+    tagger's mentions (the extractor the product runs), or both."""
+    found = sentence_chunks(sentence) if source in ("chunks", "both") else []
+    if source in ("tagger", "both"):
+        found += sentence_mentions(sentence)
+    return list(dict.fromkeys(phrase for phrase in found if phrase.strip()))
+
+
+def pseudo_mentions(
+    resolver: SkillResolver, sentence: str, gold: set[int], source: str = "chunks"
+) -> list[tuple[str, set[int]]]:
     """The sentence's phrases, each with the gold concepts nearest to it (see the module docstring)."""
-    chunks = sentence_chunks(sentence)
+    chunks = phrases(sentence, source)
     if not chunks:
         return []
     chunk_vectors = resolver._embed_queries(chunks)
@@ -118,6 +151,128 @@ def pseudo_mentions(resolver: SkillResolver, sentence: str, gold: set[int]) -> l
     return list(zip(chunks, assigned, strict=True))
 
 
+@dataclass
+class AdapterExample:
+    """One pseudo-mention for the adapter: its vector, the labels of its candidate concepts (as
+    positions in `owner` order), and which candidates are gold."""
+
+    query: np.ndarray
+    labels: np.ndarray  # label ids
+    owner: np.ndarray  # candidate position of each label
+    gold: np.ndarray  # 0/1 per candidate
+
+
+def adapter_examples(
+    resolver: SkillResolver, sentences: list[tuple[str, frozenset[str]]], source: str = "chunks"
+) -> list[AdapterExample]:
+    """Pseudo-mentions that got a gold skill, with their candidate concepts (nearest labels and gold)."""
+    index = gold_index(resolver.preferred_labels)
+    assert resolver.embeddings is not None
+    resolver.embeddings.embed([chunk for sentence, _ in sentences for chunk in phrases(sentence, source)])
+    label_index = resolver.label_index()
+    examples = []
+    for sentence, labels in sentences:
+        own = concept_ids(resolver, labels, index)
+        for chunk, gold in pseudo_mentions(resolver, sentence, own, source):
+            if not gold:
+                continue
+            query = resolver._embed_queries([chunk])[0]
+            found, _ = label_index.search(query, 64)
+            concepts = np.unique(
+                np.concatenate([resolver._concepts_of_labels(found[0][found[0] >= 0]), list(gold)])
+            )
+            starts, ends = resolver._concept_starts[concepts], resolver._concept_ends[concepts]
+            owner = np.repeat(np.arange(len(concepts)), ends - starts)
+            label_ids = np.concatenate([np.arange(a, b) for a, b in zip(starts, ends, strict=True)])
+            examples.append(
+                AdapterExample(
+                    query,
+                    resolver._pair_labels[label_ids],
+                    owner,
+                    np.isin(concepts, list(gold)).astype(np.float64),
+                )
+            )
+    return examples
+
+
+def _adapter_step(
+    adapter: QueryAdapter, example: AdapterExample, vectors: np.ndarray
+) -> tuple[float, np.ndarray, np.ndarray]:
+    """Listwise loss of one example (softmax over its candidates, each scored by its best label) and
+    its gradients with respect to U and V."""
+    q = example.query.astype(np.float64)
+    up, down = adapter.up.astype(np.float64), adapter.down.astype(np.float64)
+    projected = down.T @ q
+    z = q + up @ projected
+    norm = np.linalg.norm(z)
+    a = z / norm
+    label_vectors = vectors[example.labels].astype(np.float64)
+    label_scores = label_vectors @ a / ADAPTER_TEMPERATURE
+    count = len(example.gold)
+    best = np.full(count, -np.inf)
+    np.maximum.at(best, example.owner, label_scores)
+    winner = np.zeros(count, np.int64)  # which label gives each candidate its score
+    is_best = label_scores == best[example.owner]
+    winner[example.owner[is_best]] = np.flatnonzero(is_best)
+    shifted = best - best.max()
+    p_all = np.exp(shifted) / np.exp(shifted).sum()
+    positive = np.exp(shifted) * example.gold
+    p_gold = positive / positive.sum()
+    loss = -np.log(positive.sum() / np.exp(shifted).sum())
+    d_score = p_all - p_gold  # per candidate
+    d_a = (d_score @ label_vectors[winner]) / ADAPTER_TEMPERATURE
+    d_z = (d_a - a * (a @ d_a)) / norm
+    return float(loss), np.outer(d_z, projected), np.outer(q, up.T @ d_z)
+
+
+def adapter_loss(adapter: QueryAdapter, examples: list[AdapterExample], vectors: np.ndarray) -> float:
+    return float(np.mean([_adapter_step(adapter, e, vectors)[0] for e in examples]))
+
+
+def train_adapter(
+    train: list[AdapterExample], dev: list[AdapterExample], vectors: np.ndarray
+) -> tuple[QueryAdapter, list[dict[str, float]]]:
+    """U and V by Adam on the listwise loss, one example per step; the epoch with the best dev loss kept."""
+    rng = np.random.default_rng(SEED)
+    dimension = vectors.shape[1]
+    params = [np.zeros((dimension, ADAPTER_RANK)), rng.normal(0, 0.05, (dimension, ADAPTER_RANK))]
+    moments = [[np.zeros_like(p), np.zeros_like(p)] for p in params]
+    step = 0
+    best = QueryAdapter(params[0].astype(np.float32), params[1].astype(np.float32))
+    best_loss = adapter_loss(best, dev, vectors)
+    history = [{"epoch": 0, "dev_loss": round(best_loss, 4)}]
+    batch = 32
+    for epoch in range(1, ADAPTER_EPOCHS + 1):
+        order = rng.permutation(len(train))
+        losses = []
+        for start in range(0, len(order), batch):
+            adapter = QueryAdapter(params[0], params[1])
+            grads = [np.zeros_like(p) for p in params]
+            for i in order[start : start + batch]:
+                loss, grad_up, grad_down = _adapter_step(adapter, train[i], vectors)
+                losses.append(loss)
+                grads[0] += grad_up
+                grads[1] += grad_down
+            step += 1
+            for param, grad, moment in zip(params, grads, moments, strict=True):
+                grad = grad / batch + ADAPTER_WEIGHT_DECAY * param
+                moment[0] = 0.9 * moment[0] + 0.1 * grad
+                moment[1] = 0.999 * moment[1] + 0.001 * grad**2
+                corrected = moment[0] / (1 - 0.9**step), moment[1] / (1 - 0.999**step)
+                param -= ADAPTER_LEARNING_RATE * corrected[0] / (np.sqrt(corrected[1]) + 1e-8)
+        candidate = QueryAdapter(params[0].astype(np.float32), params[1].astype(np.float32))
+        dev_loss = adapter_loss(candidate, dev, vectors)
+        history.append(
+            {"epoch": epoch, "train_loss": round(float(np.mean(losses)), 4), "dev_loss": round(dev_loss, 4)}
+        )
+        print(
+            f"  adapter epoch {epoch}: train loss {np.mean(losses):.4f}, dev loss {dev_loss:.4f}", flush=True
+        )
+        if dev_loss < best_loss:
+            best, best_loss = candidate, dev_loss
+    return best, history
+
+
 def concept_ids(resolver: SkillResolver, labels: frozenset[str], index: Any) -> set[int]:
     uris, _ = gold_concepts(labels, index)
     return {resolver._concept_index[uri] for uri in uris}
@@ -128,6 +283,7 @@ def make_examples(
     sentences: list[tuple[str, frozenset[str]]],
     mention_sentences: int,
     counted: bool,
+    source: str = "chunks",
 ) -> dict[str, list[Example]]:
     """Examples of every query kind from SkillSkape sentences (a seeded sample for mentions).
 
@@ -145,10 +301,10 @@ def make_examples(
         examples["sentence"].append(example)
         recall.append(covered)
     sample = random.Random(SEED).sample(sentences, min(mention_sentences, len(sentences)))
-    embeddings.embed([chunk for sentence, _ in sample for chunk in sentence_chunks(sentence)])
+    embeddings.embed([chunk for sentence, _ in sample for chunk in phrases(sentence, source)])
     for sentence, labels in sample:
         own = concept_ids(resolver, labels, index)
-        for chunk, gold in pseudo_mentions(resolver, sentence, own):
+        for chunk, gold in pseudo_mentions(resolver, sentence, own, source):
             left_out = own if counted else set()
             examples["mention"].append(query_example(resolver, chunk, sentence, gold, left_out)[0])
             examples["bare_mention"].append(query_example(resolver, chunk, None, gold, left_out)[0])
@@ -182,9 +338,23 @@ class Variant:
     l2: float
     use_prior: bool
     every_phrase: bool
+    word_features: bool = True
+    adapter_features: bool = True
 
     def as_dict(self) -> dict[str, Any]:
-        return {"l2": self.l2, "use_prior": self.use_prior, "every_phrase": self.every_phrase}
+        return {
+            "l2": self.l2,
+            "use_prior": self.use_prior,
+            "every_phrase": self.every_phrase,
+            "word_features": self.word_features,
+            "adapter_features": self.adapter_features,
+        }
+
+    def columns(self) -> list[int]:
+        left_out = {PRIOR_COLUMN} if not self.use_prior else set()
+        left_out |= set(WORD_COLUMNS) if not self.word_features else set()
+        left_out |= set(ADAPTER_COLUMNS) if not self.adapter_features else set()
+        return [i for i in range(len(FEATURES)) if i not in left_out]
 
 
 def fit_models(
@@ -199,7 +369,7 @@ def fit_models(
             return [e for e in examples if not phrases_only or e.labels.any()]
 
         features, labels = stack(kept(train[kind]))
-        columns = [i for i in range(len(FEATURES)) if variant.use_prior or i != PRIOR_COLUMN]
+        columns = variant.columns()
         fitted = fit_logistic(features[:, columns], labels, l2=variant.l2)
         mean, scale, weights = np.zeros(len(FEATURES)), np.ones(len(FEATURES)), np.zeros(len(FEATURES))
         mean[columns], scale[columns], weights[columns] = fitted.mean, fitted.scale, fitted.weights
@@ -210,7 +380,11 @@ def fit_models(
     return models
 
 
-def validation_scores(resolver: SkillResolver, splits: list[DecorteSplit]) -> dict[str, Any]:
+def validation_scores(
+    resolver: SkillResolver, splits: list[DecorteSplit], gold_spans: bool = True
+) -> dict[str, Any]:
+    """Validation figures; gold_spans=False leaves out the sentence-level run with gold spans (the
+    selection score does not use it)."""
     scores: dict[str, Any] = {}
     for split in splits:
         scores[split.name] = {
@@ -218,8 +392,9 @@ def validation_scores(resolver: SkillResolver, splits: list[DecorteSplit]) -> di
             "sentence_level_no_extractor": evaluation.sentence_level(
                 resolver, split, evaluation.no_extractor
             ),
-            "sentence_level_gold_spans": evaluation.sentence_level(resolver, split, None),
         }
+        if gold_spans:
+            scores[split.name]["sentence_level_gold_spans"] = evaluation.sentence_level(resolver, split, None)
     return scores
 
 
@@ -243,33 +418,88 @@ def train(args: argparse.Namespace) -> LinkerModel:
     train_sentences = read_skillskape(root / SKILLSKAPE_FILES["train"])
     prior = concept_prior(resolver, train_sentences)
     resolver.linker = LinkerModel({}, 0.0, {}, prior)  # candidate signals read the prior from it
+    adapter, adapter_history = None, []
+    if args.adapter_sentences:
+        # Sentences the rerankers' pseudo-mentions do not come from (those are a seeded sample).
+        sampled = set(random.Random(SEED).sample(train_sentences, min(args.mentions, len(train_sentences))))
+        rest = [pair for pair in train_sentences if pair not in sampled]
+        rest = random.Random(SEED + 1).sample(rest, min(args.adapter_sentences, len(rest)))
+        dev_for_adapter = random.Random(SEED).sample(
+            read_skillskape(root / SKILLSKAPE_FILES["dev"]), PLATT_SENTENCES
+        )
+        print(f"query adapter: {len(rest)} train sentences, {len(dev_for_adapter)} dev", flush=True)
+        adapter_train = adapter_examples(resolver, rest, args.phrases)
+        adapter_dev = adapter_examples(resolver, dev_for_adapter, args.phrases)
+        embeddings.save()
+        print(f"  {len(adapter_train)} train / {len(adapter_dev)} dev pseudo-mentions", flush=True)
+        assert resolver._label_vectors is not None
+        adapter, adapter_history = train_adapter(adapter_train, adapter_dev, resolver._label_vectors)
+        resolver.linker = LinkerModel({}, 0.0, {}, prior, adapter)
     print("training examples (SkillSkape train):", flush=True)
-    train_examples = make_examples(resolver, train_sentences, args.mentions, counted=True)
+    train_examples = make_examples(resolver, train_sentences, args.mentions, True, args.phrases)
     print("calibration examples (SkillSkape dev):", flush=True)
     dev_sentences = read_skillskape(root / SKILLSKAPE_FILES["dev"])
-    dev_examples = make_examples(resolver, dev_sentences, PLATT_SENTENCES, counted=False)
+    dev_examples = make_examples(resolver, dev_sentences, PLATT_SENTENCES, False, args.phrases)
     embeddings.save()
     splits = read_decorte_splits(root)
-    best: tuple[float, Variant, dict[str, LogisticModel], dict[str, Any]] | None = None
+    # The mention models: the variant with the best span-given MRR (TECH and HOUSE mean). Then, with
+    # those in place (sentence-level linking also scores mentions and label n-grams with them), the
+    # sentence model: the variant whose sentence model gives the best sentence-level MRR, end to end
+    # (the skill tagger's mentions) and without an extractor.
+    best_mention: tuple[float, Variant, dict[str, LogisticModel]] | None = None
+    fitted: list[tuple[Variant, dict[str, LogisticModel]]] = []
+    # The prior and every phrase were kept in every earlier selection (card of the previous model).
     grid = [
-        Variant(l2, use_prior, every)
+        Variant(l2, True, True, words, adapted)
         for l2 in L2_GRID
-        for use_prior in (True, False)
-        for every in (True, False)
+        for words in (False, True)
+        for adapted in ((False, True) if adapter is not None else (False,))
     ]
     tried = []
     for variant in grid:
         models = fit_models(train_examples, dev_examples, variant)
-        resolver.linker = LinkerModel(models, 0.0, {}, prior)
-        scores = validation_scores(resolver, splits)
+        resolver.linker = LinkerModel(models, 0.0, {}, prior, adapter)
+        scores = validation_scores(resolver, splits, gold_spans=False)
         score = selection_score(scores)
-        tried.append({**variant.as_dict(), "selection_score": round(score, 4)})
-        print(f"{variant}: selection score {score:.4f}", flush=True)
-        if best is None or score > best[0]:
-            best = (score, variant, models, scores)
-    assert best is not None
-    _, chosen, models, scores = best
-    resolver.linker = LinkerModel(models, 0.0, {}, prior)
+        mrr = {
+            f"{split}_{task}_mrr": scores[split][task]["mrr"]
+            for split in scores
+            for task in ("span_given", "sentence_level_no_extractor")
+        }
+        tried.append({**variant.as_dict(), "selection_score": round(score, 4), **mrr})
+        print(f"{variant}: selection score {score:.4f} {mrr}", flush=True)
+        span_score = float(np.mean([scores[split]["span_given"]["mrr"] for split in scores]))
+        fitted.append((variant, models))
+        if best_mention is None or span_score > best_mention[0]:
+            best_mention = (span_score, variant, models)
+    assert best_mention is not None
+    best_sentence: tuple[float, Variant, dict[str, LogisticModel]] | None = None
+    for variant, models in fitted:
+        combined = {**best_mention[2], "sentence": models["sentence"]}
+        resolver.linker = LinkerModel(combined, 0.0, {}, prior, adapter)
+        sentence_mrr = {
+            f"{split.name}_{name}_mrr": evaluation.sentence_level(resolver, split, extract)["mrr"]
+            for split in splits
+            for name, extract in (("tagger", sentence_mentions), ("no_extractor", evaluation.no_extractor))
+        }
+        sentence_score = float(np.mean(list(sentence_mrr.values())))
+        print(f"sentence model of {variant}: {sentence_score:.4f} {sentence_mrr}", flush=True)
+        tried.append(
+            {
+                "sentence_model_of": variant.as_dict(),
+                "sentence_score": round(sentence_score, 4),
+                **sentence_mrr,
+            }
+        )
+        if best_sentence is None or sentence_score > best_sentence[0]:
+            best_sentence = (sentence_score, variant, combined)
+    assert best_sentence is not None
+    models = best_sentence[2]
+    chosen = {"mention_models": best_mention[1].as_dict(), "sentence_model": best_sentence[1].as_dict()}
+    if not (best_mention[1].adapter_features or best_sentence[1].adapter_features):
+        adapter = None  # unused: not shipped
+    resolver.linker = LinkerModel(models, 0.0, {}, prior, adapter)
+    scores = validation_scores(resolver, splits)
     answers = [answer for split in splits for answer in evaluation.top_answers(resolver, split)]
     threshold = evaluation.precision_threshold(answers, MAX_WRONG)
     embeddings.save()
@@ -286,17 +516,27 @@ def train(args: argparse.Namespace) -> LinkerModel:
             "train_queries": {kind: len(train_examples[kind]) for kind in QUERY_KINDS},
         },
         "hyper_parameters": {
-            **chosen.as_dict(),
+            **chosen,
             "grid": tried,
             "seed": SEED,
             "pseudo_mention_sentences": args.mentions,
+            "pseudo_mention_phrases": args.phrases,
             "threshold_rule": f"lowest confidence with at most {MAX_WRONG:.0%} of validation spans wrong",
+        },
+        "query_adapter": None
+        if adapter is None
+        else {
+            "what": "q -> unit(q + U V^T q), U and V of rank "
+            f"{ADAPTER_RANK}, trained listwise (softmax over candidates, temperature "
+            f"{ADAPTER_TEMPERATURE}) on pseudo-mentions of {args.adapter_sentences} SkillSkape train "
+            "sentences not used by the rerankers; epoch chosen by SkillSkape dev loss",
+            "history": adapter_history,
         },
         "threshold_at_selection": evaluation.shares_at(answers, threshold),
         "validation_scores": scores,
         "command": "python -m domain.skills.train_skill_linker",
     }
-    return LinkerModel(models, threshold, card, prior)
+    return LinkerModel(models, threshold, card, prior, adapter)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -315,6 +555,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--mentions", type=int, default=MENTION_SENTENCES, help="sentences cut into pseudo-mentions"
+    )
+    parser.add_argument(
+        "--phrases",
+        choices=PHRASE_SOURCES,
+        default="chunks",
+        help="where pseudo-mentions come from: clause chunks, the skill tagger's mentions, or both",
+    )
+    parser.add_argument(
+        "--adapter-sentences",
+        type=int,
+        default=ADAPTER_SENTENCES,
+        help="training sentences for the query adapter (0: no adapter)",
     )
     return parser.parse_args(argv)
 

@@ -7,11 +7,18 @@ import json
 import logging
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from appdb.taxonomy import normalize_label
 from domain.skills import concept_reranker
-from domain.skills.concept_reranker import DEFAULT_MODEL_PATH, FEATURES, LinkerModel, load_linker_model
+from domain.skills.concept_reranker import (
+    DEFAULT_MODEL_PATH,
+    FEATURES,
+    LinkerModel,
+    QueryAdapter,
+    load_linker_model,
+)
 from domain.skills.embeddings import (
     MINILM_INSTALL_HINT,
     MINILM_PACKAGE,
@@ -20,6 +27,8 @@ from domain.skills.embeddings import (
 )
 from domain.skills.resolution_figures import resolution_figures
 from domain.skills.skill_resolver import SkillResolver, TaxonomyLabelEntry
+from domain.skills.train_skill_linker import AdapterExample, _adapter_step
+from domain.skills.word_stems import content_stems
 from pipeline_defs import settings as settings_module
 from resources.taxonomy_resource import TaxonomyResource
 
@@ -93,7 +102,9 @@ def test_a_model_for_other_features_or_no_model_is_a_clear_error(tmp_path: Path)
         concept_reranker.load_linker_model(stale)
     with pytest.raises(FileNotFoundError, match="train_skill_linker"):
         concept_reranker.load_linker_model(tmp_path / "missing.json")
-    assert len(FEATURES) == len(data["models"]["sentence"]["weights"])
+    trained_on = data["models"]["sentence"]["features"]
+    assert trained_on == list(FEATURES[: len(trained_on)])  # an older model: later features get weight 0
+    assert len(load_linker_model().model("sentence").weights) == len(FEATURES)
 
 
 @needs_minilm
@@ -215,3 +226,48 @@ def test_training_texts_are_embedded_once_and_kept_between_runs(tmp_path: Path) 
     second = RememberingEmbeddings(backend, tmp_path / "vectors.npz")
     assert second.embed(["naïve Bayes", "SQL"]) == [[11.0, 1.0], [3.0, 1.0]]
     assert backend.calls == [["Python", "naïve Bayes"], ["SQL"]]
+
+
+def test_word_stems_tie_the_forms_of_a_word_together() -> None:
+    assert content_stems("Developing software applications") == content_stems("develop software application")
+    assert content_stems("communication") == content_stems("communicating") == ("commu",)
+    assert content_stems("analysis of data") == content_stems("data analyses")[::-1]
+    assert content_stems("experience with C++ and node.js") == ("c++", "node.js")  # kept whole
+    assert content_stems("the and of") == ()
+
+
+def test_the_query_adapter_round_trips_and_its_gradient_is_right(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    labels = rng.normal(size=(30, 12))
+    labels /= np.linalg.norm(labels, axis=1, keepdims=True)
+    query = labels[4] + 0.5 * rng.normal(size=12)
+    query /= np.linalg.norm(query)
+    example = AdapterExample(query, np.arange(30), np.repeat(np.arange(10), 3), (np.arange(10) == 1) * 1.0)
+    adapter = QueryAdapter(rng.normal(0, 0.3, (12, 3)), rng.normal(0, 0.3, (12, 3)))
+    loss, grad_up, _ = _adapter_step(adapter, example, labels)
+    bumped = adapter.up.copy()
+    bumped[2, 1] += 1e-6
+    numeric = (_adapter_step(QueryAdapter(bumped, adapter.down), example, labels)[0] - loss) / 1e-6
+    assert numeric == pytest.approx(grad_up[2, 1], abs=1e-4)
+    adapted = adapter.apply(query[None, :])
+    assert np.linalg.norm(adapted) == pytest.approx(1.0, abs=1e-5)
+    model = LinkerModel(load_linker_model().models, 0.5, {}, {}, QueryAdapter.from_dict(adapter.to_dict()))
+    again = LinkerModel.from_json(model.to_json())
+    assert again.adapter is not None and np.allclose(again.adapter.apply(query), adapted[0], atol=1e-4)
+
+
+def test_a_full_query_memo_is_emptied_without_losing_the_texts_of_the_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Lengths:
+        name, model = "lengths", "length-2"
+
+        def embed(self, texts: list[str]) -> list[list[float]]:
+            return [[float(len(text)), 1.0] for text in texts]
+
+    entries = [TaxonomyLabelEntry(URI + "sql", "SQL", "sql", True)]
+    resolver = SkillResolver(entries, {URI + "sql": "SQL"}, embeddings=Lengths())
+    monkeypatch.setattr("domain.skills.skill_resolver.QUERY_MEMO_SIZE", 2)
+    resolver._embed_queries(["a", "bb"])
+    vectors = resolver._embed_queries(["bb", "ccc"])  # "bb" was memoized; "ccc" overflows the memo
+    assert vectors.shape == (2, 2) and vectors[0, 0] > vectors[0, 1] * 1.9
