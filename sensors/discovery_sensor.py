@@ -90,9 +90,9 @@ class RunPlan:
 def plan_runs(session: Session, instance: DagsterInstance, group: WorkGroup, spread: int = 1) -> RunPlan:
     """Which postings need this group's use cases now, and how they split into runs.
 
-    Runs hold at most `batch_size` postings; with `spread` hosts to serve them, the work is cut into at
-    least that many runs (of no fewer than `SPREAD_FLOOR` postings), so 300 postings with three hosts are
-    three runs of 100, not one of 250 and one of 50 that leave a host idle."""
+    Runs hold at most `batch_size` postings; with `spread` hosts to serve them, into a multiple of that
+    many runs of equal size (`run_size`): 300 postings with three hosts are three runs of 100 and 900
+    are six of 150, not runs of 250 that leave two hosts idle while one does the rest."""
     active = pauses.active_pauses(session)
     paused = {
         name: f"{active[name].reason} (until {active[name].resume_at:%Y-%m-%d %H:%M:%S} UTC)"
@@ -124,9 +124,7 @@ def plan_runs(session: Session, instance: DagsterInstance, group: WorkGroup, spr
     pending = sorted(pending_set, key=order.__getitem__)
     covered = _keys_in_active_runs(instance, group.job.name, positions, group.subject_kind)
     todo = [key for key in pending if key not in covered]
-    size = group.batch_size
-    if spread > 1 and todo:
-        size = min(size, max(SPREAD_FLOOR, -(-len(todo) // spread)))
+    size = run_size(len(todo), group.batch_size, spread)
     batches = [todo[start : start + size] for start in range(0, len(todo), size)]
     return RunPlan(
         pending=pending,
@@ -136,6 +134,16 @@ def plan_runs(session: Session, instance: DagsterInstance, group: WorkGroup, spr
         pending_by_use_case=pending_by_use_case,
         paused=paused,
     )
+
+
+def run_size(postings: int, batch_size: int, hosts: int = 1) -> int:
+    """Postings per run: at most `batch_size`; with several hosts, as many runs as a multiple of the
+    hosts, of equal size (not below `SPREAD_FLOOR`), so no host is left alone with the last one."""
+    if hosts <= 1 or postings == 0:
+        return batch_size
+    runs = -(-postings // batch_size)
+    runs = -(-runs // hosts) * hosts
+    return min(batch_size, max(SPREAD_FLOOR, -(-postings // runs)))
 
 
 def partition_positions(

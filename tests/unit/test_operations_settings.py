@@ -17,6 +17,7 @@ from pipeline_defs.dagster_home import ensure_dagster_home
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import build_use_cases
+from sensors.discovery_sensor import run_size
 
 
 def test_sensor_interval_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -158,3 +159,13 @@ def test_a_dead_run_gives_its_llm_pool_slot_back(tmp_path: Path, monkeypatch: py
         )
         assert storage.get_concurrency_info("llm").active_slot_count == 0
         assert storage.claim_concurrency_slot("llm", "next-run", "posting_summary").is_claimed
+
+
+def test_runs_are_cut_evenly_over_the_hosts() -> None:
+    """900 postings in runs of 250 on three hosts: three runs, then one host alone with the fourth."""
+    assert run_size(1000, 250, hosts=1) == 250
+    assert run_size(900, 250, hosts=3) == 150  # six runs, two a host
+    assert run_size(300, 250, hosts=3) == 100
+    assert run_size(90, 250, hosts=3) == 30
+    assert run_size(10, 250, hosts=3) == 25  # below the floor a run's start costs more than it spreads
+    assert run_size(0, 250, hosts=3) == 250
