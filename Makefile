@@ -44,12 +44,12 @@ ui: $(VENV)/.installed  ## dagster dev (webserver + daemon) on http://127.0.0.1:
 bench: $(VENV)/.installed  ## pipeline vs its physical limit, discovery at 100,000 postings, the daemon path, 3 hosts (~60 min)
 	$(BIN)/python -m benchmarks.pipeline_throughput --backend simulated-ollama,embedded
 	$(BIN)/python -m benchmarks.daemon_throughput --postings 1000 --dagster-storage sqlite,postgres
-	$(BIN)/python -m benchmarks.daemon_throughput --name daemon_hosts --postings 300 --latency-ms 1000 \
+	$(BIN)/python -m benchmarks.daemon_throughput --name daemon_hosts --postings 900 --latency-ms 1000 \
 	    --dagster-storage postgres --hosts 1 --label "1 host"
-	$(BIN)/python -m benchmarks.daemon_throughput --name daemon_hosts --postings 300 --latency-ms 1000 \
+	$(BIN)/python -m benchmarks.daemon_throughput --name daemon_hosts --postings 900 --latency-ms 1000 \
 	    --dagster-storage postgres --hosts 3 --label "3 hosts"
-	$(BIN)/python -m benchmarks.daemon_throughput --name daemon_hosts --postings 300 --latency-ms 1000 \
-	    --dagster-storage postgres --hosts 3 --kill-host-after 20 --label "3 hosts, one killed at 20 s"
+	$(BIN)/python -m benchmarks.daemon_throughput --name daemon_hosts --postings 900 --latency-ms 1000 \
+	    --dagster-storage postgres --hosts 3 --kill-host-after 30 --label "3 hosts, one killed at 30 s"
 
 clean:
 	rm -rf $(VENV) data
