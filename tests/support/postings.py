@@ -24,7 +24,12 @@ POSTINGS = [
         "title": "Registered Nurse",
         "company": "Northgate Hospital",
         "location": "Manchester",
-        "description": "Care for critically ill patients, administer medication and keep accurate records.",
+        # the ward named: the 270M model copies its few-shot example's "acute medical ward" into any
+        # nurse's summary, which the faithfulness check (rightly) blocks when the posting does not say it
+        "description": (
+            "Care for critically ill patients on an acute medical ward, administer medication and keep "
+            "accurate records."
+        ),
     },
     {
         "key": "p-3",
