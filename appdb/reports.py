@@ -53,6 +53,16 @@ def output_values(session: Session, keys: Sequence[str]) -> dict[tuple[str, str]
     return {(row.posting_key, row.use_case): row.value for row in rows}
 
 
+def waiting_work(session: Session, use_case: str, keys: Sequence[str]) -> dict[str, WorkItem]:
+    """The work items of these postings that failed at least once and have no output yet, by key."""
+    rows = session.scalars(
+        select(WorkItem).where(
+            WorkItem.use_case == use_case, WorkItem.posting_key.in_(keys), WorkItem.last_error.is_not(None)
+        )
+    )
+    return {row.posting_key: row for row in rows}
+
+
 def posting_outputs(session: Session, key: str) -> dict[str, UseCaseOutput]:
     """The current outputs of one posting, by use case."""
     rows = session.scalars(select(UseCaseOutput).where(UseCaseOutput.posting_key == key))

@@ -113,12 +113,27 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def _why_none(item) -> str:  # noqa: ANN001 - a WorkItem or None
+    """What a posting without a summary shows: why its last attempt failed and what happens next."""
+    if item is None:
+        return "(none yet)"
+    if item.status == "failed":
+        after = f"parked after {item.attempts} attempts, `pipeline retry` re-queues it"
+    else:
+        after = f"retried by a run after {item.next_attempt_at:%H:%M:%S} UTC" if item.next_attempt_at else ""
+        after = after or "retried by the next run"
+    return f"(none yet, {after}: {item.last_error})"
+
+
 def render_postings(session, keys: list[str]) -> str:  # noqa: ANN001 - a SQLAlchemy session
     """Each posting's summary, skills and resolved concepts, as the demo prints them."""
     outputs = reports.output_values(session, keys)
+    waiting = reports.waiting_work(session, "posting_summary", keys)
     lines = []
     for posting in reports.postings_in_order(session, keys):
-        summary = outputs.get((posting.key, "posting_summary"), {}).get("summary", "(none yet)")
+        summary = outputs.get((posting.key, "posting_summary"), {}).get("summary") or _why_none(
+            waiting.get(posting.key)
+        )
         company = posting.company or "company not stated"
         lines.append(f"{one_line(posting.key)}  {one_line(posting.title)} ({one_line(company)})")
         lines.append(f"  summary:  {clip(summary, 200)}")
