@@ -54,7 +54,7 @@ def output_values(session: Session, keys: Sequence[str]) -> dict[tuple[str, str]
 
 
 def waiting_work(session: Session, use_case: str, keys: Sequence[str]) -> dict[str, WorkItem]:
-    """The work items of these postings that failed at least once and have no output yet, by key."""
+    """The work items of these postings whose last attempt failed (parked or waiting for a retry), by key."""
     rows = session.scalars(
         select(WorkItem).where(
             WorkItem.use_case == use_case, WorkItem.posting_key.in_(keys), WorkItem.last_error.is_not(None)

@@ -452,7 +452,7 @@ def _integrity(app_url: str, postings: int) -> dict[str, Any]:
         seen[key] = seen.get(key, 0) + 1
         if backend != SCRIPT_BACKEND:
             llm_use_cases.add(use_case)
-    llm_keys = {key for key, _ in seen.items() if key[0] in llm_use_cases}
+    llm_keys = {key for key in seen if key[0] in llm_use_cases}
     return {
         "duplicate_outputs": sum(1 for count in seen.values() if count > 1),
         "attempts_spent": int(attempts),

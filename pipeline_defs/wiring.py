@@ -4,7 +4,7 @@ each resource configured from the environment."""
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -63,10 +63,6 @@ def batch_size_for(use_case: UseCase, settings: Settings) -> int | None:
     return None
 
 
-def _values(value: str, *variables: str) -> str:
-    return value
-
-
 def from_env(value: str, *variables: str) -> str:
     """`EnvVar(name)` when `value` is what the environment variable `name` holds, else `value`.
 
@@ -79,7 +75,13 @@ def from_env(value: str, *variables: str) -> str:
     return value
 
 
-_env_vars = from_env
+def _as_is(value: str, *variables: str) -> str:
+    return value
+
+
+def _config_value(env_vars: bool) -> Callable[..., Any]:
+    """How a resource's URL or key is written: `from_env` for the code location, else the value itself."""
+    return from_env if env_vars else _as_is
 
 
 def build_llm_resource(settings: Settings, env_vars: bool = False) -> LLMResource:
@@ -88,12 +90,12 @@ def build_llm_resource(settings: Settings, env_vars: bool = False) -> LLMResourc
     A server backend gets the host list (each run is pinned to one host) with each host's parallel
     slots, so a run keeps as many requests in flight as its server works on at once. `env_vars`: URLs and
     keys as `EnvVar` (for the code location; a resource used outside a Dagster run needs the values)."""
-    from_env = _env_vars if env_vars else _values
+    config_value = _config_value(env_vars)
     hosts = [_host_spec(host) for host in settings.resolved_hosts()]
     if settings.llm_backend == "ollama":
         host = settings.ollama_host or "http://127.0.0.1:11434"
         return OllamaResource(
-            host=from_env(host, "OLLAMA_HOST"),
+            host=config_value(host, "OLLAMA_HOST"),
             hosts=hosts,
             max_in_flight=OLLAMA_DEFAULT_PARALLEL,
             keep_alive=settings.ollama_keep_alive,
@@ -102,10 +104,10 @@ def build_llm_resource(settings: Settings, env_vars: bool = False) -> LLMResourc
         )
     if settings.llm_backend == "openai":
         return OpenAICompatibleResource(
-            base_url=from_env(settings.openai_base_url, "PIPELINE_OPENAI_BASE_URL"),
+            base_url=config_value(settings.openai_base_url, "PIPELINE_OPENAI_BASE_URL"),
             hosts=hosts,
             max_in_flight=OPENAI_DEFAULT_PARALLEL,
-            api_key=from_env(settings.openai_api_key, "PIPELINE_OPENAI_API_KEY", "OPENAI_API_KEY"),
+            api_key=config_value(settings.openai_api_key, "PIPELINE_OPENAI_API_KEY", "OPENAI_API_KEY"),
             api=settings.openai_api,
             model_names=dict(settings.openai_models),
             **paid_backend_fields(settings, f"openai:{redact(settings.openai_base_url)}", env_vars),
@@ -125,22 +127,22 @@ def _host_spec(host: LLMHost) -> str:
 def paid_backend_fields(settings: Settings, bucket: str, env_vars: bool = False) -> dict[str, Any]:
     """The pacer and the prices for a backend that may be remote or paid (the resource decides
     whether it is local: then it is neither paced nor priced)."""
-    from_env = _env_vars if env_vars else _values
+    config_value = _config_value(env_vars)
     return {
         "pace_per_second": settings.llm_rate_per_second,
         "pace_burst": settings.llm_burst,
         "pace_bucket": bucket,
-        "pace_database_url": from_env(settings.database_url, "PIPELINE_DATABASE_URL"),
+        "pace_database_url": config_value(settings.database_url, "PIPELINE_DATABASE_URL"),
         "prices": {model: [prompt, completion] for model, prompt, completion in settings.model_prices},
     }
 
 
 def build_taxonomy_resource(settings: Settings, env_vars: bool = False) -> TaxonomyResource:
-    from_env = _env_vars if env_vars else _values
+    config_value = _config_value(env_vars)
     return TaxonomyResource(
         path=settings.taxonomy_path,
         embedding_backend=settings.embedding_backend,
-        ollama_host=from_env(settings.ollama_host or "", "OLLAMA_HOST"),
+        ollama_host=config_value(settings.ollama_host or "", "OLLAMA_HOST"),
         embedding_model=settings.embedding_model,
         embedding_cache_dir=str(settings.data_dir / "embedding_cache"),
     )

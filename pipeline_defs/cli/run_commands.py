@@ -119,9 +119,10 @@ def _why_none(item) -> str:  # noqa: ANN001 - a WorkItem or None
         return "(none yet)"
     if item.status == "failed":
         after = f"parked after {item.attempts} attempts, `pipeline retry` re-queues it"
+    elif item.next_attempt_at:
+        after = f"retried by a run after {item.next_attempt_at:%H:%M:%S} UTC"
     else:
-        after = f"retried by a run after {item.next_attempt_at:%H:%M:%S} UTC" if item.next_attempt_at else ""
-        after = after or "retried by the next run"
+        after = "retried by the next run"
     return f"(none yet, {after}: {item.last_error})"
 
 
