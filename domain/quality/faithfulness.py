@@ -109,6 +109,7 @@ DETAIL_BREAKS = {
     "through", "during", "after", "before", "between", "up", "out", "re", "ll", "ve",
 }  # fmt: skip
 VOCABULARY_PATH = Path(__file__).with_name("posting_vocabulary.txt")
+_PHRASE_BREAKS = STOPWORDS | DETAIL_BREAKS  # built once: the detail scan tests every word
 MIN_DETAIL_LETTERS = 3
 MIN_SHARED_PREFIX = 5
 """A detail word and a posting word are one word in two forms when one stem starts the other and
@@ -483,7 +484,7 @@ def _detail_spans(summary: str, vocabulary: frozenset[str] | None = None) -> lis
         text = word.group(0)
         if run and summary[run[-1].end() : word.start()].strip():
             close()  # punctuation between two words ends a phrase
-        if text[0].islower() and fold(text) not in STOPWORDS | DETAIL_BREAKS:
+        if text[0].islower() and fold(text) not in _PHRASE_BREAKS:
             run.append(word)
         else:
             close()
