@@ -196,3 +196,20 @@ def change_marker(session: Session) -> str:
         )
     ).one()
     return "|".join(str(value) for value in row)
+
+
+def arrival_marker(session: Session) -> str:
+    """A fingerprint of new work arriving from outside the runs: postings and subjects ingested or
+    replaced, pauses ended by hand. Unlike `change_marker` it stays still while runs write their
+    outputs, so the daemon can watch it every half second and wake its sensors only on arrivals.
+    Every part is read off an index (a primary key or an `updated_at` index)."""
+    row = session.execute(
+        select(
+            select(func.max(Posting.id)).scalar_subquery(),
+            select(func.max(Posting.updated_at)).scalar_subquery(),
+            select(func.max(Subject.id)).scalar_subquery(),
+            select(func.max(Subject.updated_at)).scalar_subquery(),
+            select(func.count(UseCasePause.use_case)).scalar_subquery(),
+        )
+    ).one()
+    return "|".join(str(value) for value in row)

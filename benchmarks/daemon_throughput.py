@@ -46,6 +46,7 @@ from domain.language.declaration import SCRIPT_BACKEND
 from pipeline_defs.settings import PROJECT_ROOT
 
 USE_CASES = ("posting_summary", "posting_skills", "skill_entities")
+PROJECT_PACKAGES = ("appdb", "assets", "domain", "pipeline_defs", "resources", "sensors")
 STARTUP_TIMEOUT_SECONDS = 300
 IDLE_SECONDS = 12  # after the location is up: the sensors' first ticks find an empty database
 POLL_SECONDS = 0.25
@@ -200,6 +201,14 @@ class Ui:
                 break
             time.sleep(3)
         self.log.close()
+
+
+def _byte_compile(project_root: Path) -> None:
+    """Compile the checkout's modules once, as a normal install leaves them: every run is a new process,
+    and where PYTHONDONTWRITEBYTECODE is set (this machine; many container images) each would compile
+    the project anew (0.25-0.3 s of a run's start)."""
+    packages = [str(project_root / name) for name in PROJECT_PACKAGES if (project_root / name).is_dir()]
+    subprocess.run([sys.executable, "-m", "compileall", "-q", *packages], check=True, capture_output=True)
 
 
 def _pipeline(project_root: Path, env: dict[str, str], *command: str) -> None:
@@ -519,6 +528,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep-log", type=Path, default=None, help="copy each dagster dev log here")
     args = parser.parse_args(argv)
     args.project_root = args.project_root.resolve()
+    _byte_compile(args.project_root)
     rows = []
     previous = args.out or PROJECT_ROOT / "results"
     existing = previous / f"{args.name}.json"

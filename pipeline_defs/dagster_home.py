@@ -34,6 +34,7 @@ MAX_CONCURRENT_RUNS = 4
 SCRIPT_RUNS_ROOM = 2  # places for script runs (skill resolution) beside the LLM runs on a server backend
 DEQUEUE_INTERVAL_SECONDS = 1
 DEQUEUE_WORKERS = 4
+SENSOR_WORKERS = 4
 FREE_SLOTS_AFTER_RUN_END_SECONDS = 60
 STORAGE_MODULE = "pipeline_defs.dagster_storage"
 POSTGRES_URL_VARIABLE = "PIPELINE_DAGSTER_POSTGRES_URL"
@@ -86,6 +87,11 @@ def dagster_yaml(settings: Settings) -> str:
         # a new process) took 1-2.5 s, so three hosts' runs started seconds apart.
         "  dequeue_use_threads: true",
         f"  dequeue_num_workers: {DEQUEUE_WORKERS}",
+        # Sensors tick side by side (one after another, a loop took 1-3 s on a busy machine and the
+        # daemon looks every second: `pipeline_defs/daemon.py`).
+        "sensors:",
+        "  use_threads: true",
+        f"  num_workers: {SENSOR_WORKERS}",
         # A run whose worker died keeps its pool slot (one slot: every LLM step would wait
         # forever). The discovery sensor marks such runs failed when their claims expire;
         # monitoring then frees their slots, and fails runs that never get started.

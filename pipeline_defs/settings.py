@@ -25,7 +25,7 @@ Everything a user may want to point elsewhere is one environment variable:
 | PIPELINE_TAXONOMY_PATH       | unset (the built-in demo taxonomy); e.g. ESCO's ``skills_en.csv`` |
 | PIPELINE_EMBEDDING_BACKEND   | ``minilm`` if installed (``make`` does it), else ``none``; or ``ollama`` |
 | PIPELINE_EMBEDDING_MODEL     | ``nomic-embed-text``                     |
-| PIPELINE_SENSOR_INTERVAL_SECONDS | ``3``: how often each discovery sensor looks (the daemon: every 5 s) |
+| PIPELINE_SENSOR_INTERVAL_SECONDS | ``1``: least time between a discovery sensor's looks (see docs) |
 | PIPELINE_JUDGE_MODEL         | ``deterministic`` (quality signals); an LLM judge, used once calibrated |
 | PIPELINE_JUDGE_SAMPLE        | ``2`` outputs graded per use case and run; ``0`` turns the judge off |
 | PIPELINE_JUDGE_RUBRIC        | unset (the built-in rubric); a JSON file with criteria and examples |
@@ -62,7 +62,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 # The daemon looks at its sensors every 5 s and skips one whose last tick is younger than its interval:
 # at 5 s a tick 4.9 s old waits a whole loop more (ticks every 10 s). Below the loop, every loop ticks;
 # an idle tick is one cheap query (docs/performance.md).
-DEFAULT_SENSOR_INTERVAL_SECONDS = 3
+DEFAULT_SENSOR_INTERVAL_SECONDS = 1
 DAGSTER_STORAGES = ("stock", "pooled")
 SKILLS_STYLES = ("tagger", "tagger+llm", "llm")  # domain/use_cases/shipped.py: skills_use_case
 LLM_BACKENDS = ("ollama", "openai", "embedded")

@@ -231,7 +231,8 @@ def group_lease_seconds(group: WorkGroup) -> int:
 def build_discovery_sensor(
     group: WorkGroup, interval_seconds: int = DEFAULT_INTERVAL_SECONDS, hosts: Sequence[LLMHost] = ()
 ) -> SensorDefinition:
-    """The group's sensor; it ticks every `interval_seconds` (PIPELINE_SENSOR_INTERVAL_SECONDS). With
+    """The group's sensor; it ticks at most every `interval_seconds` (PIPELINE_SENSOR_INTERVAL_SECONDS): at
+    the daemon's 5 s look, or sooner when postings arrive (`pipeline_defs/daemon.py`). With
     `hosts` (a server backend) each LLM run is pinned to one of them (`sensors/host_pinning.py`)."""
     hosts = hosts if group.model else ()  # a script group calls no model server
     members = ", ".join(group.use_case_names)

@@ -17,6 +17,7 @@ pipeline resume [--use-case NAME]      end pauses now
 pipeline ui [--port N]           start `dagster dev` on 127.0.0.1 with the project's DAGSTER_HOME (the
                                  webserver refuses foreign-Host and cross-origin GraphQL requests)
 pipeline webserver [--host H] [--port N]   that guarded webserver alone (a service)
+pipeline daemon                  dagster-daemon alone (a service), its sensors woken when postings arrive
 pipeline review [...]            the gym: quality figures, review items, accept/reject/correct
 pipeline autodo scan|list|pick|show|done|wontfix|note|prio|split|dep|tree|scope   TODO work items
 pipeline reprocess --stale [--use-case NAME] [--dry-run]   redo only outdated outputs

@@ -1,11 +1,13 @@
-"""`pipeline ui` (dagster dev: webserver and daemon, the webserver behind `RequestGuard`) and
-`pipeline webserver` (the guarded webserver alone, for a service).
+"""`pipeline ui` (dagster dev: webserver and daemon, the webserver behind `RequestGuard`), and
+`pipeline webserver` and `pipeline daemon` (each alone, for a service).
 
-`pipeline ui` runs `dagster dev` in this process with one change: the webserver process it starts is
+`pipeline ui` runs `dagster dev` in this process with two changes: the webserver process it starts is
 `python -m pipeline_defs.webserver` (dagster-webserver with the same arguments, its app wrapped in
-`pipeline_defs.request_guard.RequestGuard`) instead of `python -m dagster_webserver`. The daemon, the
-shared code server, logging and shutdown stay dagster dev's. Everything the processes it starts write
-goes through `safe_text` (credentials redacted, control sequences dropped) on its way to the terminal.
+`pipeline_defs.request_guard.RequestGuard`) instead of `python -m dagster_webserver`, and the daemon is
+`python -m pipeline_defs.daemon` (dagster-daemon, its sensors woken when postings arrive instead of
+waiting for Dagster's next 5 s look). The shared code server, logging and shutdown stay dagster dev's.
+Everything the processes it starts write goes through `safe_text` (credentials redacted, control
+sequences dropped) on its way to the terminal.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ from pipeline_defs.settings import PROJECT_ROOT, Settings
 
 WEBSERVER_MODULE = "dagster_webserver"
 GUARDED_WEBSERVER_MODULE = "pipeline_defs.webserver"
+DAEMON_MODULE = "dagster._daemon"
+QUICK_DAEMON_MODULE = "pipeline_defs.daemon"
+SWAPPED_MODULES = {WEBSERVER_MODULE: GUARDED_WEBSERVER_MODULE, DAEMON_MODULE: QUICK_DAEMON_MODULE}
 PUMP_CHUNK = 65536
 PUMP_DRAIN_SECONDS = 5
 
@@ -41,6 +46,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     webserver.add_argument("--host", default="127.0.0.1", help="the address to bind (default 127.0.0.1)")
     webserver.add_argument("--port", type=int, default=3000, help="the port (default 3000)")
     webserver.set_defaults(handler=cmd_webserver)
+    daemon = commands.add_parser(
+        "daemon", help="dagster-daemon alone (a service), its sensors woken when postings arrive"
+    )
+    daemon.set_defaults(handler=cmd_daemon)
 
 
 def cmd_ui(settings: Settings, args: argparse.Namespace) -> int:
@@ -59,7 +68,7 @@ def cmd_ui(settings: Settings, args: argparse.Namespace) -> int:
     stop_signals = (signal.SIGINT, signal.SIGTERM)
     handlers = {sig: signal.signal(sig, signal.default_int_handler) for sig in stop_signals}
     original = dagster_dev.open_ipc_subprocess
-    dagster_dev.open_ipc_subprocess = guard_webserver(original)
+    dagster_dev.open_ipc_subprocess = swap_modules(original)
     workspace = str(PROJECT_ROOT / "workspace.yaml")
     try:
         with output_through_safe_text():
@@ -88,17 +97,26 @@ def cmd_webserver(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def guard_webserver(open_subprocess: Callable[..., Any]) -> Callable[..., Any]:
-    """dagster dev's `open_ipc_subprocess`, starting the guarded webserver instead of the bare one;
-    anything but a webserver command starts as it is."""
+def cmd_daemon(settings: Settings, args: argparse.Namespace) -> int:
+    from pipeline_defs import daemon
 
-    def open_guarded(command: Sequence[str], **kwargs: Any) -> Any:
+    ensure_dagster_home(settings)
+    sys.argv = ["dagster-daemon", "run", "-w", str(PROJECT_ROOT / "workspace.yaml")]
+    daemon.main()
+    return 0
+
+
+def swap_modules(open_subprocess: Callable[..., Any]) -> Callable[..., Any]:
+    """dagster dev's `open_ipc_subprocess`, starting the guarded webserver and the waking daemon
+    instead of the stock ones; any other command starts as it is."""
+
+    def open_swapped(command: Sequence[str], **kwargs: Any) -> Any:
         parts = list(command)
-        if parts[1:3] == ["-m", WEBSERVER_MODULE]:
-            parts[2] = GUARDED_WEBSERVER_MODULE
+        if parts[1:2] == ["-m"] and len(parts) > 2 and parts[2] in SWAPPED_MODULES:
+            parts[2] = SWAPPED_MODULES[parts[2]]
         return open_subprocess(parts, **kwargs)
 
-    return open_guarded
+    return open_swapped
 
 
 @contextlib.contextmanager

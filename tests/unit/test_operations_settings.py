@@ -22,7 +22,7 @@ from sensors.discovery_sensor import run_size
 
 def test_sensor_interval_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PIPELINE_SENSOR_INTERVAL_SECONDS", raising=False)
-    assert Settings.from_env().sensor_interval_seconds == 3  # below the daemon's 5 s loop: every loop ticks
+    assert Settings.from_env().sensor_interval_seconds == 1  # the daemon then looks every second
     monkeypatch.setenv("PIPELINE_SENSOR_INTERVAL_SECONDS", "5")
     defs = build_definitions(Settings.from_env())
     discovery_sensors = [sensor for sensor in defs.sensors if sensor.name.endswith("_discovery")]
@@ -108,6 +108,8 @@ def test_on_model_servers_the_run_queue_limits_runs_per_host_and_script_runs_get
         # three hosts' runs launched together, not one launch (1-2.5 s) after another
         coordinator = instance.run_coordinator
         assert coordinator.dequeue_use_threads and coordinator.dequeue_num_workers == 4
+        # sensors ticked side by side: one slow tick does not hold up the others' look
+        assert instance.get_settings("sensors") == {"use_threads": True, "num_workers": 4}
 
 
 def test_in_flight_requests_default_to_the_servers_parallel_slots(monkeypatch: pytest.MonkeyPatch) -> None:

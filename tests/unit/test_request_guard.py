@@ -13,7 +13,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.testclient import TestClient
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from pipeline_defs.cli.ui_command import guard_webserver
+from pipeline_defs.cli.ui_command import swap_modules
 from pipeline_defs.request_guard import RequestGuard, allowed_hosts
 from pipeline_defs.webserver import guarded_app_hosts
 
@@ -111,15 +111,18 @@ def test_allowed_hosts_add_a_proxy_name_and_the_bound_address(monkeypatch: pytes
     assert "0.0.0.0:3000" not in guarded_app_hosts("0.0.0.0", PORT)
 
 
-def test_dagster_dev_starts_the_guarded_webserver() -> None:
-    """`pipeline ui` swaps dagster dev's `python -m dagster_webserver` for the guarded one (and only it)."""
+def test_dagster_dev_starts_the_guarded_webserver_and_the_quick_daemon() -> None:
+    """`pipeline ui` swaps dagster dev's `python -m dagster_webserver` for the guarded one and its daemon
+    for the one whose sensor loop follows the sensor interval; anything else starts as it is."""
     started: list[list[str]] = []
-    open_guarded = guard_webserver(lambda command, **kwargs: started.append(command))
-    open_guarded(["/venv/bin/python", "-m", "dagster_webserver", "--port", "3000"], pass_fds=[5])
-    open_guarded(["/venv/bin/python", "-m", "dagster._daemon", "run"], pass_fds=[6])
+    open_swapped = swap_modules(lambda command, **kwargs: started.append(command))
+    open_swapped(["/venv/bin/python", "-m", "dagster_webserver", "--port", "3000"], pass_fds=[5])
+    open_swapped(["/venv/bin/python", "-m", "dagster._daemon", "run"], pass_fds=[6])
+    open_swapped(["/venv/bin/python", "-m", "dagster", "code-server", "start"], pass_fds=[7])
     assert started == [
         ["/venv/bin/python", "-m", "pipeline_defs.webserver", "--port", "3000"],
-        ["/venv/bin/python", "-m", "dagster._daemon", "run"],
+        ["/venv/bin/python", "-m", "pipeline_defs.daemon", "run"],
+        ["/venv/bin/python", "-m", "dagster", "code-server", "start"],
     ]
     # dagster dev still starts its webserver that way (a Dagster upgrade that changes it fails here)
     import inspect
@@ -128,3 +131,4 @@ def test_dagster_dev_starts_the_guarded_webserver() -> None:
 
     source = inspect.getsource(dagster_dev.dev_command_impl)
     assert 'open_ipc_subprocess(\n                [sys.executable, "-m", "dagster_webserver"]' in source
+    assert '"-m",\n                    "dagster._daemon",\n                    "run",' in source
