@@ -15,6 +15,7 @@ and pauses the use case (the circuit breaker); a bad output counts against that 
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -98,6 +99,9 @@ def process_batch(
 def _process_held(run: BatchRun, held: list[str]) -> Iterator[AssetMaterialization]:
     """Single calls or a chain over the held postings, with the claims given back if the run stops."""
     run.remaining = set(held)
+    for check in run.use_case.checks:
+        if check.warm_up is not None:  # loads beside the first calls, before the first output needs it
+            threading.Thread(target=check.warm_up, name=f"warm-up {check.name}", daemon=True).start()
     try:
         with host_turn(run):  # several runs per host: one after another, each started and ready
             if run.use_case.steps is not None:  # a multi-step use case: run by step, in waves

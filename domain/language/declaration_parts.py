@@ -17,12 +17,16 @@ class DeclarationError(ValueError):
 
 @dataclass(frozen=True)
 class OutputCheck:
-    """A structural check of one output: returns None when fine, else the reason it fails."""
+    """A structural check of one output: returns None when fine, else the reason it fails.
+
+    `warm_up` loads what the check needs (a word list, a model) ahead of the first output: a run
+    calls it in a thread beside its first calls, so the first output is not held up by it."""
 
     name: str
     description: str
     check: Callable[[dict[str, Any], Mapping[str, Any]], str | None]
     blocking: bool = False
+    warm_up: Callable[[], object] | None = None
 
 
 @dataclass(frozen=True)

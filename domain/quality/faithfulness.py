@@ -510,6 +510,9 @@ class FaithfulnessChecker:
 
     embedder: MiniLM (or any `embed(texts) -> vectors` backend) for names and roles exact matching
         misses; None means exact matching only.
+    load_embedder: instead of `embedder`, how to load it: called on the first claim exact matching
+        misses (most summaries have none: their check loads no model); None from it, or an error,
+        means exact matching only.
     vocabulary: stems a detail may use freely (default: `shared_vocabulary()`, the shipped list).
     details: False checks numbers, codes, names and roles only (the check before details, for
         benchmarks that compare).
@@ -521,13 +524,27 @@ class FaithfulnessChecker:
         threshold: float = SIMILARITY_THRESHOLD,
         vocabulary: frozenset[str] | None = None,
         details: bool = True,
+        load_embedder: Callable[[], Embedder | None] | None = None,
     ) -> None:
-        self.embedder = embedder
+        self._embedder = embedder
+        self._load_embedder = load_embedder
         self.threshold = threshold
         self.vocabulary = vocabulary
         self.details = details
         self._unit_vectors: OrderedDict[str, Any] = OrderedDict()  # a few postings' unit vectors
         self._lock = threading.Lock()
+
+    @property
+    def embedder(self) -> Embedder | None:
+        """The similarity backend, loaded on first use when the checker was given a loader."""
+        with self._lock:
+            if self._load_embedder is not None:
+                load, self._load_embedder = self._load_embedder, None
+                try:
+                    self._embedder = load()
+                except (RuntimeError, OSError, ImportError):
+                    self._embedder = None  # exact matching only: stricter, never looser
+            return self._embedder
 
     def findings(self, summary: str, posting: Mapping[str, Any]) -> list[Finding]:
         evidence = Evidence.of(posting)
@@ -625,17 +642,21 @@ UNIT_CACHE_SIZE = 64
 def default_checker(load_embedder: Callable[[], Embedder] | None = None) -> FaithfulnessChecker:
     """The process's checker: with MiniLM when its package is installed, else exact-only.
 
-    Loaded once (about a second: the 83 MB weights), on the first summary checked."""
+    MiniLM (about a second: the 83 MB weights) is loaded on the first name or role exact matching
+    misses, not before: most summaries never need it."""
     with _DEFAULT_LOCK:
         if not _DEFAULT:
-            embedder: Embedder | None = None
-            try:
-                if load_embedder is None:
-                    from domain.skills.embeddings import MiniLMEmbeddings
-
-                    load_embedder = MiniLMEmbeddings
-                embedder = load_embedder()
-            except (RuntimeError, OSError, ImportError):
-                embedder = None  # exact matching only: stricter, never looser
-            _DEFAULT.append(FaithfulnessChecker(embedder))
+            _DEFAULT.append(FaithfulnessChecker(load_embedder=load_embedder or _load_minilm))
         return _DEFAULT[0]
+
+
+def _load_minilm() -> Embedder:
+    from domain.skills.embeddings import MiniLMEmbeddings
+
+    return MiniLMEmbeddings()
+
+
+def warm_up() -> None:
+    """Read the shared vocabulary (stemming 3,400 words: half a second) before the first summary."""
+    default_checker()
+    shared_vocabulary()

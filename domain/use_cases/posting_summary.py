@@ -13,7 +13,7 @@ from typing import Any
 
 from domain.language.declaration import UseCase
 from domain.language.declaration_parts import OutputCheck
-from domain.quality import output_checks
+from domain.quality import faithfulness, output_checks
 from domain.quality.corrections import CorrectionContext, Edits
 from domain.quality.quality_signals import deterministic_judge
 
@@ -142,6 +142,7 @@ POSTING_SUMMARY = UseCase(
             "(normalized matching, then MiniLM similarity for reworded names).",
             output_checks.summary_faithful,
             blocking=True,
+            warm_up=faithfulness.warm_up,
         ),
         OutputCheck(
             "summary_not_degenerate",

@@ -114,6 +114,22 @@ def test_similarity_vouches_for_reworded_names_never_for_new_names_or_numbers() 
     assert "'Brightwave Energy Group'" in EXACT.unsupported(summary, POSTING)  # exact-only: stricter
 
 
+def test_the_model_loads_only_when_a_reworded_name_needs_it() -> None:
+    """A run's first summary is not held up by loading MiniLM (a second) when exact matching suffices."""
+    loads: list[int] = []
+
+    def load() -> SameVector:
+        loads.append(1)
+        return SameVector()
+
+    checker = FaithfulnessChecker(load_embedder=load, threshold=0.8)
+    assert checker.unsupported(FAITHFUL, POSTING) == [] and loads == []
+    reworded = "Brightwave Energy Group in Berlin hires a Data Engineer."
+    assert checker.unsupported(reworded, POSTING) == [] and loads == [1]  # vouched for by similarity
+    checker.unsupported(reworded, POSTING)
+    assert loads == [1]  # loaded once
+
+
 def test_the_check_works_exact_only_when_minilm_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     def missing() -> Any:
         raise RuntimeError("the embedded embedding model is not installed")
