@@ -33,7 +33,7 @@ LLM_POOL_LIMIT = 1
 MAX_CONCURRENT_RUNS = 4
 SCRIPT_RUNS_ROOM = 2  # places for script runs (skill resolution) beside the LLM runs on a server backend
 DEQUEUE_INTERVAL_SECONDS = 1
-DEQUEUE_WORKERS = 4
+DEQUEUE_WORKERS = min(4, os.cpu_count() or 1)  # each launch is a process loading the code: CPU-bound
 SENSOR_WORKERS = 4
 FREE_SLOTS_AFTER_RUN_END_SECONDS = 60
 STORAGE_MODULE = "pipeline_defs.dagster_storage"
@@ -84,7 +84,8 @@ def dagster_yaml(settings: Settings) -> str:
         "run_queue:",
         f"  dequeue_interval_seconds: {DEQUEUE_INTERVAL_SECONDS}",
         # Launch dequeued runs side by side: one at a time, each launch (a call to the code server,
-        # a new process) took 1-2.5 s, so three hosts' runs started seconds apart.
+        # a new process) took 1-2.5 s, so three hosts' runs started seconds apart; no more at once than
+        # the cores: on 2 cores four launches took 6-7 s each and held up the first output.
         "  dequeue_use_threads: true",
         f"  dequeue_num_workers: {DEQUEUE_WORKERS}",
         # Sensors tick side by side (one after another, a loop took 1-3 s on a busy machine and the
