@@ -66,7 +66,9 @@ def build_definitions(
         schedules=[retirement[1]] if retirement else [],
         sensors=[
             *(
-                build_discovery_sensor(group, settings.sensor_interval_seconds, settings.resolved_hosts())
+                build_discovery_sensor(
+                    group, settings.sensor_interval_seconds, settings.resolved_hosts(), groups
+                )
                 for group in groups
             ),
             *([skills_taxonomy_sensor] if with_postings else []),

@@ -228,13 +228,32 @@ def group_lease_seconds(group: WorkGroup) -> int:
     return max(member.use_case.retry.lease_seconds for member in group.members)
 
 
+def feeding_jobs(group: WorkGroup, groups: Sequence[WorkGroup]) -> list[str]:
+    """The jobs of the other groups whose use cases write what this group's members read."""
+    wanted = {name for member in group.members for name in member.use_case.upstream}
+    return [other.job.name for other in groups if other is not group and wanted & set(other.use_case_names)]
+
+
+def upstream_still_running(instance: DagsterInstance, jobs: Sequence[str]) -> bool:
+    return any(instance.get_runs(RunsFilter(job_name=job, statuses=ACTIVE_STATUSES), limit=1) for job in jobs)
+
+
 def build_discovery_sensor(
-    group: WorkGroup, interval_seconds: int = DEFAULT_INTERVAL_SECONDS, hosts: Sequence[LLMHost] = ()
+    group: WorkGroup,
+    interval_seconds: int = DEFAULT_INTERVAL_SECONDS,
+    hosts: Sequence[LLMHost] = (),
+    groups: Sequence[WorkGroup] = (),
 ) -> SensorDefinition:
     """The group's sensor; it ticks at most every `interval_seconds` (PIPELINE_SENSOR_INTERVAL_SECONDS): at
     the daemon's 5 s look, or sooner when postings arrive (`pipeline_defs/daemon.py`). With
-    `hosts` (a server backend) each LLM run is pinned to one of them (`sensors/host_pinning.py`)."""
+    `hosts` (a server backend) each LLM run is pinned to one of them (`sensors/host_pinning.py`).
+
+    A script group (no model) whose inputs are still being written by runs of other `groups` waits
+    until it has a full batch or those runs end: otherwise it starts a run for every few postings
+    the upstream runs finish (each run a process loading the code and the resolver: 11 runs where
+    2 would do, measured with three hosts, on the CPU the other runs need)."""
     hosts = hosts if group.model else ()  # a script group calls no model server
+    feeders = feeding_jobs(group, groups) if group.model is None else []
     members = ", ".join(group.use_case_names)
     interval = interval_seconds
 
@@ -274,6 +293,15 @@ def build_discovery_sensor(
             context.log.warning(f"{name} is paused, no runs requested for it: {why}")
         cursor = json.dumps({"marker": marker, "pending": len(plan.pending)})
         requests = plan.run_requests(group)
+        todo = sum(len(batch) for batch in plan.batches)
+        waiting = ""
+        if requests and todo < group.batch_size and upstream_still_running(context.instance, feeders):
+            waiting = (
+                f"{group.name}: {todo} postings ready, fewer than a batch ({group.batch_size}) while "
+                f"upstream runs ({', '.join(feeders)}) still write more: waiting for a batch or their end"
+            )
+            context.log.info(waiting)
+            requests = []
         if hosts and not open_hosts:
             context.log.warning(
                 f"{group.name}: every host serving {group.model} is paused or lists other models"
@@ -288,6 +316,8 @@ def build_discovery_sensor(
         )
         if not requests and not plan.new_partitions:
             context.update_cursor(cursor)
+            if waiting:
+                return SkipReason(waiting)
             if plan.paused and not plan.pending:
                 return SkipReason(f"{group.name}: paused: {'; '.join(plan.paused.values())}")
             if not plan.pending:
@@ -333,6 +363,7 @@ def build_discovery_sensor(
 __all__ = [
     "RunPlan",
     "build_discovery_sensor",
+    "feeding_jobs",
     "fail_dead_runs",
     "group_lease_seconds",
     "partition_positions",

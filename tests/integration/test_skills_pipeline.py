@@ -206,3 +206,30 @@ def test_each_resolution_records_the_skills_output_it_read_so_the_ui_shows_it_fr
         assert tags[get_input_event_pointer_tag(skills)] == str(skills_event)
         assert tags[get_input_data_version_tag(skills)] == record.event_log_entry.tags[DATA_VERSION_TAG]
         assert resolver.get_status(entities, key) == StaleStatus.FRESH
+
+
+def test_resolution_waits_for_a_batch_while_upstream_runs_still_write_skills(pipeline) -> None:
+    """A few postings with skills while the skills runs go on: no run of their own yet (each run is a
+    process loading the resolver); a full batch, or the upstream runs' end, starts one."""
+    from dagster import DagsterRunStatus, SensorResult, SkipReason, build_sensor_context
+    from dagster._core.test_utils import create_run_for_test
+
+    from sensors.discovery_sensor import build_discovery_sensor, feeding_jobs
+
+    defs, groups, instance, url = pipeline
+    llm_group, entities = groups
+    assert feeding_jobs(entities, groups) == [llm_group.job.name] and feeding_jobs(llm_group, groups) == []
+    assert load_reference_data(defs, instance)
+    run_pending(defs, [llm_group], instance, AppDatabase(url=url), source="test")  # skills for 3 postings
+    upstream = create_run_for_test(instance, job_name=llm_group.job.name, status=DagsterRunStatus.STARTED)
+
+    def tick():  # noqa: ANN202
+        context = build_sensor_context(instance=instance, resources={"app_db": AppDatabase(url=url)})
+        return build_discovery_sensor(entities, groups=groups)(context)
+
+    waiting = tick()
+    assert isinstance(waiting, SkipReason) and "3 postings ready, fewer than a batch" in waiting.skip_message
+
+    instance.report_run_canceled(instance.get_run_by_id(upstream.run_id))
+    started = tick()
+    assert isinstance(started, SensorResult) and len(started.run_requests) == 1
