@@ -9,7 +9,9 @@ cosine of the mention after a learned linear adapter (`QueryAdapter`), and how e
 the candidates. A logistic model turns those into the probability that the concept is meant;
 its Platt-scaled output is the `confidence` a Resolution carries. Three models, same features,
 one per kind of query: "mention" (a mention with its sentence), "bare_mention" (a mention alone,
-as skill_entities sends today) and "sentence" (the sentence is the query).
+as skill_entities sends today) and "sentence" (the sentence is the query). A model may instead be a
+`RankerModel` (one hidden layer, trained listwise; the trainer's `--models ranker`), read from the
+same JSON by its "type".
 
 Trained by `python -m domain.skills.train_skill_linker` on SkillSkape train only; the weights
 and their card (data, licence, hyper-parameters, validation scores) ship as
@@ -184,6 +186,189 @@ def fit_platt(logits: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
 
 
 @dataclass(frozen=True)
+class RankerModel:
+    """A one-hidden-layer scorer: standardized features z -> z.linear + tanh(z W + c).out + bias -> Platt.
+
+    Trained listwise (softmax over a query's candidates) together with a pointwise logistic term
+    (`fit_ranker`), so its scores both order one query's candidates and stay comparable across
+    queries (sentence-level linking merges the candidates of several queries by confidence).
+    """
+
+    mean: np.ndarray
+    scale: np.ndarray
+    linear: np.ndarray  # features
+    hidden: np.ndarray  # features x units
+    hidden_bias: np.ndarray  # units
+    out: np.ndarray  # units
+    bias: float
+    platt: tuple[float, float] = (1.0, 0.0)
+
+    def logits(self, features: np.ndarray) -> np.ndarray:
+        z = (features - self.mean) / self.scale
+        return z @ self.linear + np.tanh(z @ self.hidden + self.hidden_bias) @ self.out + self.bias
+
+    def probabilities(self, features: np.ndarray) -> np.ndarray:
+        a, b = self.platt
+        return 1.0 / (1.0 + np.exp(-(a * self.logits(features) + b)))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "type": "ranker",
+            "features": list(FEATURES),
+            "mean": self.mean.round(6).tolist(),
+            "scale": self.scale.round(6).tolist(),
+            "linear": self.linear.round(6).tolist(),
+            "hidden": self.hidden.round(6).tolist(),
+            "hidden_bias": self.hidden_bias.round(6).tolist(),
+            "out": self.out.round(6).tolist(),
+            "bias": round(float(self.bias), 6),
+            "platt": [round(float(v), 6) for v in self.platt],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RankerModel:
+        if list(data["features"]) != list(FEATURES):
+            raise ValueError(
+                f"the linker model was trained on features {data['features']}, this code computes "
+                f"{list(FEATURES)}: retrain it (python -m domain.skills.train_skill_linker)"
+            )
+        return cls(
+            np.asarray(data["mean"], np.float64),
+            np.asarray(data["scale"], np.float64),
+            np.asarray(data["linear"], np.float64),
+            np.asarray(data["hidden"], np.float64).reshape(len(FEATURES), -1),
+            np.asarray(data["hidden_bias"], np.float64),
+            np.asarray(data["out"], np.float64),
+            float(data["bias"]),
+            (float(data["platt"][0]), float(data["platt"][1])),
+        )
+
+
+Reranker = LogisticModel | RankerModel
+
+
+def reranker_from_dict(data: dict[str, Any]) -> Reranker:
+    """A model of either type from its JSON form (a model without "type" is logistic)."""
+    return RankerModel.from_dict(data) if data.get("type") == "ranker" else LogisticModel.from_dict(data)
+
+
+@dataclass(frozen=True)
+class RankerData:
+    """Candidates of many queries, standardized, grouped by query (rows of a query are contiguous)."""
+
+    features: np.ndarray
+    labels: np.ndarray
+    starts: np.ndarray  # first row of each query
+    group: np.ndarray  # query of each row
+
+    @classmethod
+    def of(cls, features: list[np.ndarray], labels: list[np.ndarray]) -> RankerData:
+        sizes = np.array([len(f) for f in features])
+        keep = sizes > 0
+        features = [f for f, k in zip(features, keep, strict=True) if k]
+        labels = [y for y, k in zip(labels, keep, strict=True) if k]
+        sizes = sizes[keep]
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        return cls(
+            np.vstack(features).astype(np.float64),
+            np.concatenate(labels).astype(np.float64),
+            starts,
+            np.repeat(np.arange(len(sizes)), sizes),
+        )
+
+
+def _ranker_loss(
+    model: RankerModel, data: RankerData, listwise: float, pointwise: float, want_gradient: bool = True
+) -> tuple[float, dict[str, np.ndarray]]:
+    """Listwise loss (-log of the softmax mass on a query's gold candidates, mean over queries with
+    one) plus `pointwise` times the mean logistic loss per candidate; gradients by hand."""
+    z = (data.features - model.mean) / model.scale
+    h = np.tanh(z @ model.hidden + model.hidden_bias)
+    s = z @ model.linear + h @ model.out + model.bias
+    top = np.maximum.reduceat(s, data.starts)
+    e = np.exp(s - top[data.group])
+    p = e / np.add.reduceat(e, data.starts)[data.group]
+    mass = np.add.reduceat(p * data.labels, data.starts)
+    has_gold = mass > 0
+    queries = max(int(has_gold.sum()), 1)
+    loss = listwise * float(-np.log(mass[has_gold]).sum() / queries)
+    loss += pointwise * float(np.mean(np.logaddexp(0.0, s) - data.labels * s))
+    sigmoid = 0.5 * (1.0 + np.tanh(0.5 * s))
+    if not want_gradient:
+        return loss, {}
+    rowmass = mass[data.group]
+    d_list = np.where(rowmass > 0, p - p * data.labels / np.where(rowmass > 0, rowmass, 1.0), 0.0)
+    ds = listwise * d_list / queries + pointwise * (sigmoid - data.labels) / len(s)
+    dh = np.outer(ds, model.out) * (1 - h**2)
+    return loss, {
+        "linear": z.T @ ds,
+        "hidden": z.T @ dh,
+        "hidden_bias": dh.sum(axis=0),
+        "out": h.T @ ds,
+        "bias": np.array(ds.sum()),
+    }
+
+
+def fit_ranker(
+    train: RankerData,
+    dev: RankerData,
+    units: int = 16,
+    listwise: float = 1.0,
+    pointwise: float = 1.0,
+    l2: float = 1e-4,
+    steps: int = 400,
+    learning_rate: float = 0.02,
+    seed: int = 17,
+    columns: list[int] | None = None,
+) -> tuple[RankerModel, list[dict[str, float]]]:
+    """`RankerModel` by full-batch Adam on `_ranker_loss`; the step with the lowest dev loss is kept
+    (checked every 20 steps). `columns`: the features used (the others get zero weights)."""
+    rng = np.random.default_rng(seed)
+    count = train.features.shape[1]
+    used = np.zeros(count, bool)
+    used[list(range(count)) if columns is None else columns] = True
+    mean = np.where(used, train.features.mean(axis=0), 0.0)
+    scale = np.where(used, train.features.std(axis=0) + 1e-6, 1.0)
+    params = {
+        "linear": np.zeros(count),
+        "hidden": rng.normal(0, 0.3, (count, units)) * used[:, None],
+        "hidden_bias": np.zeros(units),
+        "out": rng.normal(0, 0.1, units),
+        "bias": np.array(0.0),
+    }
+    mask = {"linear": used.astype(float), "hidden": used[:, None].astype(float)}
+    moments = {k: (np.zeros_like(v), np.zeros_like(v)) for k, v in params.items()}
+
+    def model_of(p: dict[str, np.ndarray]) -> RankerModel:
+        return RankerModel(
+            mean, scale, p["linear"], p["hidden"], p["hidden_bias"], p["out"], float(p["bias"])
+        )
+
+    best = model_of({k: v.copy() for k, v in params.items()})
+    best_loss = _ranker_loss(best, dev, listwise, pointwise, want_gradient=False)[0]
+    history = [{"step": 0, "dev_loss": round(best_loss, 5)}]
+    for step in range(1, steps + 1):
+        loss, grads = _ranker_loss(model_of(params), train, listwise, pointwise)
+        for name, grad in grads.items():
+            if name in ("linear", "hidden", "out"):
+                grad = grad + l2 * params[name]
+            grad = grad * mask.get(name, 1.0)
+            m, v = moments[name]
+            m[...] = 0.9 * m + 0.1 * grad
+            v[...] = 0.999 * v + 0.001 * grad**2
+            params[name] = params[name] - learning_rate * (m / (1 - 0.9**step)) / (
+                np.sqrt(v / (1 - 0.999**step)) + 1e-8
+            )
+        if step % 20 == 0 or step == steps:
+            candidate = model_of({k: v.copy() for k, v in params.items()})
+            dev_loss = _ranker_loss(candidate, dev, listwise, pointwise, want_gradient=False)[0]
+            history.append({"step": step, "train_loss": round(loss, 5), "dev_loss": round(dev_loss, 5)})
+            if dev_loss < best_loss:
+                best, best_loss = candidate, dev_loss
+    return best, history
+
+
+@dataclass(frozen=True)
 class QueryAdapter:
     """A linear map of mention vectors towards the labels they name: q -> unit(q + U (V^T q)).
 
@@ -213,13 +398,13 @@ class LinkerModel:
     """The three reranking models, the confidence below which resolve() answers "unmatched", the card,
     and how often each concept (by preferred label) is a skill in the training sentences (a prior)."""
 
-    models: dict[str, LogisticModel]
+    models: dict[str, Reranker]
     threshold: float
     card: dict[str, Any]
     concept_prior: dict[str, int] = field(default_factory=dict)  # preferred label -> training count
     adapter: QueryAdapter | None = None
 
-    def model(self, kind: str) -> LogisticModel:
+    def model(self, kind: str) -> Reranker:
         return self.models[kind]
 
     def to_json(self) -> str:
@@ -240,7 +425,7 @@ class LinkerModel:
         missing = [kind for kind in QUERY_KINDS if kind not in data.get("models", {})]
         if missing:
             raise ValueError(f"the linker model has no {', '.join(missing)} model")
-        models = {kind: LogisticModel.from_dict(data["models"][kind]) for kind in QUERY_KINDS}
+        models = {kind: reranker_from_dict(data["models"][kind]) for kind in QUERY_KINDS}
         prior = {str(label): int(count) for label, count in data.get("concept_prior", {}).items()}
         adapter = QueryAdapter.from_dict(data["adapter"]) if data.get("adapter") else None
         return cls(models, float(data["threshold"]), dict(data.get("card", {})), prior, adapter)

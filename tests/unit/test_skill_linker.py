@@ -17,6 +17,10 @@ from domain.skills.concept_reranker import (
     FEATURES,
     LinkerModel,
     QueryAdapter,
+    RankerData,
+    RankerModel,
+    _ranker_loss,
+    fit_ranker,
     load_linker_model,
 )
 from domain.skills.embeddings import (
@@ -271,3 +275,32 @@ def test_a_full_query_memo_is_emptied_without_losing_the_texts_of_the_call(
     resolver._embed_queries(["a", "bb"])
     vectors = resolver._embed_queries(["bb", "ccc"])  # "bb" was memoized; "ccc" overflows the memo
     assert vectors.shape == (2, 2) and vectors[0, 0] > vectors[0, 1] * 1.9
+
+
+def test_the_listwise_ranker_learns_its_gradient_is_right_and_it_round_trips() -> None:
+    rng = np.random.default_rng(1)
+    count = len(FEATURES)
+    features, labels = [], []
+    for _ in range(40):  # gold is the candidate where features 0 and 1 are both high (an interaction)
+        rows = rng.normal(size=(6, count))
+        gold = int(np.argmax(np.minimum(rows[:, 0], rows[:, 1])))
+        features.append(rows)
+        labels.append((np.arange(6) == gold) * 1.0)
+    data = RankerData.of(features, labels)
+    model, history = fit_ranker(data, data, units=4, steps=200, learning_rate=0.05)
+    assert history[-1]["dev_loss"] < history[0]["dev_loss"]
+    top = [np.argmax(model.logits(f)) == np.argmax(y) for f, y in zip(features, labels, strict=True)]
+    assert np.mean(top) > 0.8
+    loss, grads = _ranker_loss(model, data, 1.0, 0.5)
+    bumped = model.hidden.copy()
+    bumped[1, 2] += 1e-6
+    moved = RankerModel(
+        model.mean, model.scale, model.linear, bumped, model.hidden_bias, model.out, model.bias
+    )
+    numeric = (_ranker_loss(moved, data, 1.0, 0.5, want_gradient=False)[0] - loss) / 1e-6
+    assert numeric == pytest.approx(grads["hidden"][1, 2], abs=1e-4)
+    shipped = load_linker_model()
+    linker = LinkerModel({**shipped.models, "mention": model}, 0.5, {}, {}, shipped.adapter)
+    again = LinkerModel.from_json(linker.to_json()).model("mention")
+    assert isinstance(again, RankerModel)
+    assert np.allclose(again.probabilities(features[0]), model.probabilities(features[0]), atol=1e-4)
