@@ -175,41 +175,38 @@ def change_marker(session: Session) -> str:
     also changes when a waiting item or a paused use case comes due.
     """
     now = utcnow()
-    row = session.execute(
-        select(
-            select(func.count(Posting.id)).scalar_subquery(),
-            select(func.max(Posting.updated_at)).scalar_subquery(),
-            select(func.max(UseCaseOutput.updated_at)).scalar_subquery(),
-            select(func.max(WorkItem.updated_at)).scalar_subquery(),
-            select(func.min(WorkItem.next_attempt_at))
-            .where(WorkItem.next_attempt_at > now)
-            .scalar_subquery(),
-            select(func.min(WorkItem.lease_expires_at))
-            .where(WorkItem.lease_expires_at > now)
-            .scalar_subquery(),
-            select(func.max(ReferenceData.updated_at)).scalar_subquery(),
-            select(func.count(Subject.id)).scalar_subquery(),
-            select(func.max(Subject.updated_at)).scalar_subquery(),
-            select(func.count(UseCasePause.use_case)).scalar_subquery(),
-            select(func.max(UseCasePause.paused_at)).scalar_subquery(),
-            select(func.min(UseCasePause.resume_at)).where(UseCasePause.resume_at > now).scalar_subquery(),
-        )
-    ).one()
-    return "|".join(str(value) for value in row)
+    return _fingerprint(
+        session,
+        select(func.count(Posting.id)).scalar_subquery(),
+        select(func.max(Posting.updated_at)).scalar_subquery(),
+        select(func.max(UseCaseOutput.updated_at)).scalar_subquery(),
+        select(func.max(WorkItem.updated_at)).scalar_subquery(),
+        select(func.min(WorkItem.next_attempt_at)).where(WorkItem.next_attempt_at > now).scalar_subquery(),
+        select(func.min(WorkItem.lease_expires_at)).where(WorkItem.lease_expires_at > now).scalar_subquery(),
+        select(func.max(ReferenceData.updated_at)).scalar_subquery(),
+        select(func.count(Subject.id)).scalar_subquery(),
+        select(func.max(Subject.updated_at)).scalar_subquery(),
+        select(func.count(UseCasePause.use_case)).scalar_subquery(),
+        select(func.max(UseCasePause.paused_at)).scalar_subquery(),
+        select(func.min(UseCasePause.resume_at)).where(UseCasePause.resume_at > now).scalar_subquery(),
+    )
 
 
 def arrival_marker(session: Session) -> str:
     """A fingerprint of new work arriving from outside the runs: postings and subjects ingested or
     replaced, pauses ended by hand. Unlike `change_marker` it stays still while runs write their
-    outputs, so the daemon can watch it every half second and wake its sensors only on arrivals.
+    outputs, so the daemon can watch it every quarter second and wake its sensors only on arrivals.
     Every part is read off an index (a primary key or an `updated_at` index)."""
-    row = session.execute(
-        select(
-            select(func.max(Posting.id)).scalar_subquery(),
-            select(func.max(Posting.updated_at)).scalar_subquery(),
-            select(func.max(Subject.id)).scalar_subquery(),
-            select(func.max(Subject.updated_at)).scalar_subquery(),
-            select(func.count(UseCasePause.use_case)).scalar_subquery(),
-        )
-    ).one()
-    return "|".join(str(value) for value in row)
+    return _fingerprint(
+        session,
+        select(func.max(Posting.id)).scalar_subquery(),
+        select(func.max(Posting.updated_at)).scalar_subquery(),
+        select(func.max(Subject.id)).scalar_subquery(),
+        select(func.max(Subject.updated_at)).scalar_subquery(),
+        select(func.count(UseCasePause.use_case)).scalar_subquery(),
+    )
+
+
+def _fingerprint(session: Session, *values: Any) -> str:
+    """The scalar subqueries' values, read in one statement, joined into one comparable string."""
+    return "|".join(str(value) for value in session.execute(select(*values)).one())

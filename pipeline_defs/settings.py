@@ -59,9 +59,8 @@ from resources.llm_hosts import LLMHost, parse_hosts
 from resources.run_heartbeat import DEFAULT_HEARTBEAT_SECONDS
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-# The daemon looks at its sensors every 5 s and skips one whose last tick is younger than its interval:
-# at 5 s a tick 4.9 s old waits a whole loop more (ticks every 10 s). Below the loop, every loop ticks;
-# an idle tick is one cheap query (docs/performance.md).
+# The least time between two ticks of a discovery sensor. The daemon looks every 5 s, and at once when
+# postings arrive (pipeline_defs/daemon.py); an idle tick is one cheap query (docs/performance.md).
 DEFAULT_SENSOR_INTERVAL_SECONDS = 1
 DAGSTER_STORAGES = ("stock", "pooled")
 SKILLS_STYLES = ("tagger", "tagger+llm", "llm")  # domain/use_cases/shipped.py: skills_use_case

@@ -73,6 +73,11 @@ class RunPlan:
     pending_by_use_case: dict[str, int]
     paused: dict[str, str]  # use case -> "reason (until ...)"
 
+    @property
+    def to_request(self) -> int:
+        """Postings the batches hold: pending, less those already in queued or running runs."""
+        return len(self.pending) - self.in_flight
+
     def run_requests(self, group: WorkGroup, source: str | None = None) -> list[RunRequest]:
         requests = []
         for batch in self.batches:
@@ -235,6 +240,7 @@ def feeding_jobs(group: WorkGroup, groups: Sequence[WorkGroup]) -> list[str]:
 
 
 def upstream_still_running(instance: DagsterInstance, jobs: Sequence[str]) -> bool:
+    """Whether any of `jobs` has a queued or running run (one row read per job at most)."""
     return any(instance.get_runs(RunsFilter(job_name=job, statuses=ACTIVE_STATUSES), limit=1) for job in jobs)
 
 
@@ -293,11 +299,11 @@ def build_discovery_sensor(
             context.log.warning(f"{name} is paused, no runs requested for it: {why}")
         cursor = json.dumps({"marker": marker, "pending": len(plan.pending)})
         requests = plan.run_requests(group)
-        todo = sum(len(batch) for batch in plan.batches)
         waiting = ""
-        if requests and todo < group.batch_size and upstream_still_running(context.instance, feeders):
+        ready = plan.to_request
+        if requests and ready < group.batch_size and upstream_still_running(context.instance, feeders):
             waiting = (
-                f"{group.name}: {todo} postings ready, fewer than a batch ({group.batch_size}) while "
+                f"{group.name}: {ready} postings ready, fewer than a batch ({group.batch_size}) while "
                 f"upstream runs ({', '.join(feeders)}) still write more: waiting for a batch or their end"
             )
             context.log.info(waiting)

@@ -657,6 +657,6 @@ def _load_minilm() -> Embedder:
 
 
 def warm_up() -> None:
-    """Read the shared vocabulary (stemming 3,400 words: half a second) before the first summary."""
+    """Read the shared vocabulary (stemming 3,400 words: 0.13-0.5 s) before the first summary."""
     default_checker()
     shared_vocabulary()

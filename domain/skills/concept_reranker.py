@@ -104,6 +104,25 @@ class CandidateSignals:
         ).astype(np.float64)
 
 
+def platt_probabilities(platt: tuple[float, float], logits: np.ndarray) -> np.ndarray:
+    """Platt-scaled logits: the calibrated probability a Resolution's `confidence` carries."""
+    a, b = platt
+    return 1.0 / (1.0 + np.exp(-(a * logits + b)))
+
+
+def trained_features(data: dict[str, Any], prefix_allowed: bool) -> list[str]:
+    """The features a stored model was trained on; an error naming the fix when this code computes
+    others (`prefix_allowed`: a model trained before later features were added may still load)."""
+    trained_on = list(data["features"])
+    expected = list(FEATURES[: len(trained_on)]) if prefix_allowed else list(FEATURES)
+    if trained_on != expected:
+        raise ValueError(
+            f"the linker model was trained on features {trained_on}, this code computes "
+            f"{list(FEATURES)}: retrain it (python -m domain.skills.train_skill_linker)"
+        )
+    return trained_on
+
+
 @dataclass(frozen=True)
 class LogisticModel:
     """Standardized features -> logit -> Platt scaling (a * logit + b) -> probability."""
@@ -118,8 +137,7 @@ class LogisticModel:
         return ((features - self.mean) / self.scale) @ self.weights + self.bias
 
     def probabilities(self, features: np.ndarray) -> np.ndarray:
-        a, b = self.platt
-        return 1.0 / (1.0 + np.exp(-(a * self.logits(features) + b)))
+        return platt_probabilities(self.platt, self.logits(features))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -133,12 +151,7 @@ class LogisticModel:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LogisticModel:
-        trained_on = list(data["features"])
-        if trained_on != list(FEATURES[: len(trained_on)]):
-            raise ValueError(
-                f"the linker model was trained on features {data['features']}, this code computes "
-                f"{list(FEATURES)}: retrain it (python -m domain.skills.train_skill_linker)"
-            )
+        trained_on = trained_features(data, prefix_allowed=True)
         # A model trained before the later features were added gives them weight 0.
         missing = len(FEATURES) - len(trained_on)
         return cls(
@@ -208,8 +221,7 @@ class RankerModel:
         return z @ self.linear + np.tanh(z @ self.hidden + self.hidden_bias) @ self.out + self.bias
 
     def probabilities(self, features: np.ndarray) -> np.ndarray:
-        a, b = self.platt
-        return 1.0 / (1.0 + np.exp(-(a * self.logits(features) + b)))
+        return platt_probabilities(self.platt, self.logits(features))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -227,11 +239,7 @@ class RankerModel:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RankerModel:
-        if list(data["features"]) != list(FEATURES):
-            raise ValueError(
-                f"the linker model was trained on features {data['features']}, this code computes "
-                f"{list(FEATURES)}: retrain it (python -m domain.skills.train_skill_linker)"
-            )
+        trained_features(data, prefix_allowed=False)
         return cls(
             np.asarray(data["mean"], np.float64),
             np.asarray(data["scale"], np.float64),
