@@ -52,6 +52,16 @@ FEATURES = (
     "cos_adapted_gap",  # that minus the best candidate's
 )
 QUERY_KINDS = ("mention", "bare_mention", "sentence")
+# What the acceptance model (`AcceptanceModel`) reads of one query's ranking, best candidate first.
+ACCEPTANCE_FEATURES = (
+    "logit_top",  # logit of the best candidate's probability
+    "logit_second",  # logit of the runner-up's (a close second makes the best one doubtful)
+    "log_top_share",  # log of the best one's share of the ten best probabilities
+    "log_top_mass",  # log of those ten probabilities' sum (many plausible candidates, or none)
+    "top_exact",  # the query is the best candidate's preferred label
+    "top_alt_label",  # one of its alternative labels
+)
+ACCEPTANCE_DEPTH = 10
 DEFAULT_MODEL_PATH = Path(__file__).with_name("models") / "skill_linker.json"
 
 
@@ -255,6 +265,64 @@ class RankerModel:
 Reranker = LogisticModel | RankerModel
 
 
+def acceptance_features(probabilities: np.ndarray, tiers: np.ndarray) -> np.ndarray:
+    """One row of `ACCEPTANCE_FEATURES` from a query's ranking (probabilities best first, label tiers
+    aligned); an empty ranking is a row of a hopeless query."""
+    clipped = np.clip(np.asarray(probabilities[:ACCEPTANCE_DEPTH], np.float64), 1e-6, 1 - 1e-6)
+    if not len(clipped):
+        clipped = np.array([1e-6])
+    logits = np.log(clipped / (1 - clipped))
+    mass = float(clipped.sum())
+    top_tier = int(tiers[0]) if len(tiers) else 0
+    return np.array(
+        [
+            [
+                logits[0],
+                logits[1] if len(logits) > 1 else np.log(1e-6),
+                np.log(clipped[0] / mass),
+                np.log(mass),
+                float(top_tier == 2),
+                float(top_tier == 1),
+            ]
+        ]
+    )
+
+
+@dataclass(frozen=True)
+class AcceptanceModel:
+    """The probability that a query's best candidate is right, from the shape of its ranking.
+
+    A reranker scores each candidate on its own; whether to answer at all also depends on the others
+    (a runner-up almost as likely makes the best one doubtful). A logistic model over
+    `ACCEPTANCE_FEATURES`, trained on SkillSkape dev pseudo-mentions (`train_skill_linker`): its
+    output is the `confidence` of a resolved mention and what the "unmatched" threshold is set on.
+    """
+
+    scorer: LogisticModel
+
+    def confidence(self, probabilities: np.ndarray, tiers: np.ndarray) -> float:
+        return float(self.scorer.probabilities(acceptance_features(probabilities, tiers))[0])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.scorer.to_dict(), "features": list(ACCEPTANCE_FEATURES)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AcceptanceModel:
+        if list(data["features"]) != list(ACCEPTANCE_FEATURES):
+            raise ValueError(
+                f"the linker's acceptance model was trained on {data['features']}, this code computes "
+                f"{list(ACCEPTANCE_FEATURES)}: retrain it (python -m domain.skills.train_skill_linker)"
+            )
+        scorer = LogisticModel(
+            np.asarray(data["mean"], np.float64),
+            np.asarray(data["scale"], np.float64),
+            np.asarray(data["weights"], np.float64),
+            float(data["bias"]),
+            (float(data["platt"][0]), float(data["platt"][1])),
+        )
+        return cls(scorer)
+
+
 def reranker_from_dict(data: dict[str, Any]) -> Reranker:
     """A model of either type from its JSON form (a model without "type" is logistic)."""
     return RankerModel.from_dict(data) if data.get("type") == "ranker" else LogisticModel.from_dict(data)
@@ -404,16 +472,27 @@ class QueryAdapter:
 @dataclass(frozen=True)
 class LinkerModel:
     """The three reranking models, the confidence below which resolve() answers "unmatched", the card,
-    and how often each concept (by preferred label) is a skill in the training sentences (a prior)."""
+    how often each concept (by preferred label) is a skill in the training sentences (a prior), and
+    the acceptance model that turns a ranking into that confidence (without one: the best
+    candidate's probability)."""
 
     models: dict[str, Reranker]
     threshold: float
     card: dict[str, Any]
     concept_prior: dict[str, int] = field(default_factory=dict)  # preferred label -> training count
     adapter: QueryAdapter | None = None
+    acceptance: AcceptanceModel | None = None
 
     def model(self, kind: str) -> Reranker:
         return self.models[kind]
+
+    def top_confidence(self, probabilities: np.ndarray, tiers: np.ndarray) -> float:
+        """How sure the linker is that the best candidate of this ranking is right."""
+        if not len(probabilities):
+            return 0.0
+        if self.acceptance is None:
+            return float(probabilities[0])
+        return self.acceptance.confidence(probabilities, tiers)
 
     def to_json(self) -> str:
         return json.dumps(
@@ -423,6 +502,7 @@ class LinkerModel:
                 "models": {kind: model.to_dict() for kind, model in self.models.items()},
                 "concept_prior": dict(sorted(self.concept_prior.items())),
                 "adapter": self.adapter.to_dict() if self.adapter is not None else None,
+                "acceptance": self.acceptance.to_dict() if self.acceptance is not None else None,
             },
             indent=1,
         )
@@ -436,7 +516,8 @@ class LinkerModel:
         models = {kind: reranker_from_dict(data["models"][kind]) for kind in QUERY_KINDS}
         prior = {str(label): int(count) for label, count in data.get("concept_prior", {}).items()}
         adapter = QueryAdapter.from_dict(data["adapter"]) if data.get("adapter") else None
-        return cls(models, float(data["threshold"]), dict(data.get("card", {})), prior, adapter)
+        acceptance = AcceptanceModel.from_dict(data["acceptance"]) if data.get("acceptance") else None
+        return cls(models, float(data["threshold"]), dict(data.get("card", {})), prior, adapter, acceptance)
 
 
 def load_linker_model(path: Path | None = None) -> LinkerModel:

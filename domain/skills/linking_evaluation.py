@@ -128,11 +128,12 @@ def top_answers(resolver: SkillResolver, split: DecorteSplit) -> list[TopAnswer]
         uris = gold(query.gold_labels)
         if not uris:
             continue
-        concepts, probabilities, _ = resolver.link(query.span, query.sentence)
+        concepts, probabilities, tiers = resolver.link(query.span, query.sentence)
         if not len(concepts):
             answers.append(TopAnswer(0.0, False))
             continue
-        answers.append(TopAnswer(float(probabilities[0]), resolver.concept_uris[concepts[0]] in uris))
+        confidence = resolver.top_confidence(probabilities, tiers)
+        answers.append(TopAnswer(confidence, resolver.concept_uris[concepts[0]] in uris))
     return answers
 
 

@@ -321,13 +321,20 @@ class SkillResolver:
 
     def _best_linked(self, text: str, context: str | None) -> Resolution:
         concepts, probabilities, tiers = self.link(text, context)
+        confidence = self.top_confidence(probabilities, tiers)
         # A mention that is the top concept's own label is never left unmatched (as in the rule-based
         # stages): on a small taxonomy the ESCO-calibrated confidence can sit below the threshold.
-        if not len(concepts) or (probabilities[0] < self.link_threshold and not tiers[0]):
+        if not len(concepts) or (confidence < self.link_threshold and not tiers[0]):
             return Resolution(text, None, None, 0.0, "unmatched")
         uri = self.concept_uris[concepts[0]]
         stage = {2: "exact", 1: "alt_label"}.get(int(tiers[0]), "learned")
-        return Resolution(text, uri, self.preferred_labels[uri], round(float(probabilities[0]), 4), stage)
+        return Resolution(text, uri, self.preferred_labels[uri], round(confidence, 4), stage)
+
+    def top_confidence(self, probabilities: np.ndarray, tiers: np.ndarray) -> float:
+        """How sure the linker is of the best candidate of a `link()` ranking: what the threshold is
+        set on and what a Resolution carries (the linker's acceptance model, see concept_reranker)."""
+        assert self.linker is not None
+        return self.linker.top_confidence(probabilities, tiers)
 
     def link(
         self, text: str, context: str | None = None, kind: str | None = None

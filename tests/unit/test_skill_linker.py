@@ -13,8 +13,10 @@ import pytest
 from appdb.taxonomy import normalize_label
 from domain.skills import concept_reranker
 from domain.skills.concept_reranker import (
+    ACCEPTANCE_FEATURES,
     DEFAULT_MODEL_PATH,
     FEATURES,
+    AcceptanceModel,
     LinkerModel,
     QueryAdapter,
     RankerData,
@@ -130,8 +132,8 @@ def test_a_label_resolves_as_itself_and_a_paraphrase_through_the_learned_stage(l
 def test_below_the_threshold_a_mention_is_unmatched(linked: SkillResolver) -> None:
     [unknown] = linked.resolve("underwater basket weaving")
     assert (unknown.concept_uri, unknown.stage, unknown.confidence) == (None, "unmatched", 0.0)
-    concepts, probabilities, _ = linked.link("underwater basket weaving")
-    assert 0.0 < probabilities[0] < linked.link_threshold
+    concepts, probabilities, tiers = linked.link("underwater basket weaving")
+    assert 0.0 < linked.top_confidence(probabilities, tiers) < linked.link_threshold
     [forced] = lenient(linked).resolve("underwater basket weaving")
     assert forced.concept_uri == linked.concept_uris[concepts[0]] and forced.stage == "learned"
 
@@ -304,3 +306,32 @@ def test_the_listwise_ranker_learns_its_gradient_is_right_and_it_round_trips() -
     again = LinkerModel.from_json(linker.to_json()).model("mention")
     assert isinstance(again, RankerModel)
     assert np.allclose(again.probabilities(features[0]), model.probabilities(features[0]), atol=1e-4)
+
+
+def test_a_close_runner_up_makes_the_shipped_linker_less_sure_of_its_best_candidate(tmp_path: Path) -> None:
+    shipped = load_linker_model()
+    assert shipped.acceptance is not None, "the shipped model decides 'unmatched' with its acceptance model"
+    tiers = np.zeros(10)
+    alone = np.array([0.6, 0.02, 0.01, 0.01, 0.01, 0.0, 0.0, 0.0, 0.0, 0.0])
+    contested = np.array([0.6, 0.55, 0.3, 0.2, 0.1, 0.05, 0.0, 0.0, 0.0, 0.0])
+    assert shipped.top_confidence(contested, tiers) < shipped.top_confidence(alone, tiers)
+    assert shipped.top_confidence(np.array([]), np.array([])) == 0.0
+    # Stored and read back alike; a model for other acceptance features is refused with the fix.
+    again = LinkerModel.from_json(shipped.to_json())
+    assert again.top_confidence(contested, tiers) == pytest.approx(shipped.top_confidence(contested, tiers))
+    data = json.loads(shipped.to_json())
+    data["acceptance"]["features"] = [*ACCEPTANCE_FEATURES[:-1], "something_else"]
+    with pytest.raises(ValueError, match="retrain it"):
+        LinkerModel.from_json(json.dumps(data))
+    without = LinkerModel(shipped.models, 0.5, {}, {}, shipped.adapter)
+    assert without.top_confidence(contested, tiers) == 0.6  # older models: the best probability
+    assert isinstance(again.acceptance, AcceptanceModel)
+
+
+@needs_minilm
+def test_a_resolution_carries_the_confidence_the_threshold_was_set_on(linked: SkillResolver) -> None:
+    text, context = "helping customers with their questions", "Our agents love helping."
+    concepts, probabilities, tiers = linked.link(text, context)
+    [helping] = lenient(linked).resolve(text, context)
+    assert helping.confidence == pytest.approx(linked.top_confidence(probabilities, tiers), abs=1e-4)
+    assert helping.confidence != pytest.approx(float(probabilities[0]), abs=1e-4)
