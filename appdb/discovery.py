@@ -14,7 +14,16 @@ from sqlalchemy import ColumnElement, Select, and_, func, or_, select, text
 from sqlalchemy.orm import Session, aliased
 
 from appdb.dialects import CHUNK, is_postgres
-from appdb.models import Posting, ReferenceData, Subject, UseCaseOutput, UseCasePause, WorkItem, utcnow
+from appdb.models import (
+    Posting,
+    ReferenceData,
+    RunHeartbeat,
+    Subject,
+    UseCaseOutput,
+    UseCasePause,
+    WorkItem,
+    utcnow,
+)
 
 POSTINGS_KIND = "postings"
 
@@ -193,10 +202,11 @@ def change_marker(session: Session) -> str:
 
 
 def arrival_marker(session: Session) -> str:
-    """A fingerprint of new work arriving from outside the runs: postings and subjects ingested or
-    replaced, pauses ended by hand. Unlike `change_marker` it stays still while runs write their
-    outputs, so the daemon can watch it every quarter second and wake its sensors only on arrivals.
-    Every part is read off an index (a primary key or an `updated_at` index)."""
+    """A fingerprint of work arriving: postings and subjects ingested or replaced, pauses ended by
+    hand, and runs ended (what they wrote may be the rest a downstream sensor waits for, and their
+    pool slots are free). Unlike `change_marker` it stays still while runs write their outputs, so
+    the daemon can watch it every quarter second and wake its sensors only on these. Every part is
+    read off an index (a primary key, an `updated_at` index, the heartbeats' state index)."""
     return _fingerprint(
         session,
         select(func.max(Posting.id)).scalar_subquery(),
@@ -204,6 +214,7 @@ def arrival_marker(session: Session) -> str:
         select(func.max(Subject.id)).scalar_subquery(),
         select(func.max(Subject.updated_at)).scalar_subquery(),
         select(func.count(UseCasePause.use_case)).scalar_subquery(),
+        select(func.count()).where(RunHeartbeat.state.in_(("ended", "dead"))).scalar_subquery(),
     )
 
 

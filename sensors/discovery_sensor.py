@@ -301,13 +301,16 @@ def build_discovery_sensor(
         requests = plan.run_requests(group)
         waiting = ""
         ready = plan.to_request
-        if requests and ready < group.batch_size and upstream_still_running(context.instance, feeders):
+        full = sum(len(batch) >= group.batch_size for batch in plan.batches)
+        if requests and full < len(requests) and upstream_still_running(context.instance, feeders):
+            # Only full batches while upstream runs still write: the rest joins a later batch.
             waiting = (
-                f"{group.name}: {ready} postings ready, fewer than a batch ({group.batch_size}) while "
-                f"upstream runs ({', '.join(feeders)}) still write more: waiting for a batch or their end"
+                f"{group.name}: {ready} postings ready; {ready - full * group.batch_size} of them, fewer "
+                f"than a batch ({group.batch_size}), wait while upstream runs ({', '.join(feeders)}) "
+                "still write more: for a full batch or their end"
             )
             context.log.info(waiting)
-            requests = []
+            requests = requests[:full]
         if hosts and not open_hosts:
             context.log.warning(
                 f"{group.name}: every host serving {group.model} is paused or lists other models"

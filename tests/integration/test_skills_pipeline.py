@@ -223,13 +223,23 @@ def test_resolution_waits_for_a_batch_while_upstream_runs_still_write_skills(pip
     run_pending(defs, [llm_group], instance, AppDatabase(url=url), source="test")  # skills for 3 postings
     upstream = create_run_for_test(instance, job_name=llm_group.job.name, status=DagsterRunStatus.STARTED)
 
-    def tick():  # noqa: ANN202
+    def tick(group=entities):  # noqa: ANN001, ANN202
         context = build_sensor_context(instance=instance, resources={"app_db": AppDatabase(url=url)})
-        return build_discovery_sensor(entities, groups=groups)(context)
+        return build_discovery_sensor(group, groups=groups)(context)
 
     waiting = tick()
-    assert isinstance(waiting, SkipReason) and "3 postings ready, fewer than a batch" in waiting.skip_message
+    assert isinstance(waiting, SkipReason) and "3 postings ready; 3 of them, fewer than a batch" in (
+        waiting.skip_message
+    )
+    # With batches of two, the full batch starts now and the odd posting waits for more.
+    in_twos = replace(entities, batch_size=2)
+    one_full = tick(in_twos)
+    assert isinstance(one_full, SensorResult) and len(one_full.run_requests) == 1
+    [request] = one_full.run_requests
+    start, end = request.tags[ASSET_PARTITION_RANGE_START_TAG], request.tags[ASSET_PARTITION_RANGE_END_TAG]
+    assert start != end  # a range of two postings
 
     instance.report_run_canceled(instance.get_run_by_id(upstream.run_id))
     started = tick()
     assert isinstance(started, SensorResult) and len(started.run_requests) == 1
+    assert len(tick(in_twos).run_requests) == 2  # upstream ended: the odd one goes too

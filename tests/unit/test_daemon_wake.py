@@ -13,6 +13,7 @@ import pytest
 from dagster._daemon import daemon as daemon_module
 from dagster._daemon import sensor as sensor_module
 
+from appdb import heartbeats
 from appdb.database import session_scope
 from appdb.ingest import ingest_files
 from pipeline_defs.daemon import WakeableShutdown, install_wake, wake_on, watch_arrivals
@@ -62,7 +63,9 @@ def test_a_wake_cuts_the_wait_short_and_shutdown_still_stops_it() -> None:
     assert waiting.wait(10) is True and waiting.is_set()
 
 
-def test_the_watcher_wakes_on_ingest_and_not_while_nothing_arrives(tmp_path: Path) -> None:
+def test_the_watcher_wakes_on_ingest_and_on_a_run_ending_only(
+    tmp_path: Path,
+) -> None:
     url = f"sqlite:///{tmp_path / 'app.db'}"
     with session_scope(url):
         pass
@@ -74,6 +77,17 @@ def test_the_watcher_wakes_on_ingest_and_not_while_nothing_arrives(tmp_path: Pat
         postings = write_jsonl(tmp_path / "postings.jsonl", POSTINGS[:2])
         with session_scope(url) as session:
             ingest_files(session, [postings])
+        assert wake.wait(3)
+        # A run beating wakes nothing; its end does (a downstream sensor may wait for what it wrote).
+        with session_scope(url) as session:
+            heartbeats.start_heartbeat(session, "run-1", job="tagger_batch_job", source=None, host="h", pid=1)
+        time.sleep(0.6)
+        wake.clear()
+        with session_scope(url) as session:
+            heartbeats.beat(session, "run-1")
+        assert not wake.wait(1.0)
+        with session_scope(url) as session:
+            heartbeats.end_heartbeat(session, "run-1")
         assert wake.wait(3)
     finally:
         stop.set()
