@@ -33,7 +33,7 @@ from domain.skills.embeddings import (
 )
 from domain.skills.resolution_figures import resolution_figures
 from domain.skills.skill_resolver import SkillResolver, TaxonomyLabelEntry
-from domain.skills.train_skill_linker import AdapterExample, _adapter_step
+from domain.skills.train_skill_linker import AdapterExample, Example, _adapter_step, fit_acceptance
 from domain.skills.word_stems import content_stems
 from pipeline_defs import settings as settings_module
 from resources.taxonomy_resource import TaxonomyResource
@@ -335,3 +335,33 @@ def test_a_resolution_carries_the_confidence_the_threshold_was_set_on(linked: Sk
     [helping] = lenient(linked).resolve(text, context)
     assert helping.confidence == pytest.approx(linked.top_confidence(probabilities, tiers), abs=1e-4)
     assert helping.confidence != pytest.approx(float(probabilities[0]), abs=1e-4)
+
+
+def test_the_acceptance_model_learns_that_a_contested_best_candidate_is_often_wrong() -> None:
+    class FirstColumn:
+        """A reranker whose probability is the first feature."""
+
+        def probabilities(self, features: np.ndarray) -> np.ndarray:
+            return features[:, 0]
+
+    rng = np.random.default_rng(3)
+    examples = []
+    for index in range(400):
+        probabilities = np.sort(rng.uniform(0.01, 0.2, 6))[::-1]
+        probabilities[0] = rng.uniform(0.3, 0.9)
+        contested = index % 2 == 0
+        if contested:  # a runner-up nearly as likely: half the time it is the gold one
+            probabilities[1] = probabilities[0] - 0.02
+        features = np.zeros((6, len(FEATURES)))
+        features[:, 0] = probabilities
+        gold = 1 if contested and rng.random() < 0.5 else 0
+        examples.append(Example(features, (np.arange(6) == gold) * 1.0))
+    model, card = fit_acceptance(
+        {"mention": FirstColumn(), "bare_mention": FirstColumn()},
+        {"mention": examples, "bare_mention": [], "sentence": []},
+    )
+    tiers = np.zeros(6)
+    clear = np.array([0.6, 0.1, 0.05, 0.05, 0.02, 0.01])
+    close = np.array([0.6, 0.58, 0.05, 0.05, 0.02, 0.01])
+    assert model.confidence(clear, tiers) > 0.9 > 0.7 > model.confidence(close, tiers)
+    assert card["queries"] == 400 and card["best_candidate_right"] == pytest.approx(0.75, abs=0.06)
