@@ -12,7 +12,11 @@ A claim is a phrase of the summary that states a checkable fact:
   ESCO's skills (`posting_vocabulary.txt`, built from SkillSpan train postings and ESCO by
   `benchmarks/posting_vocabulary.py`), nor among the words summaries frame with
   (`SUMMARY_VOCABULARY`). Each such word must occur in the posting (stemmed, or as a longer
-  or shorter form of a posting word: "electrician" / "electrical"); the shared words need not.
+  or shorter form of a posting word: "electrician" / "electrical"); the shared words need not;
+- praise: a word that sells the employer or the offer ("a leading provider", "award-winning",
+  "well-established", "growing", "competitive salary"; `PRAISE_WORDS`). Job postings praise
+  themselves freely, so a summary may repeat their praise, but praise the posting does not give
+  is invented all the same.
 
 Support is looked up in the posting's title, company, location and description after
 normalization (case, accents, punctuation, "40,000" = "40000", "5+" = "5", "five" = "5", light
@@ -108,6 +112,24 @@ DETAIL_BREAKS = {
     "each", "all", "any", "some", "other", "more", "most", "very", "etc", "via", "within", "across",
     "through", "during", "after", "before", "between", "up", "out", "re", "ll", "ve",
 }  # fmt: skip
+# Words that sell the employer or the offer: a claim only when the posting does not use them itself.
+# Chosen as a list of job-advert praise, not from the summaries measured (docs/gym.md); words that
+# also describe work or candidates ("best practices", "excellent communication", "top priority")
+# are left out, as they would flag faithful rewordings.
+PRAISE_WORDS = frozenset(
+    {
+        "leading", "market-leading", "industry-leading", "world-leading", "award-winning", "renowned",
+        "prestigious", "world-class", "fast-growing", "fastest-growing", "growing", "thriving",
+        "booming", "successful", "exciting", "innovative", "dynamic", "vibrant", "pioneering",
+        "premier", "reputable", "respected", "well-established", "established", "largest", "biggest",
+        "trusted", "family-run", "family-owned", "competitive", "attractive", "generous",
+        "cutting-edge", "state-of-the-art", "ambitious",
+    }
+)  # fmt: skip
+_PRAISE = re.compile(
+    r"(?<![\w-])(" + "|".join(sorted(map(re.escape, PRAISE_WORDS), key=len, reverse=True)) + r")(?![\w-])",
+    re.IGNORECASE,
+)
 VOCABULARY_PATH = Path(__file__).with_name("posting_vocabulary.txt")
 _PHRASE_BREAKS = STOPWORDS | DETAIL_BREAKS  # built once: the detail scan tests every word
 MIN_DETAIL_LETTERS = 3
@@ -141,7 +163,7 @@ _DETAIL_WORD = re.compile(r"[^\W\d_][\w'’-]*")
 
 @dataclass(frozen=True)
 class Claim:
-    """A factual phrase of a summary: `kind` is number, code, name, role or detail."""
+    """A factual phrase of a summary: `kind` is number, code, name, role, praise or detail."""
 
     text: str
     kind: str
@@ -365,7 +387,7 @@ def split_layout_imitation(posting: Mapping[str, Any]) -> tuple[str, str]:
 
 
 def extract_claims(summary: str, vocabulary: frozenset[str] | None = None) -> list[Claim]:
-    """The numbers, codes, names, lower-case role and details of a summary, in order, without repeats.
+    """The numbers, codes, names, lower-case role, praise and details of a summary, without repeats.
 
     vocabulary: stems a detail may use freely (default: `shared_vocabulary()`)."""
     claims: list[Claim] = []
@@ -397,6 +419,8 @@ def extract_claims(summary: str, vocabulary: frozenset[str] | None = None) -> li
         role = match.group("role")
         if role and role[0].islower() and any(w not in ROLE_FILLER for w in content_tokens(role)):
             add(match.start("role"), match.end("role"), "role")
+    for match in _PRAISE.finditer(summary):
+        add(match.start(), match.end(), "praise")
     for start, end in _detail_spans(summary, vocabulary):
         add(start, end, "detail")
     return list({claim.text.lower(): claim for claim in claims}.values())
@@ -604,6 +628,8 @@ class FaithfulnessChecker:
             if not any(char.isdigit() for char in claim.text) and evidence.has_initials(claim.text):
                 return Finding(claim, "initials")
             return Finding(claim, "")
+        if claim.kind == "praise":
+            return Finding(claim, "exact" if all(evidence.has_word(word) for word in words) else "")
         if claim.kind == "detail":
             missing = [
                 word for word in words if is_specific(word, vocabulary) and not evidence.has_word(word)

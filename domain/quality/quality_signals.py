@@ -79,7 +79,7 @@ def key_facts(posting: Mapping[str, Any]) -> dict[str, list[str]]:
         if REQUIREMENT_CUE.search(sentence):
             for claim in extract_claims(sentence):
                 words = [stem(w) for w in content_tokens(claim.text)]
-                if claim.kind not in ("role", "detail") and words:
+                if claim.kind not in ("role", "detail", "praise") and words:
                     requirements.append(" ".join(words))
     facts = {
         "role": role,

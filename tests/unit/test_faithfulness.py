@@ -306,3 +306,22 @@ def test_a_planted_detail_from_another_posting_is_caught() -> None:
     assert EXACT.unsupported(planted, POSTING)
     # without detail claims (the check before them) the same phrase passes
     assert FaithfulnessChecker(None, details=False).unsupported(planted, POSTING) == []
+
+
+def test_praise_the_posting_does_not_give_is_named_and_praise_it_gives_passes() -> None:
+    """Known limit of the previous session: "one of the UK's leading providers" passed every check."""
+    praised = dict(POSTING, description=POSTING["description"] + " Join an award-winning, growing team.")
+    summary = (
+        "Brightwave Energy, a leading and innovative company, is hiring a data engineer in Berlin for its "
+        "award-winning, growing team."
+    )
+    assert EXACT.unsupported(summary, praised) == ["'leading'", "'innovative'"]
+    assert EXACT.unsupported(summary, POSTING) == [
+        "'leading'",
+        "'innovative'",
+        "'award-winning'",
+        "'growing'",
+    ]
+    # words that also describe the work or the candidate are not praise
+    assert EXACT.unsupported("The engineer follows best practices and has excellent SQL.", POSTING) == []
+    assert quality_grade(summary, POSTING, checker=EXACT).flagged
