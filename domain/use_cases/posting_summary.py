@@ -108,7 +108,7 @@ def summary_gold_items(output: dict[str, Any]) -> set[str]:
 
 POSTING_SUMMARY = UseCase(
     name="posting_summary",
-    version="2026-11-23.2",  # summary_faithful checks details ("dementia", "homecare centre")
+    version="2026-11-24.1",  # summary_faithful checks praise ("a leading provider") too
     model="gemma3:270m",
     description="A one- or two-sentence factual summary of each posting.",
     prompt=SUMMARY_PROMPT,

@@ -180,7 +180,7 @@ REFINED_SUMMARY_CHAIN = Chain(
 
 REFINED_POSTING_SUMMARY = UseCase(
     name="posting_summary",  # the same asset as the plain summary: downstream readers keep working
-    version="2026-11-23.2",  # the checks (POSTING_SUMMARY.checks) name invented details
+    version="2026-11-24.1",  # the checks (POSTING_SUMMARY.checks) name invented praise too
     description=(
         "A one- or two-sentence summary of each posting: extracted, graded by checks, improved "
         "at most 3 times until it passes, and the best-graded version kept."

@@ -109,7 +109,7 @@ def entities_gold_items(output: dict[str, Any]) -> set[str]:
 
 SKILL_ENTITIES = UseCase(
     name="skill_entities",
-    version="2026-11-23.3",  # .3: confidence and "unmatched" from the linker's acceptance model
+    version="2026-11-24.1",  # confidence and "unmatched" from the linker's acceptance model
     description="Each skill mention resolved to a taxonomy concept (exact, alt label, fuzzy, semantic).",
     function=resolve_skill_mentions,
     resources=("taxonomy",),

@@ -220,7 +220,7 @@ def test_reprocess_counts_stale_outputs_and_why_before_doing_anything(reviewed: 
     assert main(["reprocess", "--stale", "--use-case", "posting_summary", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert (
-        "posting_summary (version 2026-11-23.2, gemma3:270m): 1 stale outputs "
+        "posting_summary (version 2026-11-24.1, gemma3:270m): 1 stale outputs "
         "(1 made by version 2026-01-01.1)" in out
     )
     assert "dry run: nothing changed" in out
