@@ -6,8 +6,9 @@ and describes each by a few numbers (`FEATURES`): how close the mention and the 
 the concept's labels, in meaning (MiniLM cosine) and in spelling (rapidfuzz), whether the
 mention *is* one of its labels, how many of the mention's words (stemmed) a label shares, the
 cosine of the mention after a learned linear adapter (`QueryAdapter`), and how each ranks among
-the candidates. A logistic model turns those into the probability that the concept is meant;
-its Platt-scaled output is the `confidence` a Resolution carries. Three models, same features,
+the candidates. A logistic model turns those into the probability that the concept is meant
+(Platt-scaled); those probabilities rank the candidates, and an acceptance model (`AcceptanceModel`)
+reads the ranking's shape for the `confidence` a Resolution carries. Three models, same features,
 one per kind of query: "mention" (a mention with its sentence), "bare_mention" (a mention alone,
 as skill_entities sends today) and "sentence" (the sentence is the query). A model may instead be a
 `RankerModel` (one hidden layer, trained listwise; the trainer's `--models ranker`), read from the
@@ -53,8 +54,9 @@ FEATURES = (
 )
 QUERY_KINDS = ("mention", "bare_mention", "sentence")
 # What the acceptance model (`AcceptanceModel`) reads of one query's ranking, best candidate first.
+# The best candidate's own probability enters through its share and the mass (their product); its
+# logit is left out, as a fitted negative weight on it made a near-certain answer less sure.
 ACCEPTANCE_FEATURES = (
-    "logit_top",  # logit of the best candidate's probability
     "logit_second",  # logit of the runner-up's (a close second makes the best one doubtful)
     "log_top_share",  # log of the best one's share of the ten best probabilities
     "log_top_mass",  # log of those ten probabilities' sum (many plausible candidates, or none)
@@ -115,7 +117,7 @@ class CandidateSignals:
 
 
 def platt_probabilities(platt: tuple[float, float], logits: np.ndarray) -> np.ndarray:
-    """Platt-scaled logits: the calibrated probability a Resolution's `confidence` carries."""
+    """Platt-scaled logits: the calibrated probability that a candidate is meant (what ranks candidates)."""
     a, b = platt
     return 1.0 / (1.0 + np.exp(-(a * logits + b)))
 
@@ -277,7 +279,6 @@ def acceptance_features(probabilities: np.ndarray, tiers: np.ndarray) -> np.ndar
     return np.array(
         [
             [
-                logits[0],
                 logits[1] if len(logits) > 1 else np.log(1e-6),
                 np.log(clipped[0] / mass),
                 np.log(mass),

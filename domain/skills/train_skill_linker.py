@@ -538,9 +538,9 @@ def train(args: argparse.Namespace) -> LinkerModel:
             resolver, train_examples, dev_examples, splits, prior, adapter, args.models, args.grid
         )
         train_queries = {kind: len(train_examples[kind]) for kind in QUERY_KINDS}
-    if not (chosen["mention_models"] or {}).get("adapter_features") and not (
-        chosen["sentence_model"] or {}
-    ).get("adapter_features"):
+    if not args.reuse_models and not (
+        chosen["mention_models"]["adapter_features"] or chosen["sentence_model"]["adapter_features"]
+    ):
         adapter = None  # unused: not shipped
     acceptance, acceptance_card = fit_acceptance(models, dev_examples)
     resolver.linker = LinkerModel(models, 0.0, {}, prior, adapter, acceptance)
@@ -582,6 +582,15 @@ def train(args: argparse.Namespace) -> LinkerModel:
         "validation_scores": scores,
         "command": "python -m domain.skills.train_skill_linker",
     }
+    if args.reuse_models:  # what describes the reused rerankers and adapter stays as it was
+        kept = reused.card
+        card["hyper_parameters"] = {
+            **kept.get("hyper_parameters", {}),
+            "reused_from": str(args.reuse_models),
+            "threshold_rule": card["hyper_parameters"]["threshold_rule"],
+        }
+        card["query_adapter"] = kept.get("query_adapter")
+        card["command"] = f"{card['command']} --reuse-models <the model before> (rerankers and adapter kept)"
     return LinkerModel(models, threshold, card, prior, adapter, acceptance)
 
 
@@ -713,7 +722,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="training sentences for the query adapter (0: no adapter)",
     )
     args = parser.parse_args(argv)
-    if args.reuse_models and not args.adapter_from:
+    if args.reuse_models:
+        if args.adapter_from and args.adapter_from != args.reuse_models:
+            parser.error("--reuse-models keeps that model's adapter: leave out --adapter-from")
         args.adapter_from = args.reuse_models  # the dev examples' adapter features need that adapter
     return args
 

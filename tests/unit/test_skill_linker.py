@@ -323,8 +323,13 @@ def test_a_close_runner_up_makes_the_shipped_linker_less_sure_of_its_best_candid
     data["acceptance"]["features"] = [*ACCEPTANCE_FEATURES[:-1], "something_else"]
     with pytest.raises(ValueError, match="retrain it"):
         LinkerModel.from_json(json.dumps(data))
-    without = LinkerModel(shipped.models, 0.5, {}, {}, shipped.adapter)
-    assert without.top_confidence(contested, tiers) == 0.6  # older models: the best probability
+    del data["acceptance"]  # a model stored before acceptance models: the best probability
+    assert LinkerModel.from_json(json.dumps(data)).top_confidence(contested, tiers) == 0.6
+    # The surer the best candidate, the surer the answer: never less sure as its probability rises.
+    rising = [
+        shipped.top_confidence(np.array([p, 0.001]), np.zeros(2)) for p in (0.3, 0.6, 0.9, 0.99, 0.99999)
+    ]
+    assert rising == sorted(rising) and rising[-1] > shipped.threshold
     assert isinstance(again.acceptance, AcceptanceModel)
 
 
