@@ -114,20 +114,28 @@ DETAIL_BREAKS = {
 }  # fmt: skip
 # Words that sell the employer or the offer: a claim only when the posting does not use them itself.
 # Chosen as a list of job-advert praise, not from the summaries measured (docs/gym.md); words that
-# also describe work or candidates ("best practices", "excellent communication", "top priority")
-# are left out, as they would flag faithful rewordings.
+# also describe work or candidates ("best practices", "excellent communication", "the successful
+# candidate", "established procedures") are left out, as they would flag faithful rewordings.
 PRAISE_WORDS = frozenset(
     {
         "leading", "market-leading", "industry-leading", "world-leading", "award-winning", "renowned",
-        "prestigious", "world-class", "fast-growing", "fastest-growing", "growing", "thriving",
-        "booming", "successful", "exciting", "innovative", "dynamic", "vibrant", "pioneering",
-        "premier", "reputable", "respected", "well-established", "established", "largest", "biggest",
-        "trusted", "family-run", "family-owned", "competitive", "attractive", "generous",
-        "cutting-edge", "state-of-the-art", "ambitious",
+        "prestigious", "world-class", "fast-growing", "fastest-growing", "growing", "ever-growing",
+        "thriving", "booming", "exciting", "innovative", "dynamic", "vibrant", "pioneering", "premier",
+        "reputable", "respected", "well-established", "largest", "biggest", "trusted", "family-run",
+        "family-owned", "competitive", "attractive", "generous", "cutting-edge", "state-of-the-art",
+        "ambitious",
     }
 )  # fmt: skip
+# "leading a team", "growing the client base": the verb (a determiner follows), not praise.
+_PRAISE_VERBS = frozenset({"leading", "growing"})
+_VERB_OBJECT = r"(?!\s+(?:a|an|the|our|your|their|its|his|her|this|these|those|my)\b)"  # a determiner
 _PRAISE = re.compile(
-    r"(?<![\w-])(" + "|".join(sorted(map(re.escape, PRAISE_WORDS), key=len, reverse=True)) + r")(?![\w-])",
+    r"(?<![\w-])(?:"
+    + "|".join(
+        re.escape(word).replace(r"\-", r"[-\s]") + (_VERB_OBJECT if word in _PRAISE_VERBS else "")
+        for word in sorted(PRAISE_WORDS, key=len, reverse=True)
+    )
+    + r")(?![\w-])",
     re.IGNORECASE,
 )
 VOCABULARY_PATH = Path(__file__).with_name("posting_vocabulary.txt")
@@ -628,8 +636,10 @@ class FaithfulnessChecker:
             if not any(char.isdigit() for char in claim.text) and evidence.has_initials(claim.text):
                 return Finding(claim, "initials")
             return Finding(claim, "")
-        if claim.kind == "praise":
-            return Finding(claim, "exact" if all(evidence.has_word(word) for word in words) else "")
+        if claim.kind == "praise":  # the posting's own word ("leads" does not make "leading")
+            size = len(words)
+            found = any(evidence.words[i : i + size] == words for i in range(len(evidence.words) - size + 1))
+            return Finding(claim, "exact" if size and found else "")
         if claim.kind == "detail":
             missing = [
                 word for word in words if is_specific(word, vocabulary) and not evidence.has_word(word)

@@ -322,6 +322,11 @@ def test_praise_the_posting_does_not_give_is_named_and_praise_it_gives_passes() 
         "'award-winning'",
         "'growing'",
     ]
-    # words that also describe the work or the candidate are not praise
+    # words that also describe the work or the candidate are not praise, nor is the verb
     assert EXACT.unsupported("The engineer follows best practices and has excellent SQL.", POSTING) == []
+    assert EXACT.unsupported("The successful candidate will be leading a team of engineers.", POSTING) == []
+    # the posting's own word supports praise, not a word of the same stem; spacing does not matter
+    leads = dict(POSTING, description=POSTING["description"] + " You will lead the data team.")
+    assert EXACT.unsupported("Brightwave Energy is a leading data company.", leads) == ["'leading'"]
+    assert EXACT.unsupported("Brightwave Energy is an award winning company.", praised) == []
     assert quality_grade(summary, POSTING, checker=EXACT).flagged
