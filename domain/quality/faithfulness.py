@@ -285,11 +285,12 @@ class Evidence:
                 units.extend(part.strip() for part in re.split(r",|\band\b|\bor\b", sentence) if part.strip())
         return cls(text, words, [stem(word) for word in words], list(dict.fromkeys(units)))
 
-    def has_sequence(self, phrase_words: Sequence[str]) -> bool:
-        """The words in this order, adjacent (stemmed)."""
-        wanted = [stem(word) for word in phrase_words]
+    def has_sequence(self, phrase_words: Sequence[str], stemmed: bool = True) -> bool:
+        """The words in this order, adjacent (stemmed, or as written with `stemmed=False`)."""
+        wanted = [stem(word) for word in phrase_words] if stemmed else list(phrase_words)
+        haystack = self.stems if stemmed else self.words
         size = len(wanted)
-        return size > 0 and any(self.stems[i : i + size] == wanted for i in range(len(self.stems) - size + 1))
+        return size > 0 and any(haystack[i : i + size] == wanted for i in range(len(haystack) - size + 1))
 
     def within(self, phrase_words: Sequence[str], window: int) -> bool:
         """Every word occurs, all within a span of `window` posting words (stemmed)."""
@@ -637,9 +638,7 @@ class FaithfulnessChecker:
                 return Finding(claim, "initials")
             return Finding(claim, "")
         if claim.kind == "praise":  # the posting's own word ("leads" does not make "leading")
-            size = len(words)
-            found = any(evidence.words[i : i + size] == words for i in range(len(evidence.words) - size + 1))
-            return Finding(claim, "exact" if size and found else "")
+            return Finding(claim, "exact" if evidence.has_sequence(words, stemmed=False) else "")
         if claim.kind == "detail":
             missing = [
                 word for word in words if is_specific(word, vocabulary) and not evidence.has_word(word)

@@ -165,7 +165,11 @@ class LogisticModel:
     def from_dict(cls, data: dict[str, Any]) -> LogisticModel:
         trained_on = trained_features(data, prefix_allowed=True)
         # A model trained before the later features were added gives them weight 0.
-        missing = len(FEATURES) - len(trained_on)
+        return cls.from_arrays(data, missing=len(FEATURES) - len(trained_on))
+
+    @classmethod
+    def from_arrays(cls, data: dict[str, Any], missing: int = 0) -> LogisticModel:
+        """The stored numbers, `missing` trailing features padded with weight 0 (features unchecked)."""
         return cls(
             np.concatenate([np.asarray(data["mean"], np.float64), np.zeros(missing)]),
             np.concatenate([np.asarray(data["scale"], np.float64), np.ones(missing)]),
@@ -269,17 +273,14 @@ Reranker = LogisticModel | RankerModel
 
 def acceptance_features(probabilities: np.ndarray, tiers: np.ndarray) -> np.ndarray:
     """One row of `ACCEPTANCE_FEATURES` from a query's ranking (probabilities best first, label tiers
-    aligned); an empty ranking is a row of a hopeless query."""
+    aligned; not empty: `LinkerModel.top_confidence` answers an empty ranking itself)."""
     clipped = np.clip(np.asarray(probabilities[:ACCEPTANCE_DEPTH], np.float64), 1e-6, 1 - 1e-6)
-    if not len(clipped):
-        clipped = np.array([1e-6])
-    logits = np.log(clipped / (1 - clipped))
     mass = float(clipped.sum())
-    top_tier = int(tiers[0]) if len(tiers) else 0
+    top_tier = int(tiers[0])
     return np.array(
         [
             [
-                logits[1] if len(logits) > 1 else np.log(1e-6),
+                np.log(clipped[1] / (1 - clipped[1])) if len(clipped) > 1 else np.log(1e-6),
                 np.log(clipped[0] / mass),
                 np.log(mass),
                 float(top_tier == 2),
@@ -314,14 +315,7 @@ class AcceptanceModel:
                 f"the linker's acceptance model was trained on {data['features']}, this code computes "
                 f"{list(ACCEPTANCE_FEATURES)}: retrain it (python -m domain.skills.train_skill_linker)"
             )
-        scorer = LogisticModel(
-            np.asarray(data["mean"], np.float64),
-            np.asarray(data["scale"], np.float64),
-            np.asarray(data["weights"], np.float64),
-            float(data["bias"]),
-            (float(data["platt"][0]), float(data["platt"][1])),
-        )
-        return cls(scorer)
+        return cls(LogisticModel.from_arrays(data))
 
 
 def reranker_from_dict(data: dict[str, Any]) -> Reranker:

@@ -91,6 +91,7 @@ RANKER_POINTWISE = 1.0
 RANKER_L2 = 1e-4
 RANKER_STEPS = 300
 MAX_WRONG = 0.10
+THRESHOLD_RULE = f"lowest confidence with at most {MAX_WRONG:.0%} of validation spans wrong"
 PRIOR_COLUMN = FEATURES.index("log_prior")
 EXACT_COLUMN, ALT_LABEL_COLUMN = FEATURES.index("exact"), FEATURES.index("alt_label")
 # The query adapter learns from other training sentences than the rerankers (so its cosine is no
@@ -522,14 +523,19 @@ def train(args: argparse.Namespace) -> LinkerModel:
     dev_examples = make_examples(resolver, dev_sentences, PLATT_SENTENCES, False, args.phrases)
     embeddings.save()
     splits = read_decorte_splits(root)
-    if args.reuse_models:
+    if args.reuse_models:  # the reused rerankers and adapter, and the card that describes them
         reused = load_linker_model(args.reuse_models)
         models, adapter = reused.models, reused.adapter
-        hyper = reused.card.get("hyper_parameters", {})
-        chosen = {key: hyper.get(key) for key in ("mention_models", "sentence_model")}
-        chosen["reused_from"] = str(args.reuse_models)
-        tried = hyper.get("grid", [])
-        train_queries = reused.card.get("training_data", {}).get("train_queries", {})
+        card = {
+            **reused.card,
+            "hyper_parameters": {
+                **reused.card.get("hyper_parameters", {}),
+                "reused_from": str(args.reuse_models),
+                "threshold_rule": THRESHOLD_RULE,
+            },
+            "command": "python -m domain.skills.train_skill_linker --reuse-models <the model before> "
+            "(rerankers and adapter kept)",
+        }
     else:
         print("training examples (SkillSkape train):", flush=True)
         train_examples = make_examples(resolver, train_sentences, args.mentions, True, args.phrases)
@@ -537,18 +543,34 @@ def train(args: argparse.Namespace) -> LinkerModel:
         models, chosen, tried = select_models(
             resolver, train_examples, dev_examples, splits, prior, adapter, args.models, args.grid
         )
-        train_queries = {kind: len(train_examples[kind]) for kind in QUERY_KINDS}
-    if not args.reuse_models and not (
-        chosen["mention_models"]["adapter_features"] or chosen["sentence_model"]["adapter_features"]
-    ):
-        adapter = None  # unused: not shipped
+        if not (chosen["mention_models"]["adapter_features"] or chosen["sentence_model"]["adapter_features"]):
+            adapter = None  # unused: not shipped
+        card = new_card(args, embeddings, train_examples, chosen, tried, adapter, adapter_history)
     acceptance, acceptance_card = fit_acceptance(models, dev_examples)
     resolver.linker = LinkerModel(models, 0.0, {}, prior, adapter, acceptance)
     scores = validation_scores(resolver, splits)
     answers = [answer for split in splits for answer in evaluation.top_answers(resolver, split)]
     threshold = evaluation.precision_threshold(answers, MAX_WRONG)
     embeddings.save()
-    card = {
+    card |= {
+        "acceptance": acceptance_card,
+        "threshold_at_selection": evaluation.shares_at(answers, threshold),
+        "validation_scores": scores,
+    }
+    return LinkerModel(models, threshold, card, prior, adapter, acceptance)
+
+
+def new_card(
+    args: argparse.Namespace,
+    embeddings: RememberingEmbeddings,
+    train_examples: dict[str, list[Example]],
+    chosen: dict[str, Any],
+    tried: list[dict[str, Any]],
+    adapter: QueryAdapter | None,
+    adapter_history: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The model card of freshly selected rerankers (the trainer adds what it measures after)."""
+    return {
         "name": "skill linker reranker",
         "what": "logistic rerankers over candidate concepts (see domain/skills/concept_reranker.py)",
         "embedding_backend": embeddings.name,
@@ -558,7 +580,7 @@ def train(args: argparse.Namespace) -> LinkerModel:
             "calibration": "SkillSkape dev.csv (Platt scaling)",
             "selection": "Decorte et al. 2022 TECH and HOUSE validation splits (variant grid, threshold)",
             "taxonomy": "ESCO v1.1.1 skills, (c) European Union (reuse: Commission Decision 2011/833/EU)",
-            "train_queries": train_queries,
+            "train_queries": {kind: len(train_examples[kind]) for kind in QUERY_KINDS},
         },
         "hyper_parameters": {
             **chosen,
@@ -566,7 +588,7 @@ def train(args: argparse.Namespace) -> LinkerModel:
             "seed": SEED,
             "pseudo_mention_sentences": args.mentions,
             "pseudo_mention_phrases": args.phrases,
-            "threshold_rule": f"lowest confidence with at most {MAX_WRONG:.0%} of validation spans wrong",
+            "threshold_rule": THRESHOLD_RULE,
         },
         "query_adapter": None
         if adapter is None
@@ -577,21 +599,8 @@ def train(args: argparse.Namespace) -> LinkerModel:
             "sentences not used by the rerankers; epoch chosen by SkillSkape dev loss",
             "history": adapter_history,
         },
-        "acceptance": acceptance_card,
-        "threshold_at_selection": evaluation.shares_at(answers, threshold),
-        "validation_scores": scores,
         "command": "python -m domain.skills.train_skill_linker",
     }
-    if args.reuse_models:  # what describes the reused rerankers and adapter stays as it was
-        kept = reused.card
-        card["hyper_parameters"] = {
-            **kept.get("hyper_parameters", {}),
-            "reused_from": str(args.reuse_models),
-            "threshold_rule": card["hyper_parameters"]["threshold_rule"],
-        }
-        card["query_adapter"] = kept.get("query_adapter")
-        card["command"] = f"{card['command']} --reuse-models <the model before> (rerankers and adapter kept)"
-    return LinkerModel(models, threshold, card, prior, adapter, acceptance)
 
 
 def select_models(
@@ -693,7 +702,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=lambda text: [m.strip() for m in text.split(",") if m.strip()],
         default=["logistic"],
         help="reranker types in the grid: logistic (default), ranker (listwise, one hidden layer; "
-        "not yet selected on validation, see the module docstring)",
+        "lost to logistic on validation, see the module docstring)",
     )
     parser.add_argument(
         "--grid",
@@ -713,7 +722,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=Path,
         default=None,
         help="keep this model JSON's rerankers and adapter (no grid): fit only the acceptance model "
-        "and the threshold (minutes instead of an hour)",
+        "and the threshold (under a minute with cached label vectors, instead of an hour)",
     )
     parser.add_argument(
         "--adapter-sentences",
