@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session, aliased
 
 from appdb.dialects import CHUNK, is_postgres
 from appdb.models import (
+    Event,
     Posting,
     ReferenceData,
     RunHeartbeat,
@@ -160,6 +161,19 @@ def find_pending_work(
     return [key for key in within if key in found]
 
 
+def work_outstanding(session: Session, spec: WorkSpec) -> bool:
+    """Whether this use case has postings still to write: pending now, or held by a live claim. A
+    reader's sensor waits for them before it starts a part-filled batch (`sensors/discovery_sensor.py`)."""
+    held = select(WorkItem.posting_key).where(
+        WorkItem.use_case == spec.use_case,
+        WorkItem.status == "claimed",
+        WorkItem.lease_expires_at >= utcnow(),
+    )
+    if session.scalar(held.limit(1)) is not None:
+        return True
+    return session.scalar(pending_work_query(spec).limit(1)) is not None
+
+
 def _keys_joining_as_written(session: Session, query: Select) -> list[str]:
     """Run a discovery query with PostgreSQL joining in the order written: postings first.
 
@@ -203,10 +217,11 @@ def change_marker(session: Session) -> str:
 
 def arrival_marker(session: Session) -> str:
     """A fingerprint of work arriving: postings and subjects ingested or replaced, pauses ended by
-    hand, and runs ended (what they wrote may be the rest a downstream sensor waits for, and their
-    pool slots are free). Unlike `change_marker` it stays still while runs write their outputs, so
-    the daemon can watch it every quarter second and wake its sensors only on these. Every part is
-    read off an index (a primary key, an `updated_at` index, the heartbeats' state index)."""
+    hand, LLM steps ended (their `run_cost` event: what they wrote may be the rest a downstream
+    sensor waits for) and runs ended (their pool slots are free). Unlike `change_marker` it stays
+    still while runs write their outputs, so the daemon can watch it every quarter second and wake its
+    sensors only on these. Every part is read off an index (a primary key, an `updated_at` index,
+    the events' kind index, the heartbeats' state index)."""
     return _fingerprint(
         session,
         select(func.max(Posting.id)).scalar_subquery(),
@@ -215,6 +230,7 @@ def arrival_marker(session: Session) -> str:
         select(func.max(Subject.updated_at)).scalar_subquery(),
         select(func.count(UseCasePause.use_case)).scalar_subquery(),
         select(func.count()).where(RunHeartbeat.state.in_(("ended", "dead"))).scalar_subquery(),
+        select(func.max(Event.at)).where(Event.kind == "run_cost").scalar_subquery(),
     )
 
 

@@ -3,8 +3,10 @@
 Each use case gets its partitioned asset (with its checks; the batch loop in `batch_run.py` is its body)
 and a job of its own for manual runs.
 Discovery and batching go by *work group*: all LLM use cases that share a model form
-one group, whose job materializes every member for the batch in one run (summary, then
-skills) with the model loaded once; a script use case (no model) is a group of its own.
+one group, whose job materializes every member for the batch in one run with the model loaded
+once; a script use case (no model) is a group of its own. Within a run, a member that other use
+cases read goes first (`STEP_PRIORITY_TAG`): its outputs are written while the run still calls the
+model for the rest, so the readers' runs (resolution) start then, not after the run ends.
 A use case that reads another of its own group goes into a later stage group
 (`<model>_stage2`), since Dagster would skip it in the same run. Each group has one
 discovery sensor, built by `sensors/discovery_sensor.py`.
@@ -47,6 +49,7 @@ from resources.app_database import AppDatabase
 warnings.filterwarnings("ignore", message=".*backfill_policy.*", category=BetaWarning)
 
 LLM_POOL = "llm"  # the Dagster pool of LLM steps (sensors/run_liveness.py frees a dead run's slots)
+STEP_PRIORITY_TAG = "dagster/priority"  # op tag: higher runs first among a run's ready steps
 
 
 class UseCaseRunConfig(Config):
@@ -120,7 +123,8 @@ def build_use_case(
     spec = work_spec(use_case, registry)
     batch_size = batch_size_override or use_case.batch_size
     # the asset's backfill policy batches UI backfills: it must honour PIPELINE_BATCH_SIZE too
-    asset = build_use_case_asset(replace(use_case, batch_size=batch_size), spec)
+    read_by_others = any(use_case.name in other.upstream for other in registry.values())
+    asset = build_use_case_asset(replace(use_case, batch_size=batch_size), spec, first_in_run=read_by_others)
     job = define_asset_job(
         job_name(use_case),
         selection=batch_selection([asset]),
@@ -134,8 +138,9 @@ def build_use_case(
     return UseCaseDefinitions(use_case, spec, asset, job, batch_size)
 
 
-def build_use_case_asset(use_case: UseCase, spec: WorkSpec) -> AssetsDefinition:
-    """The partitioned asset for one declared use case, with its checks."""
+def build_use_case_asset(use_case: UseCase, spec: WorkSpec, first_in_run: bool = False) -> AssetsDefinition:
+    """The partitioned asset for one declared use case, with its checks; `first_in_run`: its step goes
+    before the other members' in a work group's run (other use cases wait for its outputs)."""
     check_specs = [
         AssetCheckSpec(
             ITEMS_OK_CHECK,
@@ -164,6 +169,7 @@ def build_use_case_asset(use_case: UseCase, spec: WorkSpec) -> AssetsDefinition:
         backfill_policy=BackfillPolicy.multi_run(max_partitions_per_run=use_case.batch_size),
         check_specs=check_specs,
         pool=LLM_POOL if use_case.uses_llm else None,
+        op_tags={STEP_PRIORITY_TAG: "1"} if first_in_run else None,
         kinds={"python"},
         group_name="enrichment",
         required_resource_keys={

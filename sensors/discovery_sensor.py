@@ -239,9 +239,34 @@ def feeding_jobs(group: WorkGroup, groups: Sequence[WorkGroup]) -> list[str]:
     return [other.job.name for other in groups if other is not group and wanted & set(other.use_case_names)]
 
 
+def feeding_specs(group: WorkGroup, groups: Sequence[WorkGroup]) -> list[discovery.WorkSpec]:
+    """The work specs of the other groups' use cases that this group's members read."""
+    own = set(group.use_case_names)
+    specs = {
+        name: spec
+        for member in group.members
+        for name, spec in member.spec.upstream_specs.items()
+        if name not in own and any(name in other.use_case_names for other in groups)
+    }
+    return list(specs.values())
+
+
 def upstream_still_running(instance: DagsterInstance, jobs: Sequence[str]) -> bool:
     """Whether any of `jobs` has a queued or running run (one row read per job at most)."""
     return any(instance.get_runs(RunsFilter(job_name=job, statuses=ACTIVE_STATUSES), limit=1) for job in jobs)
+
+
+def more_input_coming(
+    instance: DagsterInstance, app_db: AppDatabase, jobs: Sequence[str], specs: Sequence[discovery.WorkSpec]
+) -> bool:
+    """Whether runs of `jobs` still run and their use cases (`specs`) still have postings to write.
+
+    An LLM run writes the outputs others read first (`assets/factory.py`), so once its last such step
+    ends the rest is ready, though the run still calls the model for its other members."""
+    if not upstream_still_running(instance, jobs):
+        return False
+    with app_db.session() as session:
+        return any(discovery.work_outstanding(session, spec) for spec in specs)
 
 
 def build_discovery_sensor(
@@ -255,11 +280,12 @@ def build_discovery_sensor(
     `hosts` (a server backend) each LLM run is pinned to one of them (`sensors/host_pinning.py`).
 
     A script group (no model) whose inputs are still being written by runs of other `groups` waits
-    until it has a full batch or those runs end: otherwise it starts a run for every few postings
-    the upstream runs finish (each run a process loading the code and the resolver: 11 runs where
-    2 would do, measured with three hosts, on the CPU the other runs need)."""
+    until it has a full batch or those inputs are all written: otherwise it starts a run for every few
+    postings the upstream runs finish (each run a process loading the code and the resolver: 11 runs
+    where 2 would do, measured with three hosts, on the CPU the other runs need)."""
     hosts = hosts if group.model else ()  # a script group calls no model server
     feeders = feeding_jobs(group, groups) if group.model is None else []
+    feeder_specs = feeding_specs(group, groups) if feeders else []
     members = ", ".join(group.use_case_names)
     interval = interval_seconds
 
@@ -302,12 +328,16 @@ def build_discovery_sensor(
         waiting = ""
         ready = plan.to_request
         full = sum(len(batch) >= group.batch_size for batch in plan.batches)
-        if requests and full < len(requests) and upstream_still_running(context.instance, feeders):
+        if (
+            requests
+            and full < len(requests)
+            and more_input_coming(context.instance, app_db, feeders, feeder_specs)
+        ):
             # Only full batches while upstream runs still write: the rest joins a later batch.
             waiting = (
                 f"{group.name}: {ready} postings ready; {ready - full * group.batch_size} of them, fewer "
                 f"than a batch ({group.batch_size}), wait while upstream runs ({', '.join(feeders)}) "
-                "still write more: for a full batch or their end"
+                "still write more: for a full batch or the last of their inputs"
             )
             context.log.info(waiting)
             requests = requests[:full]
@@ -373,6 +403,7 @@ __all__ = [
     "RunPlan",
     "build_discovery_sensor",
     "feeding_jobs",
+    "feeding_specs",
     "fail_dead_runs",
     "group_lease_seconds",
     "partition_positions",

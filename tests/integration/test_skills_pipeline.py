@@ -98,6 +98,13 @@ def test_one_run_per_model_does_summary_and_skills_then_entities_need_no_model(p
     for use_case in ("posting_summary", "posting_skills", "skill_entities"):
         assert {key for (name, key) in outputs if name == use_case} == set(keys)
     assert runs["posting_summary"] == runs["posting_skills"] != runs["skill_entities"]
+    # In the model's run the skills go first: resolution may start on them while summaries are written.
+    written = {
+        use_case: max(o.updated_at for (name, _), o in outputs.items() if name == use_case)
+        for use_case in ("posting_skills", "posting_summary")
+    }
+    first_summary = min(o.updated_at for (name, _), o in outputs.items() if name == "posting_summary")
+    assert written["posting_skills"] <= first_summary
 
     skills = outputs[("posting_skills", "p-1")].value
     assert [s["mention"] for s in skills["skills"]] == ["Python and SQL", "dbt"]
@@ -208,19 +215,23 @@ def test_each_resolution_records_the_skills_output_it_read_so_the_ui_shows_it_fr
         assert resolver.get_status(entities, key) == StaleStatus.FRESH
 
 
-def test_resolution_waits_for_a_batch_while_upstream_runs_still_write_skills(pipeline) -> None:
+def test_resolution_waits_for_a_batch_while_upstream_still_writes_skills(pipeline, tmp_path: Path) -> None:
     """A few postings with skills while the skills runs go on: no run of their own yet (each run is a
-    process loading the resolver); a full batch, or the upstream runs' end, starts one."""
+    process loading the resolver); a full batch starts one, and so does the last of the skills being
+    written (though the upstream run still calls the model for its summaries) or that run's end."""
     from dagster import DagsterRunStatus, SensorResult, SkipReason, build_sensor_context
     from dagster._core.test_utils import create_run_for_test
 
-    from sensors.discovery_sensor import build_discovery_sensor, feeding_jobs
+    from appdb import claims
+    from sensors.discovery_sensor import build_discovery_sensor, feeding_jobs, feeding_specs
 
     defs, groups, instance, url = pipeline
     llm_group, entities = groups
     assert feeding_jobs(entities, groups) == [llm_group.job.name] and feeding_jobs(llm_group, groups) == []
+    assert [spec.use_case for spec in feeding_specs(entities, groups)] == ["posting_skills"]
     assert load_reference_data(defs, instance)
     run_pending(defs, [llm_group], instance, AppDatabase(url=url), source="test")  # skills for 3 postings
+    seed_postings(url, tmp_path, [{**POSTINGS[0], "key": "p-4"}])  # its skills still to write
     upstream = create_run_for_test(instance, job_name=llm_group.job.name, status=DagsterRunStatus.STARTED)
 
     def tick(group=entities):  # noqa: ANN001, ANN202
@@ -239,7 +250,20 @@ def test_resolution_waits_for_a_batch_while_upstream_runs_still_write_skills(pip
     start, end = request.tags[ASSET_PARTITION_RANGE_START_TAG], request.tags[ASSET_PARTITION_RANGE_END_TAG]
     assert start != end  # a range of two postings
 
+    # p-4's skills held by the running run: still coming, so still waiting.
+    with session_scope(url) as session:
+        assert claims.claim_items(session, "posting_skills", ["p-4"], upstream.run_id) == ["p-4"]
+    assert isinstance(tick(), SkipReason)
+    # The run wrote p-4's skills (its summary step may still be going): nothing more is coming.
+    with session_scope(url) as session:
+        claims.release_items(session, "posting_skills", ["p-4"], upstream.run_id)
+    run_pending(defs, [llm_group], instance, AppDatabase(url=url), source="test")
+    assert instance.get_run_by_id(upstream.run_id).status == DagsterRunStatus.STARTED
+    written = tick()
+    assert isinstance(written, SensorResult) and len(written.run_requests) == 1  # all four, one run
+
     instance.report_run_canceled(instance.get_run_by_id(upstream.run_id))
+    seed_postings(url, tmp_path, [{**POSTINGS[1], "key": "p-5"}])  # pending skills, but no run writes them
     started = tick()
     assert isinstance(started, SensorResult) and len(started.run_requests) == 1
     assert len(tick(in_twos).run_requests) == 2  # upstream ended: the odd one goes too

@@ -13,7 +13,7 @@ import pytest
 from dagster._daemon import daemon as daemon_module
 from dagster._daemon import sensor as sensor_module
 
-from appdb import heartbeats
+from appdb import events, heartbeats
 from appdb.database import session_scope
 from appdb.ingest import ingest_files
 from pipeline_defs.daemon import WakeableShutdown, install_wake, wake_on, watch_arrivals
@@ -63,7 +63,7 @@ def test_a_wake_cuts_the_wait_short_and_shutdown_still_stops_it() -> None:
     assert waiting.wait(10) is True and waiting.is_set()
 
 
-def test_the_watcher_wakes_on_ingest_and_on_a_run_ending_only(
+def test_the_watcher_wakes_on_ingest_an_llm_step_ending_and_a_run_ending_only(
     tmp_path: Path,
 ) -> None:
     url = f"sqlite:///{tmp_path / 'app.db'}"
@@ -85,6 +85,15 @@ def test_the_watcher_wakes_on_ingest_and_on_a_run_ending_only(
         wake.clear()
         with session_scope(url) as session:
             heartbeats.beat(session, "run-1")
+        assert not wake.wait(1.0)
+        # An LLM step ending (its cost recorded) wakes: a reader may wait for the outputs it wrote.
+        with session_scope(url) as session:
+            events.record_event(session, "run_cost", use_case="posting_skills", run_id="run-1", count=3)
+        assert wake.wait(3)
+        time.sleep(0.6)
+        wake.clear()
+        with session_scope(url) as session:  # an error event is not an end
+            events.record_event(session, "error", use_case="posting_skills", run_id="run-1", count=1)
         assert not wake.wait(1.0)
         with session_scope(url) as session:
             heartbeats.end_heartbeat(session, "run-1")
