@@ -72,7 +72,7 @@ def build_definitions(
                 for group in groups
             ),
             *([skills_taxonomy_sensor] if with_postings else []),
-            build_gym_sensor(gym_job),
+            build_gym_sensor(gym_job, [group.job.name for group in groups]),
         ],
         resources={
             "app_db": AppDatabase(

@@ -413,6 +413,39 @@ def test_the_gym_sensor_evaluates_again_only_when_corrections_or_outputs_changed
     assert isinstance(tick(after_run.cursor), SensorResult)  # a verdict moves them too
 
 
+def test_the_gym_sensor_waits_for_enrichment_runs_to_end_but_not_forever(gym) -> None:
+    """New outputs while a work group's run goes: no evaluation of a half-written corpus on the CPU the
+    run needs; once the run ends, or MAX_DEFER_SECONDS after the last evaluation, it runs."""
+    import time
+
+    from dagster import DagsterRunStatus, SensorResult, SkipReason, build_sensor_context
+    from dagster._core.test_utils import create_run_for_test
+
+    from sensors.gym_sensor import MAX_DEFER_SECONDS
+
+    defs, instance, url = gym
+    sensor = defs.resolve_sensor_def("gym_evaluation_sensor")
+
+    def tick(cursor: str | None):  # noqa: ANN202
+        context = build_sensor_context(
+            instance=instance, cursor=cursor, resources={"app_db": AppDatabase(url=url)}
+        )
+        return sensor(context)
+
+    first = tick(None)
+    assert isinstance(first, SensorResult)
+    run_use_case(defs, instance, ["g-1"])  # new outputs
+    group_job = next(job.name for job in defs.resolve_all_job_defs() if job.name.endswith("_batch_job"))
+    going = create_run_for_test(instance, job_name=group_job, status=DagsterRunStatus.STARTED)
+    deferred = tick(first.cursor)
+    assert isinstance(deferred, SkipReason) and "waits for the enrichment runs" in deferred.skip_message
+    long_ago = json.dumps({**json.loads(first.cursor), "at": time.time() - MAX_DEFER_SECONDS - 1})
+    assert isinstance(tick(long_ago), SensorResult)  # a long backlog still gets its figures
+    instance.report_run_canceled(instance.get_run_by_id(going.run_id))
+    assert isinstance(tick(first.cursor), SensorResult)  # the runs ended: evaluate now
+    assert isinstance(tick("an-old-bare-marker"), SensorResult)  # a cursor from before the deferral
+
+
 # --- versioned reprocessing --------------------------------------------------------------------
 
 
