@@ -103,6 +103,30 @@ def test_the_watcher_wakes_on_ingest_an_llm_step_ending_and_a_run_ending_only(
         watcher.join(5)
 
 
+def test_a_change_wakes_the_sensors_again_once_their_interval_has_passed(tmp_path: Path) -> None:
+    """A sensor that looked just before the change is not due at the first wake: a second one comes."""
+    url = f"sqlite:///{tmp_path / 'app.db'}"
+    with session_scope(url):
+        pass
+    wake, stop = threading.Event(), threading.Event()
+    watcher = threading.Thread(target=watch_arrivals, args=(url, wake, stop, 1.0), daemon=True)
+    watcher.start()
+    try:
+        time.sleep(0.6)  # the watcher has read the marker once
+        with session_scope(url) as session:
+            ingest_files(session, [write_jsonl(tmp_path / "postings.jsonl", POSTINGS[:1])])
+        assert wake.wait(3)
+        changed = time.monotonic()
+        wake.clear()
+        assert wake.wait(3)  # again, about a second later, with nothing new
+        assert time.monotonic() - changed >= 0.5
+        wake.clear()
+        assert not wake.wait(1.5)  # and only once
+    finally:
+        stop.set()
+        watcher.join(5)
+
+
 def test_the_daemon_installs_the_wake_into_dagsters_sensor_daemon(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
