@@ -51,6 +51,7 @@ _Result = TypeVar("_Result")
 _engines: dict[str, Engine] = {}
 _migrated: set[str] = set()
 _lock = threading.Lock()
+_upgrade_lock = threading.Lock()  # Alembic's migration context is module-global: one upgrade at a time
 
 
 def normalize_url(url: str) -> str:
@@ -184,13 +185,19 @@ def migrate(url: str) -> None:
     with _lock:
         if url in _migrated:
             return
-    engine = get_engine(url)
-    config = alembic_config(url)
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, "head")
-    with _lock:
-        _migrated.add(url)
+    # Threads of one process (a code server's sensors at start-up) must not upgrade side by side:
+    # Alembic's proxy of the running context is a module global, and the second one's exit raised.
+    with _upgrade_lock:
+        with _lock:
+            if url in _migrated:
+                return
+        engine = get_engine(url)
+        config = alembic_config(url)
+        with engine.begin() as connection:
+            config.attributes["connection"] = connection
+            command.upgrade(config, "head")
+        with _lock:
+            _migrated.add(url)
 
 
 @contextmanager
