@@ -60,8 +60,13 @@ def build_gym_sensor(job: UnresolvedAssetJobDefinition, work_jobs: Sequence[str]
         last_marker, last_at = read_gym_cursor(context.cursor)
         if marker == last_marker:
             return SkipReason("no new corrections or outputs since the last evaluation")
+        first_look = context.cursor is None  # a new deployment: the deferral's clock starts now
+        if first_look:
+            last_at = time.time()
         waited = time.time() - last_at
         if waited < MAX_DEFER_SECONDS and upstream_still_running(context.instance, work_jobs):
+            if first_look:
+                context.update_cursor(json.dumps({"marker": None, "at": last_at}))
             return SkipReason(
                 "outputs changed; the evaluation waits for the enrichment runs to end "
                 f"(at most {MAX_DEFER_SECONDS - waited:.0f}s more)"

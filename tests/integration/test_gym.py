@@ -444,6 +444,8 @@ def test_the_gym_sensor_waits_for_enrichment_runs_to_end_but_not_forever(gym) ->
     instance.report_run_canceled(instance.get_run_by_id(going.run_id))
     assert isinstance(tick(first.cursor), SensorResult)  # the runs ended: evaluate now
     assert isinstance(tick("an-old-bare-marker"), SensorResult)  # a cursor from before the deferral
+    going = create_run_for_test(instance, job_name=group_job, status=DagsterRunStatus.STARTED)
+    assert isinstance(tick(None), SkipReason)  # a first look while runs go defers too
 
 
 # --- versioned reprocessing --------------------------------------------------------------------
