@@ -379,21 +379,28 @@ def test_public_gold_scores_skillspan_postings_when_its_path_is_configured(
     assert "precision" not in figures  # no corrections yet: only the public gold
 
 
-def test_the_gym_sensor_evaluates_again_only_when_corrections_or_outputs_changed(gym, tmp_path: Path) -> None:
-    from dagster import SensorResult, SkipReason, build_sensor_context
+def gym_sensor_tick(gym, cursor: str | None):  # noqa: ANN001, ANN201
+    """One evaluation of the gym sensor against the fixture's instance and database."""
+    from dagster import build_sensor_context
 
     defs, instance, url = gym
-    sensor = defs.resolve_sensor_def("gym_evaluation_sensor")
+    context = build_sensor_context(
+        instance=instance, cursor=cursor, resources={"app_db": AppDatabase(url=url)}
+    )
+    return defs.resolve_sensor_def("gym_evaluation_sensor")(context)
+
+
+def test_the_gym_sensor_evaluates_again_only_when_corrections_or_outputs_changed(gym, tmp_path: Path) -> None:
+    from dagster import SensorResult, SkipReason
+
+    defs, instance, url = gym
 
     def tick(cursor: str | None):  # noqa: ANN202
-        context = build_sensor_context(
-            instance=instance, cursor=cursor, resources={"app_db": AppDatabase(url=url)}
-        )
-        return sensor(context)
+        return gym_sensor_tick(gym, cursor)
 
     first = tick(None)
     assert isinstance(first, SensorResult) and len(first.run_requests) == 1
-    assert sensor.job_name == "gym_evaluation_job"
+    assert defs.resolve_sensor_def("gym_evaluation_sensor").job_name == "gym_evaluation_job"
     assert isinstance(tick(first.cursor), SkipReason)  # nothing changed: no evaluation
     run_use_case(defs, instance, ["g-1"])  # new outputs move the figures
     after_run = tick(first.cursor)
@@ -418,19 +425,15 @@ def test_the_gym_sensor_waits_for_enrichment_runs_to_end_but_not_forever(gym) ->
     run needs; once the run ends, or MAX_DEFER_SECONDS after the last evaluation, it runs."""
     import time
 
-    from dagster import DagsterRunStatus, SensorResult, SkipReason, build_sensor_context
+    from dagster import DagsterRunStatus, SensorResult, SkipReason
     from dagster._core.test_utils import create_run_for_test
 
     from sensors.gym_sensor import MAX_DEFER_SECONDS
 
-    defs, instance, url = gym
-    sensor = defs.resolve_sensor_def("gym_evaluation_sensor")
+    defs, instance, _ = gym
 
     def tick(cursor: str | None):  # noqa: ANN202
-        context = build_sensor_context(
-            instance=instance, cursor=cursor, resources={"app_db": AppDatabase(url=url)}
-        )
-        return sensor(context)
+        return gym_sensor_tick(gym, cursor)
 
     first = tick(None)
     assert isinstance(first, SensorResult)
