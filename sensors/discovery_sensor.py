@@ -239,19 +239,19 @@ def feeding_jobs(group: WorkGroup, groups: Sequence[WorkGroup]) -> list[str]:
     return [other.job.name for other in groups if other is not group and wanted & set(other.use_case_names)]
 
 
-def feeding_specs(group: WorkGroup, groups: Sequence[WorkGroup]) -> list[discovery.WorkSpec]:
-    """The work specs of the other groups' use cases that this group's members read."""
+def feeding_specs(group: WorkGroup) -> list[discovery.WorkSpec]:
+    """The work specs of the use cases outside this group that its members read."""
     own = set(group.use_case_names)
     specs = {
         name: spec
         for member in group.members
         for name, spec in member.spec.upstream_specs.items()
-        if name not in own and any(name in other.use_case_names for other in groups)
+        if name not in own
     }
     return list(specs.values())
 
 
-def upstream_still_running(instance: DagsterInstance, jobs: Sequence[str]) -> bool:
+def any_run_active(instance: DagsterInstance, jobs: Sequence[str]) -> bool:
     """Whether any of `jobs` has a queued or running run (one row read per job at most)."""
     return any(instance.get_runs(RunsFilter(job_name=job, statuses=ACTIVE_STATUSES), limit=1) for job in jobs)
 
@@ -263,7 +263,7 @@ def more_input_coming(
 
     An LLM run writes the outputs others read first (`assets/factory.py`), so once its last such step
     ends the rest is ready, though the run still calls the model for its other members."""
-    if not upstream_still_running(instance, jobs):
+    if not any_run_active(instance, jobs):
         return False
     with app_db.session() as session:
         return any(discovery.work_outstanding(session, spec) for spec in specs)
@@ -285,7 +285,7 @@ def build_discovery_sensor(
     where 2 would do, measured with three hosts, on the CPU the other runs need)."""
     hosts = hosts if group.model else ()  # a script group calls no model server
     feeders = feeding_jobs(group, groups) if group.model is None else []
-    feeder_specs = feeding_specs(group, groups) if feeders else []
+    feeder_specs = feeding_specs(group) if feeders else []
     members = ", ".join(group.use_case_names)
     interval = interval_seconds
 

@@ -21,17 +21,18 @@ from dagster._core.definitions.unresolved_asset_job_definition import Unresolved
 from appdb import review
 from assets.run_tags import SOURCE_TAG
 from resources.app_database import AppDatabase
-from sensors.discovery_sensor import upstream_still_running
+from sensors.discovery_sensor import any_run_active
 
 GYM_SENSOR = "gym_evaluation_sensor"
 MAX_DEFER_SECONDS = 600  # an evaluation at least every 10 minutes while enrichment runs go
 
 
-def read_gym_cursor(cursor: str | None) -> tuple[str | None, float]:
-    """(marker, time of the last evaluation requested); a cursor from before the deferral is a bare
-    marker, taken as evaluated long ago."""
+def read_gym_cursor(cursor: str | None, now: float) -> tuple[str | None, float]:
+    """(marker, time the deferral's clock started: the last evaluation requested). No cursor (a new
+    deployment) starts the clock `now`; a cursor from before the deferral is a bare marker, taken as
+    evaluated long ago."""
     if not cursor:
-        return None, 0.0
+        return None, now
     try:
         data = json.loads(cursor)
     except ValueError:
@@ -57,23 +58,20 @@ def build_gym_sensor(job: UnresolvedAssetJobDefinition, work_jobs: Sequence[str]
     def _gym_sensor(context: SensorEvaluationContext, app_db: AppDatabase) -> SensorResult | SkipReason:
         with app_db.session() as session:
             marker = review.gym_marker(session)
-        last_marker, last_at = read_gym_cursor(context.cursor)
+        now = time.time()
+        last_marker, last_at = read_gym_cursor(context.cursor, now)
         if marker == last_marker:
             return SkipReason("no new corrections or outputs since the last evaluation")
-        first_look = context.cursor is None  # a new deployment: the deferral's clock starts now
-        if first_look:
-            last_at = time.time()
-        waited = time.time() - last_at
-        if waited < MAX_DEFER_SECONDS and upstream_still_running(context.instance, work_jobs):
-            if first_look:
-                context.update_cursor(json.dumps({"marker": None, "at": last_at}))
+        waited = now - last_at
+        if waited < MAX_DEFER_SECONDS and any_run_active(context.instance, work_jobs):
+            context.update_cursor(json.dumps({"marker": last_marker, "at": last_at}))  # the clock kept
             return SkipReason(
                 "outputs changed; the evaluation waits for the enrichment runs to end "
                 f"(at most {MAX_DEFER_SECONDS - waited:.0f}s more)"
             )
         return SensorResult(
             run_requests=[RunRequest(run_key=marker, tags={SOURCE_TAG: "sensor"})],
-            cursor=json.dumps({"marker": marker, "at": time.time()}),
+            cursor=json.dumps({"marker": marker, "at": now}),
         )
 
     return _gym_sensor

@@ -228,7 +228,7 @@ def test_resolution_waits_for_a_batch_while_upstream_still_writes_skills(pipelin
     defs, groups, instance, url = pipeline
     llm_group, entities = groups
     assert feeding_jobs(entities, groups) == [llm_group.job.name] and feeding_jobs(llm_group, groups) == []
-    assert [spec.use_case for spec in feeding_specs(entities, groups)] == ["posting_skills"]
+    assert [spec.use_case for spec in feeding_specs(entities)] == ["posting_skills"]
     assert load_reference_data(defs, instance)
     run_pending(defs, [llm_group], instance, AppDatabase(url=url), source="test")  # skills for 3 postings
     seed_postings(url, tmp_path, [{**POSTINGS[0], "key": "p-4"}])  # its skills still to write
