@@ -3,14 +3,17 @@
 For each held posting: render the prompt (or gather the script's inputs) and its input hash; a posting
 whose input is byte-identical to the one that made its stored output is kept as it is (nothing called);
 the rest go to the LLM (`assets/llm_calls.py`, in order, several in flight) or the script, and each
-result is parsed, checked and stored with its exact interaction, one transaction per posting.
+result is parsed, checked and stored with its exact interaction. An LLM's output is committed as soon
+as it is made (one transaction per posting); a script's come milliseconds apart, so up to
+`SCRIPT_WRITES_PER_TRANSACTION` of them share a transaction (on PostgreSQL the commit and the
+connection's round trips cost more than resolving a posting).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +37,8 @@ from domain.language.output_parsing import BlockedOutput, parse_output
 from domain.language.templates import TemplateVariableError, retry_options, retry_prompt
 
 PROGRESS_EVERY_SECONDS = 5.0
+SCRIPT_WRITES_PER_TRANSACTION = 50
+SCRIPT_WRITE_WAIT_SECONDS = 0.5  # a slow script's outputs still land within this long
 
 
 @dataclass(frozen=True)
@@ -77,17 +82,39 @@ def run_single_calls(run: BatchRun, held: Sequence[str]) -> Iterator[AssetMateri
         prepared.append(PreparedCall(key, prompt, system_prompt, input_hash, truncated, options))
 
     progress = Progress(run, len(prepared))
-    results = _call_script_all(run, prepared) if run.llm is None else _generate_all(run, prepared)
+    if run.llm is None:
+        groups = _write_groups(_call_script_all(run, prepared, references), SCRIPT_WRITES_PER_TRANSACTION)
+    else:
+        groups = ([result] for result in _generate_all(run, prepared))
+    for group in groups:
+        run.renew_claims_if_due()  # between transactions: the renewal must not wait on this run's own
+        with run.app_db.session() as session:
+            written = [(item, _store_result(session, run, item, result)) for item, result in group]
+        for item, stored in written:  # committed: now the outputs count and Dagster hears of them
+            run.finished(item.key)
+            event = _materialization(run, item, stored)
+            if event is not None:
+                run.note_served()
+                yield event
+            progress.step(failed=len(run.outcome.failed))
+
+
+def _write_groups(
+    results: Iterable[tuple[PreparedCall, Generation | Exception]], size: int
+) -> Iterator[list[tuple[PreparedCall, Generation | Exception]]]:
+    """The results in groups of up to `size`, each written in one transaction; a group closes early
+    once `SCRIPT_WRITE_WAIT_SECONDS` have passed since its first result."""
+    group: list[tuple[PreparedCall, Generation | Exception]] = []
+    opened = 0.0
     for item, result in results:
-        if isinstance(result, BackendUnavailable):
-            raise result
-        run.renew_claims_if_due()
-        event = _store_result(run, item, result)
-        run.finished(item.key)
-        if event is not None:
-            run.note_served()
-            yield event
-        progress.step(failed=len(run.outcome.failed))
+        if not group:
+            opened = time.monotonic()
+        group.append((item, result))
+        if len(group) >= size or time.monotonic() - opened >= SCRIPT_WRITE_WAIT_SECONDS:
+            yield group
+            group = []
+    if group:
+        yield group
 
 
 def _generate_all(
@@ -107,10 +134,12 @@ def _generate_all(
 
 
 def _call_script_all(
-    run: BatchRun, prepared: Sequence[PreparedCall]
+    run: BatchRun, prepared: Sequence[PreparedCall], references: dict[str, str]
 ) -> Iterator[tuple[PreparedCall, Generation | Exception]]:
     """Call a script use case's function per posting; its output goes through the same parsing."""
-    script_context = ScriptContext(resources=run.context.resources, app_db=run.app_db, log=run.log)
+    script_context = ScriptContext(
+        resources=run.context.resources, app_db=run.app_db, log=run.log, references=references
+    )
     for item in prepared:
         started = time.perf_counter()
         try:
@@ -122,10 +151,22 @@ def _call_script_all(
         yield item, Generation(text, None, None, (time.perf_counter() - started) * 1000)
 
 
+@dataclass(frozen=True)
+class _Written:
+    """What `_store_result` wrote, counted once its transaction commits."""
+
+    parsed: dict[str, Any]
+    stored: bool
+    interaction_id: int
+    generation: Generation
+
+
 def _store_result(
-    run: BatchRun, item: PreparedCall, result: Generation | Exception
-) -> AssetMaterialization | None:
-    """Record the interaction, then the output (or the failure), in one transaction per posting."""
+    session: Any, run: BatchRun, item: PreparedCall, result: Generation | Exception
+) -> _Written | None:
+    """Record the interaction, then the output (or the failure: None), in the caller's transaction."""
+    if isinstance(result, BackendUnavailable):
+        raise result
     use_case, outcome = run.use_case, run.outcome
     error: str | None = None
     parsed: dict[str, Any] | None = None
@@ -142,43 +183,50 @@ def _store_result(
     options = dict(item.options)
     if item.truncated:
         options["truncated_chars"] = item.truncated
-    with run.app_db.session() as session:
-        interaction_id = record_call(
-            session,
-            run,
-            item.key,
-            use_case=use_case.name,
-            model=model_label(use_case),
-            backend=run.backend,
-            prompt=item.prompt,
-            system_prompt=item.system_prompt,
-            options=options,
-            generation=generation,
-            parsed=parsed,
-            error=error,
-        )
-        if error is not None:
-            record_failure(session, run, item.key, error)
-            return None
-        stored = store_output(
-            session,
-            use_case,
-            item.key,
-            run.run_id,
-            parsed,
-            backend=run.backend,
-            input_hash=item.input_hash,
-            posting_hash=outcome.postings[item.key]["content_hash"],
-            interaction_id=interaction_id,
-        )
-    if not outcome.record_stored(item.key, parsed, stored):
+    interaction_id = record_call(
+        session,
+        run,
+        item.key,
+        use_case=use_case.name,
+        model=model_label(use_case),
+        backend=run.backend,
+        prompt=item.prompt,
+        system_prompt=item.system_prompt,
+        options=options,
+        generation=generation,
+        parsed=parsed,
+        error=error,
+    )
+    if error is not None:
+        record_failure(session, run, item.key, error)
         return None
+    stored = store_output(
+        session,
+        use_case,
+        item.key,
+        run.run_id,
+        parsed,
+        backend=run.backend,
+        input_hash=item.input_hash,
+        posting_hash=outcome.postings[item.key]["content_hash"],
+        interaction_id=interaction_id,
+    )
+    return _Written(parsed, stored, interaction_id, generation)
+
+
+def _materialization(
+    run: BatchRun, item: PreparedCall, written: _Written | None
+) -> AssetMaterialization | None:
+    """After the commit: count the output (or the lost claim) and the materialization that logs it."""
+    if written is None or not run.outcome.record_stored(item.key, written.parsed, written.stored):
+        return None
+    generation = written.generation
     return output_materialization(
         run,
         item.key,
-        parsed,
+        written.parsed,
         input_hash=item.input_hash,
-        interaction_id=interaction_id,
+        interaction_id=written.interaction_id,
         prompt_tokens=generation.prompt_tokens or 0,
         completion_tokens=generation.completion_tokens or 0,
         latency_ms=generation.latency_ms,

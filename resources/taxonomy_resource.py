@@ -70,6 +70,12 @@ class TaxonomyResource(ConfigurableResource):
             return None
         return model
 
+    def built_resolver(self, content_hash: str | None) -> SkillResolver | None:
+        """The resolver already built over the taxonomy of this content hash, else None (no query)."""
+        if content_hash is None or self._resolver is None or content_hash != self._resolver_hash:
+            return None
+        return self._resolver
+
     def resolver(self, session: Session) -> SkillResolver:
         """A resolver over the loaded taxonomy, built once and reused while the taxonomy is unchanged."""
         content_hash = loaded_taxonomy_hash(session)

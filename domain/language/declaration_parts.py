@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
@@ -31,11 +31,14 @@ class OutputCheck:
 
 @dataclass(frozen=True)
 class ScriptContext:
-    """What a script use case's function gets beside its inputs: the run's resources and log."""
+    """What a script use case's function gets beside its inputs: the run's resources and log, and the
+    content hash of each reference input as the run read it once at its start (its input hashes
+    are made from them), so a script need not query them again per posting."""
 
     resources: Any
     app_db: Any
     log: Any
+    references: Mapping[str, str] = field(default_factory=dict)
 
 
 _VALIDATORS: dict[str, Any] = {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from appdb.taxonomy import REFERENCE_NAME as TAXONOMY_REFERENCE
 from appdb.taxonomy import replace_posting_skill_concepts
 from domain.language.declaration import UseCase
 from domain.language.declaration_parts import OutputCheck, ScriptContext
@@ -42,8 +43,11 @@ ENTITIES_SCHEMA: dict[str, Any] = {
 
 def resolve_skill_mentions(inputs: Mapping[str, Any], context: ScriptContext) -> dict[str, Any]:
     """Resolve each skill mention (split first when it holds several) to a taxonomy concept."""
-    with context.app_db.session() as session:
-        resolver = context.resources.taxonomy.resolver(session)
+    taxonomy = context.resources.taxonomy
+    resolver = taxonomy.built_resolver(context.references.get(TAXONOMY_REFERENCE))
+    if resolver is None:  # the run's first posting, or a taxonomy loaded since the run began
+        with context.app_db.session() as session:
+            resolver = taxonomy.resolver(session)
     entities = []
     for skill in inputs["posting_skills"]["skills"]:
         # the sentence the mention came from weighs in the learned linker's choice
@@ -114,7 +118,7 @@ SKILL_ENTITIES = UseCase(
     function=resolve_skill_mentions,
     resources=("taxonomy",),
     upstream=("posting_skills",),
-    reference_inputs=("skills_taxonomy",),
+    reference_inputs=(TAXONOMY_REFERENCE,),
     output_schema=ENTITIES_SCHEMA,
     priority=5,
     batch_size=500,  # a script: a run's process start (2-3 s of CPU) costs more than 100 postings' work

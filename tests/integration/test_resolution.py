@@ -12,7 +12,7 @@ from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
 from appdb.database import session_scope
-from appdb.taxonomy import load_taxonomy, normalize_label
+from appdb.taxonomy import load_taxonomy, loaded_taxonomy_hash, normalize_label
 from domain.language.llm_types import BackendUnavailable
 from domain.skills.embeddings import (
     MINILM_INSTALL_HINT,
@@ -214,14 +214,21 @@ def test_semantic_threshold_is_respected(loaded_url: str) -> None:
 
 def test_the_resource_caches_its_resolver_until_the_taxonomy_changes(loaded_url: str, tmp_path: Path) -> None:
     resource = TaxonomyResource()
+    assert resource.built_resolver(None) is None
     with session_scope(loaded_url) as session:
         first = resource.resolver(session)
         assert resource.resolver(session) is first
+        loaded = loaded_taxonomy_hash(session)
+    # a run that read the taxonomy's hash at its start gets the built resolver without a query
+    assert resource.built_resolver(loaded) is first
     with session_scope(loaded_url) as session:
         load_taxonomy(session, write_taxonomy(tmp_path / "other.csv", [[URI + "go", "Go", "", "", ""]]))
+        changed = loaded_taxonomy_hash(session)
+    assert resource.built_resolver(changed) is None  # a run over the new taxonomy builds it anew
     with session_scope(loaded_url) as session:
         second = resource.resolver(session)
     assert second is not first and len(second) == 1
+    assert resource.built_resolver(changed) is second and resource.built_resolver(loaded) is None
 
 
 def test_an_empty_taxonomy_is_a_clear_error(sqlite_url: str) -> None:

@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from dagster import DagsterInstance
+from dagster import AssetKey, DagsterInstance
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from sqlalchemy import select
 
 from appdb import discovery
 from appdb.database import session_scope
-from appdb.models import Interaction, PostingSkillConcept, UseCaseOutput
+from appdb.models import Interaction, PostingSkillConcept, UseCaseOutput, WorkItem
 from assets.factory import build_work_groups
 from domain.language.llm_types import Generation
 from domain.use_cases.posting_skills import POSTING_SKILLS_LLM, ground_skill_mentions
@@ -139,6 +139,54 @@ def test_a_changed_taxonomy_makes_resolutions_stale(pipeline, tmp_path: Path) ->
         assert load_taxonomy(session, changed).changed
     with session_scope(url) as session:
         assert sorted(discovery.find_pending_work(session, entities.spec)) == ["p-1", "p-2", "p-3"]
+
+
+def test_a_database_error_in_a_resolution_write_leaves_no_posting_half_written(
+    pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A script's outputs share transactions: an error while writing one posting's concepts takes back
+    the whole group (output, concepts, interaction, materialization), gives its claims back, and
+    the next run does every posting."""
+    import domain.use_cases.skill_entities as skill_entities_module
+
+    defs, groups, instance, url = pipeline
+    assert load_reference_data(defs, instance)
+    original = skill_entities_module.replace_posting_skill_concepts
+
+    def fails_on_p3(session: Any, posting_key: str, entities: list[dict[str, Any]]) -> None:
+        if posting_key == "p-3":
+            raise RuntimeError("disk full")
+        original(session, posting_key, entities)
+
+    monkeypatch.setattr(skill_entities_module, "replace_posting_skill_concepts", fails_on_p3)
+    first = run_pending(defs, groups, instance, AppDatabase(url=url), source="test")
+    assert len(first[1].failed_runs) == 1
+
+    with session_scope(url) as session:
+        resolved = session.scalars(
+            select(UseCaseOutput.posting_key).where(UseCaseOutput.use_case == "skill_entities")
+        ).all()
+        concept_rows = session.scalars(select(PostingSkillConcept)).all()
+        script_calls = session.scalars(select(Interaction).where(Interaction.backend == "script")).all()
+        items = dict(
+            session.execute(
+                select(WorkItem.posting_key, WorkItem.status).where(WorkItem.use_case == "skill_entities")
+            ).all()
+        )
+    assert resolved == [] and concept_rows == [] and script_calls == []  # p-1 and p-2 not kept half-way
+    assert set(items.values()) == {"pending"}  # given back now, not after the lease
+    partitions = instance.get_materialized_partitions(AssetKey("skill_entities"))
+    assert partitions == set()  # Dagster was told of no output that was rolled back
+
+    monkeypatch.setattr(skill_entities_module, "replace_posting_skill_concepts", original)
+    again = run_pending(defs, groups, instance, AppDatabase(url=url), source="test")
+    assert [len(report.runs) for report in again] == [0, 1] and not again[1].failed_runs
+    with session_scope(url) as session:
+        resolved = session.scalars(
+            select(UseCaseOutput.posting_key).where(UseCaseOutput.use_case == "skill_entities")
+        ).all()
+    assert sorted(resolved) == ["p-1", "p-2", "p-3"]
+    assert instance.get_materialized_partitions(AssetKey("skill_entities")) == {"p-1", "p-2", "p-3"}
 
 
 def test_grounding_drops_and_counts_mentions_not_in_the_posting() -> None:
