@@ -164,13 +164,21 @@ def find_pending_work(
 def work_outstanding(session: Session, spec: WorkSpec) -> bool:
     """Whether this use case has postings still to write: pending now, or held by a live claim. A
     reader's sensor waits for them before it starts a part-filled batch (`sensors/discovery_sensor.py`)."""
+    return work_held(session, spec) or work_unclaimed(session, spec)
+
+
+def work_held(session: Session, spec: WorkSpec) -> bool:
+    """Whether a live claim holds a posting of this use case (a running run is writing it)."""
     held = select(WorkItem.posting_key).where(
         WorkItem.use_case == spec.use_case,
         WorkItem.status == "claimed",
         WorkItem.lease_expires_at >= utcnow(),
     )
-    if session.scalar(held.limit(1)) is not None:
-        return True
+    return session.scalar(held.limit(1)) is not None
+
+
+def work_unclaimed(session: Session, spec: WorkSpec) -> bool:
+    """Whether this use case has a posting to do that no run has claimed yet."""
     return session.scalar(pending_work_query(spec).limit(1)) is not None
 
 

@@ -257,16 +257,29 @@ def any_run_active(instance: DagsterInstance, jobs: Sequence[str]) -> bool:
 
 
 def more_input_coming(
-    instance: DagsterInstance, app_db: AppDatabase, jobs: Sequence[str], specs: Sequence[discovery.WorkSpec]
+    instance: DagsterInstance,
+    app_db: AppDatabase,
+    jobs: Sequence[str],
+    specs: Sequence[discovery.WorkSpec],
+    own_job: str,
 ) -> bool:
-    """Whether runs of `jobs` still run and their use cases (`specs`) still have postings to write.
+    """Whether a part-filled batch should wait: runs of `jobs` still run, their use cases (`specs`)
+    still have postings to write, and either some of those are not taken up by a run yet or this
+    group's own run (`own_job`) still goes.
 
     An LLM run writes the outputs others read first (`assets/factory.py`), so once its last such step
-    ends the rest is ready, though the run still calls the model for its other members."""
+    ends the rest is ready, though the run still calls the model for its other members. Once every
+    posting left upstream is held by a running run (the last inputs are under way), the group starts
+    on what is ready whenever it has no run going: its last run then holds only what those last runs
+    write, not up to a whole batch that starts after them and ends seconds after the last LLM call."""
     if not any_run_active(instance, jobs):
         return False
     with app_db.session() as session:
-        return any(discovery.work_outstanding(session, spec) for spec in specs)
+        if not any(discovery.work_held(session, spec) for spec in specs):
+            return any(discovery.work_unclaimed(session, spec) for spec in specs)
+        if any(discovery.work_unclaimed(session, spec) for spec in specs):
+            return True
+    return any_run_active(instance, [own_job])
 
 
 def build_discovery_sensor(
@@ -331,13 +344,13 @@ def build_discovery_sensor(
         if (
             requests
             and full < len(requests)
-            and more_input_coming(context.instance, app_db, feeders, feeder_specs)
+            and more_input_coming(context.instance, app_db, feeders, feeder_specs, group.job.name)
         ):
             # Only full batches while upstream runs still write: the rest joins a later batch.
             waiting = (
                 f"{group.name}: {ready} postings ready; {ready - full * group.batch_size} of them, fewer "
                 f"than a batch ({group.batch_size}), wait while upstream runs ({', '.join(feeders)}) "
-                "still write more: for a full batch or the last of their inputs"
+                "still write more: for a full batch, the last of their inputs, or the end of its running run"
             )
             context.log.info(waiting)
             requests = requests[:full]

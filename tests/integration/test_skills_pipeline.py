@@ -266,7 +266,8 @@ def test_each_resolution_records_the_skills_output_it_read_so_the_ui_shows_it_fr
 def test_resolution_waits_for_a_batch_while_upstream_still_writes_skills(pipeline, tmp_path: Path) -> None:
     """A few postings with skills while the skills runs go on: no run of their own yet (each run is a
     process loading the resolver); a full batch starts one, and so does the last of the skills being
-    written (though the upstream run still calls the model for its summaries) or that run's end."""
+    written (though the upstream run still calls the model for its summaries) or that run's end. Once
+    every posting left is held by a running run, what is ready starts whenever no resolution run goes."""
     from dagster import DagsterRunStatus, SensorResult, SkipReason, build_sensor_context
     from dagster._core.test_utils import create_run_for_test
 
@@ -298,20 +299,31 @@ def test_resolution_waits_for_a_batch_while_upstream_still_writes_skills(pipelin
     start, end = request.tags[ASSET_PARTITION_RANGE_START_TAG], request.tags[ASSET_PARTITION_RANGE_END_TAG]
     assert start != end  # a range of two postings
 
-    # p-4's skills held by the running run: still coming, so still waiting.
+    # p-4's skills held by the running run, the last still to come, and a resolution run still goes:
+    # the ready postings wait for that run.
     with session_scope(url) as session:
         assert claims.claim_items(session, "posting_skills", ["p-4"], upstream.run_id) == ["p-4"]
+    own = create_run_for_test(instance, job_name=entities.job.name, status=DagsterRunStatus.STARTED)
     assert isinstance(tick(), SkipReason)
+    # With no resolution run going they start now, so the last run holds only what is still coming.
+    instance.report_run_canceled(instance.get_run_by_id(own.run_id))
+    under_way = tick()
+    assert isinstance(under_way, SensorResult) and len(under_way.run_requests) == 1
+    # Another posting not yet taken up by a run: the part-filled batch waits again.
+    seed_postings(url, tmp_path, [{**POSTINGS[2], "key": "p-6"}])
+    assert isinstance(tick(), SkipReason)
+    with session_scope(url) as session:
+        assert claims.claim_items(session, "posting_skills", ["p-6"], upstream.run_id) == ["p-6"]
     # The run wrote p-4's skills (its summary step may still be going): nothing more is coming.
     with session_scope(url) as session:
-        claims.release_items(session, "posting_skills", ["p-4"], upstream.run_id)
+        claims.release_items(session, "posting_skills", ["p-4", "p-6"], upstream.run_id)
     run_pending(defs, [llm_group], instance, AppDatabase(url=url), source="test")
     assert instance.get_run_by_id(upstream.run_id).status == DagsterRunStatus.STARTED
     written = tick()
-    assert isinstance(written, SensorResult) and len(written.run_requests) == 1  # all four, one run
+    assert isinstance(written, SensorResult) and len(written.run_requests) == 1  # all five, one run
 
     instance.report_run_canceled(instance.get_run_by_id(upstream.run_id))
     seed_postings(url, tmp_path, [{**POSTINGS[1], "key": "p-5"}])  # pending skills, but no run writes them
     started = tick()
     assert isinstance(started, SensorResult) and len(started.run_requests) == 1
-    assert len(tick(in_twos).run_requests) == 2  # upstream ended: the odd one goes too
+    assert len(tick(in_twos).run_requests) == 3  # upstream ended: the odd one goes too
