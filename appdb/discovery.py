@@ -161,14 +161,10 @@ def find_pending_work(
     return [key for key in within if key in found]
 
 
-def work_outstanding(session: Session, spec: WorkSpec) -> bool:
-    """Whether this use case has postings still to write: pending now, or held by a live claim. A
-    reader's sensor waits for them before it starts a part-filled batch (`sensors/discovery_sensor.py`)."""
-    return work_held(session, spec) or work_unclaimed(session, spec)
-
-
 def work_held(session: Session, spec: WorkSpec) -> bool:
-    """Whether a live claim holds a posting of this use case (a running run is writing it)."""
+    """Whether a live claim holds a posting of this use case (a running run is writing it). With
+    `work_unclaimed`, what a reader's sensor reads before it starts a part-filled batch
+    (`sensors/discovery_sensor.py`)."""
     held = select(WorkItem.posting_key).where(
         WorkItem.use_case == spec.use_case,
         WorkItem.status == "claimed",

@@ -275,11 +275,10 @@ def more_input_coming(
     if not any_run_active(instance, jobs):
         return False
     with app_db.session() as session:
-        if not any(discovery.work_held(session, spec) for spec in specs):
-            return any(discovery.work_unclaimed(session, spec) for spec in specs)
         if any(discovery.work_unclaimed(session, spec) for spec in specs):
             return True
-    return any_run_active(instance, [own_job])
+        last_inputs_under_way = any(discovery.work_held(session, spec) for spec in specs)
+    return last_inputs_under_way and any_run_active(instance, [own_job])
 
 
 def build_discovery_sensor(

@@ -288,23 +288,26 @@ def _read_model_files(path: Path) -> dict[str, bytes]:
     """model.safetensors and tokenizer.json from a model folder or zip. A zip is unpacked once into
     the user's cache (`unpacked_model_dir`): inflating its 83 MB took 0.5 s of CPU in every run that
     loads the model, on the cores the other runs need."""
-    names = MODEL_FILES
     if path.is_file():
         with contextlib.suppress(OSError):  # no writable cache: read the zip itself
             path = unpacked_model_dir(path)
     if path.is_dir():
-        missing = [name for name in names if not (path / name).is_file()]
+        missing = [name for name in MODEL_FILES if not (path / name).is_file()]
         if missing:
             raise FileNotFoundError(f"{path} has no {', '.join(missing)}")
-        return {name: (path / name).read_bytes() for name in names}
+        return {name: (path / name).read_bytes() for name in MODEL_FILES}
     if not path.is_file():
         raise FileNotFoundError(f"embedding model not found: {path}")
+    return _read_zipped_model_files(path)
+
+
+def _read_zipped_model_files(path: Path) -> dict[str, bytes]:
     with zipfile.ZipFile(path) as archive:
         members = {Path(member).name: member for member in archive.namelist()}
-        missing = [name for name in names if name not in members]
+        missing = [name for name in MODEL_FILES if name not in members]
         if missing:
             raise FileNotFoundError(f"{path} has no {', '.join(missing)}")
-        return {name: archive.read(members[name]) for name in names}
+        return {name: archive.read(members[name]) for name in MODEL_FILES}
 
 
 def unpacked_model_dir(archive_path: Path) -> Path:
@@ -319,12 +322,8 @@ def unpacked_model_dir(archive_path: Path) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".unpacking-", dir=cache))
     try:
-        with zipfile.ZipFile(archive_path) as archive:
-            members = {Path(member).name: member for member in archive.namelist()}
-            for name in MODEL_FILES:
-                if name not in members:
-                    raise FileNotFoundError(f"{archive_path} has no {name}")
-                (staging / name).write_bytes(archive.read(members[name]))
+        for name, data in _read_zipped_model_files(archive_path).items():
+            (staging / name).write_bytes(data)
         with contextlib.suppress(OSError):  # another process unpacked it first: theirs is as good
             staging.rename(target)
     finally:
