@@ -16,7 +16,9 @@ similarity of embeddings above `semantic_threshold` (only with an embedding back
 else "unmatched".
 
 Either way a mention naming several skills ("Python and SQL") is split only when the whole
-is not a label itself ("health and safety", "CI/CD" stay whole).
+is not a label itself ("health and safety", "CI/CD" stay whole), and a mention that is no label
+but wraps one in words that name no skill ("strong communication skills", "knowledge of SQL") is
+resolved as that label (`label_core`), under the mention as written.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import hashlib
 import os
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +82,14 @@ class Resolution:
 # Separators between several skills in one mention. "&" only with spaces around it
 # ("R&D" stays whole); "/" is handled separately below.
 _SEPARATOR = re.compile(r"\s*(?:[,;|/]|(?<=\s)&(?=\s)|\band\b|\bor\b|\bas well as\b)\s*", re.IGNORECASE)
+# Words around a skill that name none ("strong communication skills", "knowledge of SQL"): a mention
+# that is no label, but is one without them, is resolved as that label (`SkillResolver.label_core`).
+_GENERIC_LEAD = re.compile(
+    r"^(?:(?:strong|good|excellent|solid|proven|sound|deep|basic|advanced|extensive|practical|hands-on)\s+)*"
+    r"(?:(?:knowledge|understanding|experience|expertise|proficiency|familiarity|skills?)\s+(?:of|in|with)\s+)?",
+    re.IGNORECASE,
+)
+_GENERIC_TAIL = re.compile(r"\s+(?:skills?|abilities|knowledge|experience|expertise)$", re.IGNORECASE)
 _FUZZY_NOISE = re.compile(r"[()\[\]{}\"',:;!?*]+")
 
 
@@ -259,6 +269,19 @@ class SkillResolver:
         normalized = normalize_label(text)
         return normalized in self._exact or normalized in self._alternative
 
+    def label_core(self, text: str) -> str:
+        """`text`, or the label it wraps in words that name no skill when only that is a label.
+
+        "communication skills" -> "communication", "proven project management skills" -> "project
+        management", "knowledge of SQL" -> "SQL"; "communication skills" stays whole in a taxonomy
+        that has it as a label. The linker left such mentions unmatched: the wrapping words spread
+        its confidence over the concepts named like them.
+        """
+        if self.is_label(text):
+            return text
+        core = _GENERIC_TAIL.sub("", _GENERIC_LEAD.sub("", text.strip(" .,;:!?"))).strip()
+        return core if core and self.is_label(core) else text
+
     def resolve(self, mention: str, context: str | None = None) -> list[Resolution]:
         """Resolve one mention to one Resolution per skill it names (empty for a blank mention).
 
@@ -274,6 +297,9 @@ class SkillResolver:
         text = mention.strip()
         if not normalize_label(text):
             return []
+        core = self.label_core(text)
+        if core != text:
+            return [replace(part, mention=text) for part in self.resolve(core, context)]
         if self.linker is not None:
             return self._resolve_linked(text, context)
         whole = self._match_exact(text)
@@ -654,6 +680,7 @@ class SkillResolver:
         similarity; ties go to the concept whose preferred label scores higher. A
         fuzzy score may exceed 0.95, so scores are not monotonic across that boundary.
         """
+        query = self.label_core(query)
         normalized = normalize_label(query)
         if not normalized:
             return []

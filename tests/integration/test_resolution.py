@@ -94,6 +94,18 @@ def test_a_mention_naming_several_skills_is_split(resolver: SkillResolver) -> No
     ]
 
 
+def test_words_that_name_no_skill_are_looked_past(resolver: SkillResolver) -> None:
+    """'strong SQL skills' is no label, 'SQL' is: the answer is SQL, for the mention as written."""
+    [sql] = resolver.resolve("strong SQL skills")
+    assert (sql.mention, sql.concept_uri, sql.stage) == ("strong SQL skills", URI + "sql", "exact")
+    assert concepts(resolver.resolve("knowledge of Postgres")) == [("postgresql", "alt_label")]
+    assert concepts(resolver.resolve("experience with dbt.")) == [("dbt", "exact")]
+    assert resolver.rank("Python skills", limit=1)[0][0] == URI + "python"
+    # Only wrapping words go: a mention whose rest is no label is resolved as written.
+    assert resolver.label_core("communication skills") == "communication skills"
+    assert resolver.label_core("skills") == "skills"
+
+
 def test_a_label_containing_a_separator_is_not_split(resolver: SkillResolver) -> None:
     assert concepts(resolver.resolve("health and safety")) == [("health-and-safety", "exact")]
     assert concepts(resolver.resolve("CI/CD")) == [("ci-cd", "exact")]

@@ -70,6 +70,18 @@ def slugs(ranking: list[tuple[str, float]]) -> list[str]:
     return [uri.removeprefix(URI) for uri, _ in ranking]
 
 
+@needs_minilm
+def test_the_linker_looks_past_words_that_name_no_skill(linked: SkillResolver) -> None:
+    """'teamwork skills' is resolved as the label 'teamwork', not left to the spread-out reranker."""
+    [found] = linked.resolve("strong teamwork skills", context="You bring strong teamwork skills.")
+    assert (found.mention, found.concept_uri, found.stage) == (
+        "strong teamwork skills",
+        URI + "teamwork",
+        "alt_label",
+    )
+    assert slugs(linked.rank("knowledge of SQL", limit=1)) == ["sql"]
+
+
 def test_the_shipped_model_is_read_once_and_carries_its_card(monkeypatch: pytest.MonkeyPatch) -> None:
     concept_reranker._load_linker_model.cache_clear()
     reads = []
