@@ -2,21 +2,14 @@
 VENV   := .venv
 BIN    := $(VENV)/bin
 PYTHON ?= python3
-# llama-cpp-python is compiled here once, with instruction sets named below, not -march=native: a
-# native build on a CPU with AMX crashed (SIGSEGV in ggml_backend_amx_mul_mat, `ldtilecfg`) where the
-# kernel does not grant AMX tile state, as in sandboxes (seen 2026-11-24). AVX2 for any x86-64 CPU;
-# AVX-512 with VNNI and BF16 where the CPU has all of them (5.8 s against 7.6 s a 1,553-token
-# summary call on that machine). The wheel is kept in a folder named by version and flavour: pip's
-# wheel cache would hand back a wheel built with other flags.
-LLAMA_VERSION      := 0.3.36
-LLAMA_FLAVOUR      := $(shell f=$$(cat /proc/cpuinfo 2>/dev/null); \
-	for flag in avx512f avx512_vnni avx512_bf16 avx_vnni; do \
-	  echo "$$f" | grep -qw "$$flag" || { echo avx2; exit; }; done; echo avx512)
-LLAMA_CMAKE_avx2   := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
-LLAMA_CMAKE_avx512 := $(LLAMA_CMAKE_avx2) -DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON \
-	-DGGML_AVX_VNNI=ON
-LLAMA_CMAKE_ARGS   := $(LLAMA_CMAKE_$(LLAMA_FLAVOUR))
-LLAMA_WHEELS       := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/posting-enrichment/llama-cpp-$(LLAMA_VERSION)-$(LLAMA_FLAVOUR)
+# llama-cpp-python is compiled here once, for any x86-64 CPU with AVX2 (not -march=native): a native
+# build on a CPU with AMX crashed (SIGSEGV in ggml_backend_amx_mul_mat, `ldtilecfg`) where the kernel
+# does not grant AMX tile state, as in sandboxes (seen 2026-11-24). The wheel is kept in a folder of
+# our own: pip's wheel cache would hand back a wheel built with other flags.
+# Change the folder's name with the flags.
+LLAMA_VERSION    := 0.3.36
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+LLAMA_WHEELS     := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/posting-enrichment/llama-cpp-$(LLAMA_VERSION)-avx2
 
 .PHONY: demo test lint ui bench clean chromium
 
