@@ -130,6 +130,12 @@ def read_skillskape(path: Path) -> list[tuple[str, frozenset[str]]]:
     return examples
 
 
+def read_reuse_levels(path: Path) -> dict[str, str]:
+    """ESCO preferred label -> reuse level (transversal, cross-sector, sector- or occupation-specific)."""
+    with path.open(newline="", encoding="utf-8") as handle:
+        return {row["preferredLabel"]: row["reuseLevel"] for row in csv.DictReader(handle)}
+
+
 def gold_index(preferred_labels: dict[str, str]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
     """Concept URIs by exact preferred label and by normalized preferred label."""
     exact: dict[str, list[str]] = defaultdict(list)

@@ -73,6 +73,7 @@ from domain.skills.linking_data import (
     gold_concepts,
     gold_index,
     read_decorte_splits,
+    read_reuse_levels,
     read_skillskape,
     sentence_chunks,
 )
@@ -93,6 +94,11 @@ RANKER_STEPS = 300
 MAX_WRONG = 0.10
 THRESHOLD_RULE = f"lowest confidence with at most {MAX_WRONG:.0%} of validation spans wrong"
 PRIOR_COLUMN = FEATURES.index("log_prior")
+# SkillSkape's sentences were written for occupations' own skills: of ESCO's 440 transversal skills
+# (work in teams, meet commitments, show determination...) it names one. For them the prior's count
+# is missing, not zero, and a zero put each below every concept SkillSkape names (the prior is the
+# rerankers' heaviest feature). They get the median count instead.
+UNCOVERED_REUSE_LEVEL = "transversal"
 EXACT_COLUMN, ALT_LABEL_COLUMN = FEATURES.index("exact"), FEATURES.index("alt_label")
 # The query adapter learns from other training sentences than the rerankers (so its cosine is no
 # better on the rerankers' examples than on new text), stops early on SkillSkape dev.
@@ -354,6 +360,23 @@ def concept_prior(resolver: SkillResolver, sentences: list[tuple[str, frozenset[
     return counts
 
 
+def fill_uncovered_prior(
+    prior: dict[str, int], reuse_levels: dict[str, str]
+) -> tuple[dict[str, int], dict[str, Any]]:
+    """The prior with the median count for concepts of `UNCOVERED_REUSE_LEVEL` that SkillSkape
+    does not name; and what was filled (for the card)."""
+    median = int(np.median(list(prior.values()))) if prior else 0
+    uncovered = (label for label, level in reuse_levels.items() if level == UNCOVERED_REUSE_LEVEL)
+    missing = sorted(label for label in uncovered if label not in prior)
+    filled = {
+        "what": f"ESCO {UNCOVERED_REUSE_LEVEL} skills SkillSkape does not name get the median count "
+        "(SkillSkape covers occupations' own skills, 1 of 440 transversal ones)",
+        "concepts": len(missing),
+        "count": median,
+    }
+    return {**prior, **dict.fromkeys(missing, median)}, filled
+
+
 def stack(examples: list[Example]) -> tuple[np.ndarray, np.ndarray]:
     return np.vstack([e.features for e in examples]), np.concatenate([e.labels for e in examples])
 
@@ -494,7 +517,9 @@ def train(args: argparse.Namespace) -> LinkerModel:
     resolver.label_index()
     print(f"resolver and label index ready in {time.perf_counter() - started:.0f} s", flush=True)
     train_sentences = read_skillskape(root / SKILLSKAPE_FILES["train"])
-    prior = concept_prior(resolver, train_sentences)
+    prior, prior_filled = fill_uncovered_prior(
+        concept_prior(resolver, train_sentences), read_reuse_levels(root / ESCO_FILE)
+    )
     resolver.linker = LinkerModel({}, 0.0, {}, prior)  # candidate signals read the prior from it
     adapter, adapter_history = None, []
     if args.adapter_from:
@@ -553,6 +578,7 @@ def train(args: argparse.Namespace) -> LinkerModel:
     threshold = evaluation.precision_threshold(answers, MAX_WRONG)
     embeddings.save()
     card |= {
+        "concept_prior_filled": prior_filled,
         "acceptance": acceptance_card,
         "threshold_at_selection": evaluation.shares_at(answers, threshold),
         "validation_scores": scores,
