@@ -44,7 +44,8 @@ FEATURES = (
     "alt_label",  # the mention is one of its alternative labels
     "log_rank_mention",  # log(1 + rank) among the candidates, by cos_mention
     "log_rank_context",  # log(1 + rank) by cos_context
-    "log_prior",  # log(1 + how often the concept is a skill of a SkillSkape train sentence)
+    "log_prior",  # log(1 + how often SkillSkape train names the concept; its median for the
+    # transversal skills it leaves out: train_skill_linker.fill_uncovered_prior)
     "stem_jaccard",  # best Jaccard overlap of the mention's content-word stems with a label's
     "stem_cover",  # best share of the mention's content-word stems found in one label
     "head_match",  # the mention's last content word (stemmed) is in one of the labels
@@ -474,7 +475,7 @@ class LinkerModel:
     models: dict[str, Reranker]
     threshold: float
     card: dict[str, Any]
-    concept_prior: dict[str, int] = field(default_factory=dict)  # preferred label -> training count
+    concept_prior: dict[str, int] = field(default_factory=dict)  # preferred label -> training count (filled)
     adapter: QueryAdapter | None = None
     acceptance: AcceptanceModel | None = None
 
