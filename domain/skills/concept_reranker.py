@@ -475,7 +475,8 @@ class LinkerModel:
     models: dict[str, Reranker]
     threshold: float
     card: dict[str, Any]
-    concept_prior: dict[str, int] = field(default_factory=dict)  # preferred label -> training count (filled)
+    concept_prior: dict[str, int] = field(default_factory=dict)  # preferred label -> training count, filled
+    # for the transversal skills it leaves out (train_skill_linker.fill_uncovered_prior)
     adapter: QueryAdapter | None = None
     acceptance: AcceptanceModel | None = None
 

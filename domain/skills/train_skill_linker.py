@@ -366,11 +366,12 @@ def fill_uncovered_prior(
     """The prior with the median count for concepts of `UNCOVERED_REUSE_LEVEL` that SkillSkape
     does not name; and what was filled (for the card)."""
     median = int(np.median(list(prior.values()))) if prior else 0
-    uncovered = (label for label, level in reuse_levels.items() if level == UNCOVERED_REUSE_LEVEL)
-    missing = sorted(label for label in uncovered if label not in prior)
+    at_level = [label for label, level in reuse_levels.items() if level == UNCOVERED_REUSE_LEVEL]
+    missing = sorted(label for label in at_level if label not in prior)
     filled = {
         "what": f"ESCO {UNCOVERED_REUSE_LEVEL} skills SkillSkape does not name get the median count "
-        "(SkillSkape covers occupations' own skills, 1 of 440 transversal ones)",
+        f"(SkillSkape covers occupations' own skills: {len(at_level) - len(missing)} of "
+        f"{len(at_level)} {UNCOVERED_REUSE_LEVEL} ones)",
         "concepts": len(missing),
         "count": median,
     }
