@@ -3,6 +3,9 @@ item commands, with their rules (known priorities, no dependency cycles)."""
 
 from __future__ import annotations
 
+import os
+import stat
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,10 +93,11 @@ def _write_anchors(matches: Sequence[Match], root: Path, problems: list[Problem]
     for file, file_matches in by_file.items():
         path = Path(file) if Path(file).is_absolute() else root / file
         try:
-            lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+            lines = path.read_bytes().decode("utf-8").splitlines(keepends=True)  # CRLF kept
         except (OSError, UnicodeDecodeError) as exc:
             problems.append(Problem(file, 0, f"anchors not written: {exc}"))
             continue
+        anchored: list[str] = []
         for match in file_matches:
             index = match.item.line - 1
             if index >= len(lines) or match.item.text[:40] not in lines[index]:
@@ -105,9 +109,32 @@ def _write_anchors(matches: Sequence[Match], root: Path, problems: list[Problem]
             if closing:
                 body = body[:-2].rstrip()
             lines[index] = f"{body} <!-- TODO:{match.key} -->{' */' if closing else ''}{ending}"
-            written.append(match.key)
-        path.write_text("".join(lines), encoding="utf-8")
+            anchored.append(match.key)
+        if not anchored:
+            continue
+        try:
+            _replace_text(path, "".join(lines))
+        except OSError as exc:
+            problems.append(Problem(file, 0, f"anchors not written: {exc}"))
+            continue
+        written += anchored
     return written
+
+
+def _replace_text(path: Path, text: str) -> None:
+    """Write `text` to a temporary file beside `path` (same mode), then rename it over `path`: an
+    interrupted or failed write leaves the user's file as it was, never half-written."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".autodo")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8", newline="") as stream:
+            stream.write(text)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.chmod(temporary, stat.S_IMODE(path.stat().st_mode))
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
 
 
 def plan_items(session: Session) -> dict[str, PlanItem]:

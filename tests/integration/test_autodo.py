@@ -97,6 +97,37 @@ def test_anchors_are_written_back_on_request_and_then_identify_the_items(tree: P
     assert by_text(app_db_url)["Read big NDJSON files instead of reading them whole"].key == key
 
 
+def test_a_failed_anchor_write_leaves_the_file_as_it_was_and_says_so(
+    tree: Path, app_db_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    roadmap = tree / "docs" / "ROADMAP.md"
+    before, files = roadmap.read_bytes(), sorted(roadmap.parent.iterdir())
+
+    def disk_full(source: str, target: Path) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(service.os, "replace", disk_full)
+    assert main(["autodo", "scan", "--write-anchors", "docs/ROADMAP.md"]) == 1
+    out, err = capsys.readouterr()
+    assert "docs/ROADMAP.md:0: anchors not written: [Errno 28] No space left on device" in err
+    assert "wrote" not in out  # no anchor is claimed
+    assert roadmap.read_bytes() == before
+    assert sorted(roadmap.parent.iterdir()) == files  # no temporary file left
+    assert by_text(app_db_url)["Stream large JSONL files instead of reading them whole"].status == "open"
+
+
+def test_anchors_keep_the_files_line_endings_and_permissions(tree: Path, app_db_url: str) -> None:
+    roadmap = tree / "docs" / "ROADMAP.md"
+    roadmap.write_bytes(roadmap.read_bytes().replace(b"\n", b"\r\n"))
+    roadmap.chmod(0o640)
+    assert main(["autodo", "scan", "--write-anchors", "docs/ROADMAP.md"]) == 0
+    key = by_text(app_db_url)["Stream large JSONL files instead of reading them whole"].key
+    text = roadmap.read_bytes()
+    assert f"whole <!-- TODO:{key} -->\r\n".encode() in text
+    assert b"\n" not in text.replace(b"\r\n", b"")  # every line still ends in CRLF
+    assert roadmap.stat().st_mode & 0o777 == 0o640
+
+
 def test_pick_split_dep_tree_done_from_the_cli(
     tree: Path, app_db_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
