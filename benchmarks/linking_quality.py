@@ -216,11 +216,13 @@ def render_markdown(results: dict[str, Any], extractors: list[str]) -> str:
         "",
         "## (c) resolve() at the shipped threshold",
         "",
-        "Spans with an ESCO label: right concept / wrong concept / unmatched; spans annotated"
-        " LABEL NOT PRESENT (LNP): share left unmatched.",
+        "Spans with an ESCO label: right concept / wrong concept / unmatched; of the wrong and the"
+        " unmatched ones, how many have the gold concept among the candidates a reviewer is offered"
+        " (the linker's three best); spans annotated LABEL NOT PRESENT (LNP): share left unmatched.",
         "",
-        "| system | split | spans | right | wrong | unmatched | mean confidence | LNP unmatched | s/span |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| system | split | spans | right | wrong | unmatched | gold among candidates (wrong / unmatched)"
+        " | mean confidence | LNP unmatched | s/span |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for system, entry in systems.items():
         for split in ("tech", "house"):
@@ -228,7 +230,9 @@ def render_markdown(results: dict[str, Any], extractors: list[str]) -> str:
             confidence = "-" if m["mean_confidence"] is None else f"{m['mean_confidence']:.2f}"
             lines.append(
                 f"| {system} | {split} validation | {m['spans']} | {100 * m['right']:.1f}% | "
-                f"{100 * m['wrong']:.1f}% | {100 * m['unmatched']:.1f}% | {confidence} | "
+                f"{100 * m['wrong']:.1f}% | {100 * m['unmatched']:.1f}% | "
+                f"{m['wrong_gold_in_candidates']} of {m['wrong_spans']} / "
+                f"{m['unmatched_gold_in_candidates']} of {m['unmatched_spans']} | {confidence} | "
                 f"{100 * m['label_not_present_left_unmatched']:.0f}% of {m['label_not_present_spans']} | "
                 f"{m['seconds_per_span']:.3f} |"
             )

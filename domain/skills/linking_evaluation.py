@@ -171,11 +171,13 @@ def resolution_shares(
     """What resolve() answers at the resolver's own threshold: right / wrong / unmatched per span.
 
     A span is right when one of its resolutions is a gold concept, unmatched when all are
-    unmatched, else wrong. Spans annotated LABEL NOT PRESENT are reported apart: for them
-    "unmatched" is the right answer.
+    unmatched, else wrong; for the wrong and unmatched ones, also how many have a gold concept
+    among the candidates a reviewer is offered (`Resolution.candidates`). Spans annotated LABEL NOT
+    PRESENT are reported apart: for them "unmatched" is the right answer.
     """
     gold = GoldMapper(resolver)
     counts = {"right": 0, "wrong": 0, "unmatched": 0}
+    in_candidates = {"wrong": 0, "unmatched": 0}  # spans whose gold concept a reviewer is offered
     confidences: list[float] = []
     seconds = 0.0
     spans = 0
@@ -189,12 +191,15 @@ def resolution_shares(
         spans += 1
         matched = [r for r in resolutions if r.concept_uri is not None]
         confidences += [r.confidence for r in matched]
+        among_candidates = any(c.concept_uri in uris for r in resolutions for c in r.candidates)
         if any(r.concept_uri in uris for r in matched):
             counts["right"] += 1
         elif matched:
             counts["wrong"] += 1
+            in_candidates["wrong"] += among_candidates
         else:
             counts["unmatched"] += 1
+            in_candidates["unmatched"] += among_candidates
     left_alone = 0
     for sentence, span in split.unlinked_spans:
         resolutions = resolver.resolve(span, sentence if use_context else None)
@@ -202,6 +207,9 @@ def resolution_shares(
     return {
         "spans": spans,
         **{key: round(value / max(spans, 1), 4) for key, value in counts.items()},
+        # of the spans answered wrongly / left unmatched: gold among the Resolution's candidates
+        **{f"{key}_gold_in_candidates": value for key, value in in_candidates.items()},
+        **{f"{key}_spans": counts[key] for key in in_candidates},
         "mean_confidence": round(float(np.mean(confidences)), 4) if confidences else None,
         "seconds_per_span": round(seconds / max(spans, 1), 4),
         "label_not_present_spans": len(split.unlinked_spans),

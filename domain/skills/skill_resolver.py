@@ -47,6 +47,7 @@ ALT_LABEL_CONFIDENCE = 0.95
 EMBEDDING_BACKENDS = ("none", "ollama", "minilm")
 DEFAULT_OLLAMA_HOST = "http://127.0.0.1:11434"
 # Candidates per query: concepts of the nearest labels of the mention and of its sentence.
+CANDIDATES_KEPT = 3  # the linker's best concepts kept on a Resolution, for review
 MENTION_NEIGHBOURS = 64
 CONTEXT_NEIGHBOURS = 32
 QUERY_MEMO_SIZE = 20_000  # query vectors kept (a sentence is embedded once for all its mentions)
@@ -69,14 +70,29 @@ _RAPIDFUZZ_SCORERS: dict[str, Callable[..., float]] = {
 
 
 @dataclass(frozen=True)
+class Candidate:
+    """One of the learned linker's best concepts for a mention, with the reranker's probability."""
+
+    concept_uri: str
+    concept_label: str
+    probability: float
+
+
+@dataclass(frozen=True)
 class Resolution:
-    """One resolved part of a mention; `concept_uri` is None when the stage is "unmatched"."""
+    """One resolved part of a mention; `concept_uri` is None when the stage is "unmatched".
+
+    candidates: the learned linker's best `CANDIDATES_KEPT` concepts, best first (empty without the
+    linker). Kept for an unmatched mention too: a reviewer picks from them (on Decorte TECH
+    validation, 33 of the 40 spans left unmatched have their gold concept among the three).
+    """
 
     mention: str
     concept_uri: str | None
     concept_label: str | None
     confidence: float
     stage: str
+    candidates: tuple[Candidate, ...] = ()
 
 
 # Separators between several skills in one mention. "&" only with spaces around it
@@ -348,13 +364,19 @@ class SkillResolver:
     def _best_linked(self, text: str, context: str | None) -> Resolution:
         concepts, probabilities, tiers = self.link(text, context)
         confidence = self.top_confidence(probabilities, tiers)
+        candidates = tuple(
+            Candidate(self.concept_uris[c], self.preferred_labels[self.concept_uris[c]], round(float(p), 4))
+            for c, p in zip(
+                concepts[:CANDIDATES_KEPT].tolist(), probabilities[:CANDIDATES_KEPT].tolist(), strict=True
+            )
+        )
         # A mention that is the top concept's own label is never left unmatched (as in the rule-based
         # stages): on a small taxonomy the ESCO-calibrated confidence can sit below the threshold.
         if not len(concepts) or (confidence < self.link_threshold and not tiers[0]):
-            return Resolution(text, None, None, 0.0, "unmatched")
+            return Resolution(text, None, None, 0.0, "unmatched", candidates)
         uri = self.concept_uris[concepts[0]]
         stage = {2: "exact", 1: "alt_label"}.get(int(tiers[0]), "learned")
-        return Resolution(text, uri, self.preferred_labels[uri], round(confidence, 4), stage)
+        return Resolution(text, uri, self.preferred_labels[uri], round(confidence, 4), stage, candidates)
 
     def top_confidence(self, probabilities: np.ndarray, tiers: np.ndarray) -> float:
         """How sure the linker is of the best candidate of a `link()` ranking: what the threshold is

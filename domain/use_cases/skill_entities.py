@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,6 +31,19 @@ ENTITIES_SCHEMA: dict[str, Any] = {
                     "concept_label": {"type": ["string", "null"]},
                     "confidence": {"type": "number", "minimum": 0, "maximum": 1},
                     "stage": {"enum": [*RESOLUTION_STAGES, REVIEWED_STAGE]},
+                    # the learned linker's best concepts, best first (absent without the linker)
+                    "candidates": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "properties": {
+                                "concept_uri": {"type": "string"},
+                                "concept_label": {"type": "string"},
+                                "probability": {"type": "number", "minimum": 0, "maximum": 1},
+                            },
+                            "required": ["concept_uri", "concept_label", "probability"],
+                        },
+                    },
                 },
                 "required": ["mention", "source_mention", "kind", "concept_uri", "confidence", "stage"],
             },
@@ -52,17 +66,18 @@ def resolve_skill_mentions(inputs: Mapping[str, Any], context: ScriptContext) ->
     for skill in inputs["posting_skills"]["skills"]:
         # the sentence the mention came from weighs in the learned linker's choice
         for resolution in resolver.resolve(skill["mention"], context=skill.get("evidence")):
-            entities.append(
-                {
-                    "mention": resolution.mention,
-                    "source_mention": skill["mention"],
-                    "kind": skill["kind"],
-                    "concept_uri": resolution.concept_uri,
-                    "concept_label": resolution.concept_label,
-                    "confidence": round(float(resolution.confidence), 4),
-                    "stage": resolution.stage,
-                }
-            )
+            entity = {
+                "mention": resolution.mention,
+                "source_mention": skill["mention"],
+                "kind": skill["kind"],
+                "concept_uri": resolution.concept_uri,
+                "concept_label": resolution.concept_label,
+                "confidence": round(float(resolution.confidence), 4),
+                "stage": resolution.stage,
+            }
+            if resolution.candidates:
+                entity["candidates"] = [dataclasses.asdict(c) for c in resolution.candidates]
+            entities.append(entity)
     unmatched = sum(1 for entity in entities if entity["concept_uri"] is None)
     return {"entities": entities, "matched": len(entities) - unmatched, "unmatched": unmatched}
 
@@ -76,7 +91,8 @@ UNMATCHED = ("none", "unmatched")
 
 
 def edit_concepts(value: dict[str, Any], edits: Edits, context: CorrectionContext) -> dict[str, Any]:
-    """A reviewer's concept for a mention (`--concept MENTION=URI`, or `=none` for unmatched)."""
+    """A reviewer's concept for a mention (`--concept MENTION=URI`, `=N` for the entity's N-th
+    candidate, or `=none` for unmatched)."""
     where, concepts = context.where, edits.concepts or {}
     entities = [dict(entity) for entity in value["entities"]]
     for mention, uri in concepts.items():
@@ -84,6 +100,8 @@ def edit_concepts(value: dict[str, Any], edits: Edits, context: CorrectionContex
         if not targets:
             listed = ", ".join(repr(e["mention"]) for e in entities) or "none"
             raise CorrectionError(f"{where}: no mention {mention!r} (mentions: {listed})")
+        if uri.strip().isdigit():
+            uri = _candidate_uri(targets[0], int(uri), f"{where}: {mention!r}")
         if uri.strip().lower() in UNMATCHED:
             concept_uri, label = None, None
         else:
@@ -97,10 +115,30 @@ def edit_concepts(value: dict[str, Any], edits: Edits, context: CorrectionContex
     return {**value, "entities": entities, "matched": len(entities) - unmatched, "unmatched": unmatched}
 
 
+def _candidate_uri(entity: Mapping[str, Any], number: int, where: str) -> str:
+    candidates = entity.get("candidates") or []
+    if not 1 <= number <= len(candidates):
+        raise CorrectionError(
+            f"{where} has {len(candidates)} candidates: write a number from 1 to {len(candidates)}, "
+            "a concept URI or none"
+            if candidates
+            else f"{where} has no candidates (resolved without the learned linker): write a URI or none"
+        )
+    return str(candidates[number - 1]["concept_uri"])
+
+
 def entities_display(output: dict[str, Any]) -> str:
-    """Each mention and its concept, as review lists show them."""
-    shown = (f"{e['mention']} -> {e.get('concept_label') or 'unmatched'}" for e in output["entities"])
-    return "; ".join(shown) or "(no mentions)"
+    """Each mention and its concept, as review lists show them (an unmatched one with its candidates)."""
+
+    def shown(entity: Mapping[str, Any]) -> str:
+        if entity.get("concept_label"):
+            return f"{entity['mention']} -> {entity['concept_label']}"
+        candidates = " | ".join(
+            f"{number} {c['concept_label']}" for number, c in enumerate(entity.get("candidates") or [], 1)
+        )
+        return f"{entity['mention']} -> unmatched" + (f" (candidates: {candidates})" if candidates else "")
+
+    return "; ".join(shown(e) for e in output["entities"]) or "(no mentions)"
 
 
 def entities_gold_items(output: dict[str, Any]) -> set[str]:
@@ -113,7 +151,7 @@ def entities_gold_items(output: dict[str, Any]) -> set[str]:
 
 SKILL_ENTITIES = UseCase(
     name="skill_entities",
-    version="2026-11-24.1",  # confidence and "unmatched" from the linker's acceptance model
+    version="2026-11-24.2",  # the linker's three best candidates kept on each entity, for review
     description="Each skill mention resolved to a taxonomy concept (exact, alt label, fuzzy, semantic).",
     function=resolve_skill_mentions,
     resources=("taxonomy",),

@@ -5,7 +5,7 @@ pipeline review show ID                               one item: why, the output,
 pipeline review accept ID [--note TEXT]               the output is right (gold as it is)
 pipeline review reject ID [--note TEXT]               the output is wrong (a disagreement)
 pipeline review correct ID [--summary TEXT] [--add-skill M]... [--remove-skill M]...
-                           [--concept MENTION=URI]... [--note TEXT]
+                           [--concept MENTION=URI|N]... [--note TEXT]
 pipeline review evaluate                              run the gold checks now (recorded in Dagster)
 
 After every verdict the gold checks run (`gym_evaluation_job`, in this process, on the
@@ -74,8 +74,9 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--concept",
         action="append",
         default=[],
-        metavar="MENTION=URI",
-        help="resolve a mention to this taxonomy concept (URI, or `none` for unmatched; repeatable)",
+        metavar="MENTION=URI|N",
+        help="resolve a mention to a taxonomy concept: its URI, N for the mention's N-th candidate, "
+        "or `none` (repeatable)",
     )
     correct.add_argument("--note", help="why (kept with the correction)")
     actions.add_parser("evaluate", help="run the gold checks now and print the figures")

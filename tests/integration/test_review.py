@@ -154,6 +154,27 @@ def test_correcting_skills_and_concepts(reviewed: str, capsys, tmp_path: Path) -
     assert sorted(by_concept) == ["Python", "dbt"]  # the concept index follows the correction
 
 
+def test_a_reviewer_picks_one_of_the_linkers_candidates_by_number(reviewed: str, capsys) -> None:  # noqa: ANN001
+    defs = build_definitions(gym_settings(reviewed), llm=GymFake())
+    with DagsterInstance.ephemeral() as instance:
+        assert load_reference_data(defs, instance)
+        run_use_case(defs, instance, ["g-1"], use_case="skill_entities")
+    with session_scope(reviewed) as session:
+        before = review.current_output(session, "skill_entities", "g-1").value["entities"]
+    # the learned linker (MiniLM, installed by make) keeps its three best concepts on each entity
+    assert all(1 <= len(e["candidates"]) <= 3 for e in before), before
+    entity = before[0]
+    second = entity["candidates"][1]
+    item = _flag_current(reviewed, "skill_entities", "g-1")
+    assert main(["review", "correct", str(item), "--concept", f"{entity['mention']}=4"]) == 2
+    assert f"{entity['mention']!r} has 3 candidates: write a number from 1 to 3" in capsys.readouterr().err
+    assert main(["review", "correct", str(item), "--concept", f"{entity['mention']}=2"]) == 0
+    with session_scope(reviewed) as session:
+        after = review.current_output(session, "skill_entities", "g-1").value["entities"][0]
+    assert (after["concept_uri"], after["concept_label"]) == (second["concept_uri"], second["concept_label"])
+    assert after["stage"] == "review"
+
+
 BAD_VERDICTS = [
     (["accept", "999"], "no review item 999"),
     (["correct", "{nurse}"], "say what to correct"),

@@ -41,6 +41,7 @@ from domain.skills.train_skill_linker import (
     fit_acceptance,
 )
 from domain.skills.word_stems import content_stems
+from domain.use_cases.skill_entities import entities_display
 from pipeline_defs import settings as settings_module
 from resources.taxonomy_resource import TaxonomyResource
 
@@ -122,6 +123,31 @@ def test_a_transversal_skill_is_not_ranked_below_every_skill_the_training_data_n
         "achieve organizational goals", limit=1, context="You help us achieve organizational goals."
     )
     assert preferred[best] == "meet commitments"
+
+
+@needs_minilm
+def test_an_unmatched_mention_keeps_the_linkers_best_candidates_for_the_reviewer() -> None:
+    labels, preferred = [], {}
+    for label, alternatives in ESCO_TEAM_AND_GOALS.items():
+        uri = URI + normalize_label(label).replace(" ", "-")
+        preferred[uri] = label
+        labels.append(TaxonomyLabelEntry(uri, label, normalize_label(label), True))
+        labels += [TaxonomyLabelEntry(uri, alt, normalize_label(alt), False) for alt in alternatives]
+    resolver = SkillResolver(labels, preferred, embeddings=MiniLMEmbeddings(), linker=load_linker_model())
+    [found] = resolver.resolve("goal-oriented", context="We want someone goal-oriented.")
+    assert found.concept_uri is None and found.stage == "unmatched"
+    assert len(found.candidates) == 3
+    assert found.candidates[0].concept_label in {"meet commitments", "analyse goal progress"}
+    probabilities = [c.probability for c in found.candidates]
+    assert probabilities == sorted(probabilities, reverse=True)
+    entity = {
+        "mention": found.mention,
+        "concept_label": None,
+        "candidates": [{"concept_label": c.concept_label} for c in found.candidates],
+    }
+    best = found.candidates[0].concept_label
+    shown = entities_display({"entities": [entity]})
+    assert shown.startswith(f"goal-oriented -> unmatched (candidates: 1 {best} | 2 ")
 
 
 def test_the_prior_fills_in_transversal_skills_the_training_data_does_not_name() -> None:
