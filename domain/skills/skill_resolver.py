@@ -46,8 +46,8 @@ EXACT_CONFIDENCE = 1.0
 ALT_LABEL_CONFIDENCE = 0.95
 EMBEDDING_BACKENDS = ("none", "ollama", "minilm")
 DEFAULT_OLLAMA_HOST = "http://127.0.0.1:11434"
-# Candidates per query: concepts of the nearest labels of the mention and of its sentence.
 CANDIDATES_KEPT = 3  # the linker's best concepts kept on a Resolution, for review
+# Candidates per query: concepts of the nearest labels of the mention and of its sentence.
 MENTION_NEIGHBOURS = 64
 CONTEXT_NEIGHBOURS = 32
 QUERY_MEMO_SIZE = 20_000  # query vectors kept (a sentence is embedded once for all its mentions)
