@@ -106,10 +106,8 @@ ESCO_TEAM_AND_GOALS = {
 }
 
 
-@needs_minilm
-def test_a_transversal_skill_is_not_ranked_below_every_skill_the_training_data_names() -> None:
-    """SkillSkape names 1 of ESCO's 440 transversal skills; counted as 0 in the prior, 'work in
-    teams' lost to 'lead a team' for "enjoy working in a team" (the shipped model fills them in)."""
+def team_and_goals_resolver() -> tuple[SkillResolver, dict[str, str]]:
+    """The shipped linker over `ESCO_TEAM_AND_GOALS` (real MiniLM); and URI -> preferred label."""
     labels, preferred = [], {}
     for label, alternatives in ESCO_TEAM_AND_GOALS.items():
         uri = URI + normalize_label(label).replace(" ", "-")
@@ -117,6 +115,14 @@ def test_a_transversal_skill_is_not_ranked_below_every_skill_the_training_data_n
         labels.append(TaxonomyLabelEntry(uri, label, normalize_label(label), True))
         labels += [TaxonomyLabelEntry(uri, alt, normalize_label(alt), False) for alt in alternatives]
     resolver = SkillResolver(labels, preferred, embeddings=MiniLMEmbeddings(), linker=load_linker_model())
+    return resolver, preferred
+
+
+@needs_minilm
+def test_a_transversal_skill_is_not_ranked_below_every_skill_the_training_data_names() -> None:
+    """SkillSkape names 1 of ESCO's 440 transversal skills; counted as 0 in the prior, 'work in
+    teams' lost to 'lead a team' for "enjoy working in a team" (the shipped model fills them in)."""
+    resolver, preferred = team_and_goals_resolver()
     [found] = resolver.resolve("enjoy working in a team", context="You enjoy working in a team.")
     assert (found.concept_label, found.stage) == ("work in teams", "learned")
     [(best, _)] = resolver.rank(
@@ -127,16 +133,11 @@ def test_a_transversal_skill_is_not_ranked_below_every_skill_the_training_data_n
 
 @needs_minilm
 def test_an_unmatched_mention_keeps_the_linkers_best_candidates_for_the_reviewer() -> None:
-    labels, preferred = [], {}
-    for label, alternatives in ESCO_TEAM_AND_GOALS.items():
-        uri = URI + normalize_label(label).replace(" ", "-")
-        preferred[uri] = label
-        labels.append(TaxonomyLabelEntry(uri, label, normalize_label(label), True))
-        labels += [TaxonomyLabelEntry(uri, alt, normalize_label(alt), False) for alt in alternatives]
-    resolver = SkillResolver(labels, preferred, embeddings=MiniLMEmbeddings(), linker=load_linker_model())
+    resolver, preferred = team_and_goals_resolver()
     [found] = resolver.resolve("goal-oriented", context="We want someone goal-oriented.")
     assert found.concept_uri is None and found.stage == "unmatched"
     assert len(found.candidates) == 3
+    assert all(preferred[c.concept_uri] == c.concept_label for c in found.candidates)
     assert found.candidates[0].concept_label in {"meet commitments", "analyse goal progress"}
     probabilities = [c.probability for c in found.candidates]
     assert probabilities == sorted(probabilities, reverse=True)
