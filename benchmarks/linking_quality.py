@@ -20,6 +20,7 @@ search at ESCO scale.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import sys
 import tempfile
@@ -34,7 +35,7 @@ from appdb.taxonomy import load_taxonomy
 from benchmarks.report import shared_data_dir, write_report
 from domain.skills import linking_evaluation as evaluation
 from domain.skills.concept_index import LabelVectorIndex
-from domain.skills.concept_reranker import DEFAULT_MODEL_PATH, load_linker_model
+from domain.skills.concept_reranker import DEFAULT_MODEL_PATH, LinkerModel, load_linker_model
 from domain.skills.embeddings import MiniLMEmbeddings, RememberingEmbeddings
 from domain.skills.linking_data import ESCO_FILE, DecorteSplit, read_decorte_splits
 from domain.skills.skill_resolver import SkillResolver
@@ -63,6 +64,16 @@ def load_extractor(spec: str) -> evaluation.Extractor:
     return extractor
 
 
+def linker_model(args: argparse.Namespace) -> LinkerModel:
+    """The linker model; with --prior-unknown, as a taxonomy other than ESCO gets it: no concept known
+    to its prior by label or URI, so each gets the prior's median (`LinkerModel.prior_count`)."""
+    model = load_linker_model(args.model)
+    if not args.prior_unknown:
+        return model
+    hidden = {f"(not in this taxonomy) {label}": count for label, count in model.concept_prior.items()}
+    return dataclasses.replace(model, concept_prior=hidden, prior_taxonomy="urn:no-such-taxonomy:")
+
+
 def build_resolver(esco: Path, system: str, args: argparse.Namespace, embeddings: Any) -> SkillResolver:
     with tempfile.TemporaryDirectory(prefix="linking-benchmark-") as tmp:
         url = f"sqlite:///{Path(tmp) / 'taxonomy.db'}"
@@ -74,7 +85,7 @@ def build_resolver(esco: Path, system: str, args: argparse.Namespace, embeddings
                     session,
                     embeddings=None if system == "fuzzy" else embeddings,
                     vector_cache_dir=args.embedding_cache,
-                    linker=load_linker_model(args.model) if system == "linker" else None,
+                    linker=linker_model(args) if system == "linker" else None,
                 )
         finally:
             dispose(url)
@@ -135,7 +146,8 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     )
     results: dict[str, Any] = {
         "protocol": "Decorte et al. 2022 TECH and HOUSE validation splits; rank all ESCO v1.1.1 skills; "
-        "one query per distinct sentence / (sentence, span); LABEL NOT PRESENT and UNDERSPECIFIED excluded",
+        "one query per distinct sentence / (sentence, span); LABEL NOT PRESENT and UNDERSPECIFIED excluded"
+        + ("; the linker's prior as for a taxonomy it does not know (--prior-unknown)" * args.prior_unknown),
         "splits": {
             s.name: {
                 "rows": s.rows,
@@ -300,6 +312,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL_PATH, help="the linker model JSON")
     parser.add_argument("--extractor", default="", help="module:function, extract(sentence) -> list[str]")
+    parser.add_argument(
+        "--prior-unknown",
+        action="store_true",
+        help="link as for a taxonomy the linker's prior does not know (the demo's, a user's own): "
+        "every concept gets the prior's median count",
+    )
     parser.add_argument(
         "--time-index-build",
         action="store_true",

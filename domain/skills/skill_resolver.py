@@ -549,12 +549,17 @@ class SkillResolver:
         return self._index
 
     def _concept_prior(self) -> np.ndarray:
-        """The linker's training count of each concept (0 without a linker), matched by preferred label."""
+        """The linker's training count of each concept (0 without a linker), matched by preferred label
+        (`LinkerModel.prior_count`)."""
         key = id(self.linker)
         if self._prior_for != key:
-            counts = self.linker.concept_prior if self.linker is not None else {}
+            linker = self.linker
             self._prior = np.array(
-                [counts.get(self.preferred_labels[uri], 0) for uri in self.concept_uris], dtype=np.float32
+                [
+                    linker.prior_count(uri, self.preferred_labels[uri]) if linker is not None else 0.0
+                    for uri in self.concept_uris
+                ],
+                dtype=np.float32,
             )
             self._prior_for = key
         return self._prior

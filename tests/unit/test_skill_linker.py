@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import logging
@@ -10,12 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from appdb.taxonomy import normalize_label
+from appdb.taxonomy import DEMO_TAXONOMY_PATH, normalize_label, read_taxonomy_csv
 from domain.skills import concept_reranker
 from domain.skills.concept_reranker import (
     ACCEPTANCE_FEATURES,
     DEFAULT_MODEL_PATH,
     FEATURES,
+    PRIOR_TAXONOMY_URI_PREFIX,
     AcceptanceModel,
     LinkerModel,
     QueryAdapter,
@@ -107,10 +109,11 @@ ESCO_TEAM_AND_GOALS = {
 
 
 def team_and_goals_resolver() -> tuple[SkillResolver, dict[str, str]]:
-    """The shipped linker over `ESCO_TEAM_AND_GOALS` (real MiniLM); and URI -> preferred label."""
+    """The shipped linker over `ESCO_TEAM_AND_GOALS` (real MiniLM, ESCO URIs, so the prior counts
+    them as ESCO concepts); and URI -> preferred label."""
     labels, preferred = [], {}
     for label, alternatives in ESCO_TEAM_AND_GOALS.items():
-        uri = URI + normalize_label(label).replace(" ", "-")
+        uri = PRIOR_TAXONOMY_URI_PREFIX + "skill/" + normalize_label(label).replace(" ", "-")
         preferred[uri] = label
         labels.append(TaxonomyLabelEntry(uri, label, normalize_label(label), True))
         labels += [TaxonomyLabelEntry(uri, alt, normalize_label(alt), False) for alt in alternatives]
@@ -149,6 +152,38 @@ def test_an_unmatched_mention_keeps_the_linkers_best_candidates_for_the_reviewer
     best = found.candidates[0].concept_label
     shown = entities_display({"entities": [entity]})
     assert shown.startswith(f"goal-oriented -> unmatched (candidates: 1 {best} | 2 ")
+
+
+def test_the_prior_counts_esco_concepts_and_gives_concepts_of_other_taxonomies_its_median() -> None:
+    model = dataclasses.replace(
+        load_linker_model(), concept_prior={"SQL": 10, "work in teams": 3, "lead a team": 90}
+    )
+    esco, own = PRIOR_TAXONOMY_URI_PREFIX + "skill/x", "https://hr.example/skill/x"
+    assert model.prior_count(esco, "lead a team") == model.prior_count(own, "lead a team") == 90
+    assert model.prior_count(esco, "carve stone") == 0  # ESCO, and the training data never names it
+    assert model.prior_count(own, "prepare financial statements") == 10  # unknown: the median
+
+
+@needs_minilm
+def test_a_taxonomy_the_prior_does_not_know_still_gets_confident_answers() -> None:
+    """The demo taxonomy's concepts are not ESCO's (its prior knows 17 of 153 by label): counted as 0,
+    "prepare annual financial statements" was left unmatched at probability 0.07."""
+    concepts, _ = read_taxonomy_csv(DEMO_TAXONOMY_PATH)
+    labels, preferred = [], {}
+    for concept in concepts:
+        preferred[concept.concept_uri] = concept.preferred_label
+        for text in (concept.preferred_label, *concept.alt_labels):
+            is_preferred = text == concept.preferred_label
+            labels.append(TaxonomyLabelEntry(concept.concept_uri, text, normalize_label(text), is_preferred))
+    resolver = SkillResolver(labels, preferred, embeddings=MiniLMEmbeddings(), linker=load_linker_model())
+    sentence = (  # demo-008's
+        "Hartley & Moss, a mid-size accounting firm, is hiring an accountant to prepare annual financial "
+        "statements and tax returns for SME clients."
+    )
+    found = resolver.resolve("prepare annual financial statements and tax returns for SME clients", sentence)
+    assert [(r.concept_label, r.stage) for r in found] == [("prepare financial statements", "learned")]
+    [part] = resolver.resolve("tax returns for SME clients", context=sentence)
+    assert (part.concept_label, part.stage) == ("prepare tax returns", "learned")
 
 
 def test_the_prior_fills_in_transversal_skills_the_training_data_does_not_name() -> None:
