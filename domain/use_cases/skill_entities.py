@@ -151,7 +151,7 @@ def entities_gold_items(output: dict[str, Any]) -> set[str]:
 
 SKILL_ENTITIES = UseCase(
     name="skill_entities",
-    version="2026-11-24.2",  # the linker's three best candidates kept on each entity, for review
+    version="2026-11-24.2",  # candidates kept for review; the prior's median for non-ESCO concepts
     description="Each skill mention resolved to a taxonomy concept (exact, alt label, fuzzy, semantic).",
     function=resolve_skill_mentions,
     resources=("taxonomy",),
