@@ -553,14 +553,13 @@ class SkillResolver:
         (`LinkerModel.prior_count`)."""
         key = id(self.linker)
         if self._prior_for != key:
-            linker = self.linker
-            self._prior = np.array(
-                [
-                    linker.prior_count(uri, self.preferred_labels[uri]) if linker is not None else 0.0
-                    for uri in self.concept_uris
-                ],
-                dtype=np.float32,
-            )
+            if self.linker is None:
+                self._prior = np.zeros(len(self.concept_uris), dtype=np.float32)
+            else:
+                prior_count, labels = self.linker.prior_count, self.preferred_labels
+                self._prior = np.array(
+                    [prior_count(uri, labels[uri]) for uri in self.concept_uris], np.float32
+                )
             self._prior_for = key
         return self._prior
 

@@ -117,12 +117,14 @@ def edit_concepts(value: dict[str, Any], edits: Edits, context: CorrectionContex
 
 def _candidate_uri(entity: Mapping[str, Any], number: int, where: str) -> str:
     candidates = entity.get("candidates") or []
+    if not candidates:
+        raise CorrectionError(
+            f"{where} has no candidates (resolved without the learned linker): write a URI or none"
+        )
     if not 1 <= number <= len(candidates):
         raise CorrectionError(
             f"{where} has {len(candidates)} candidates: write a number from 1 to {len(candidates)}, "
             "a concept URI or none"
-            if candidates
-            else f"{where} has no candidates (resolved without the learned linker): write a URI or none"
         )
     return str(candidates[number - 1]["concept_uri"])
 
