@@ -4,8 +4,10 @@ The text is cut into tokens with character offsets (`mention_grounding.tokenize`
 sentences (a line, or up to ".", "!" or "?"); each sentence is one CRF sequence. One CRF per
 kind tags it in BIO (SkillSpan annotates skills and knowledge separately, and 347 tokens of
 its train split are both), so a span can be a skill, knowledge or both. Features are the classic ones
-of CRF named-entity taggers: the word, its stem, shape, affixes and those of its neighbours,
-and optionally where the taxonomy's labels match (`taxonomy_matcher`).
+of CRF named-entity taggers: the word, its stem, shape, affixes and those of its neighbours;
+word clusters (`WordClusters`: words grouped by meaning, so that a word SkillSpan never shows
+still shares weights with its neighbours in meaning); and optionally where the taxonomy's labels
+match (`taxonomy_matcher`).
 
 `SkillTagger.load()` reads the shipped model once (~20 ms); `tag(text)` then takes about 0.3 s
 for a 4,500-character posting on a busy 2-core machine (benchmarks/skills_extraction.py).
@@ -26,6 +28,7 @@ from domain.skills.taxonomy_matcher import TaxonomyMatcher, token_key
 
 MODEL_DIR = Path(__file__).resolve().parent / "models"
 MODEL_NAME = "skill_tagger"
+CLUSTERS_FILE = f"{MODEL_NAME}.clusters.tsv"
 _SENTENCE_END_TOKENS = frozenset({".", "!", "?"})
 _SHAPES = [(re.compile(r"[A-Z]"), "X"), (re.compile(r"[a-z]"), "x"), (re.compile(r"[0-9]"), "d")]
 
@@ -36,12 +39,46 @@ class TaggerCard:
 
     window: int
     taxonomy_features: bool
+    word_clusters: bool = False  # cards before the clusters have no such key
 
     @classmethod
     def from_json(cls, data: dict[str, object]) -> TaggerCard:
         features = data["features"]
         assert isinstance(features, dict)
-        return cls(window=int(features["window"]), taxonomy_features=bool(features["taxonomy"]))
+        return cls(
+            window=int(features["window"]),
+            taxonomy_features=bool(features["taxonomy"]),
+            word_clusters=bool(features.get("word_clusters", False)),
+        )
+
+
+class WordClusters:
+    """Lower-cased word -> (coarse, fine) cluster ids, read from a TSV of `word<TAB>coarse<TAB>fine`.
+
+    Built by the trainer (`train_skill_tagger.build_word_clusters`): MiniLM vectors of each word
+    of a vocabulary (SkillSpan train, ESCO, SkillSkape train, MiniLM's own whole words), grouped by
+    k-means. The tagger only reads the table, so tagging needs no embedding model.
+    """
+
+    def __init__(self, table: dict[str, tuple[int, int]]) -> None:
+        self.table = table
+
+    @classmethod
+    def read(cls, path: Path) -> WordClusters:
+        table: dict[str, tuple[int, int]] = {}
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            word, coarse, fine = line.split("\t")
+            if not coarse.isdigit() or not fine.isdigit():
+                raise ValueError(f"{path}:{number}: cluster ids must be numbers, not {line!r}")
+            table[word] = (int(coarse), int(fine))
+        return cls(table)
+
+    def write(self, path: Path) -> None:
+        lines = [f"{word}\t{coarse}\t{fine}" for word, (coarse, fine) in sorted(self.table.items())]
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    def get(self, word: str) -> tuple[int, int] | None:
+        return self.table.get(word.lower())
 
 
 def sentences(tokens: Sequence[Token], text: str) -> list[tuple[int, int]]:
@@ -74,11 +111,15 @@ def _word_features(word: str, prefix: str) -> list[str]:
 
 
 def token_features(
-    tokens: Sequence[Token], window: int = 2, taxonomy_tags: Sequence[str] | None = None
+    tokens: Sequence[Token],
+    window: int = 2,
+    taxonomy_tags: Sequence[str] | None = None,
+    clusters: WordClusters | None = None,
 ) -> list[list[str]]:
     """The CRF features of each token of one sentence (strings: each present feature has weight 1)."""
     words = [token.text for token in tokens]
     lowers = [word.lower() for word in words]
+    word_clusters = [clusters.get(word) for word in lowers] if clusters is not None else []
     features: list[list[str]] = []
     for index, word in enumerate(words):
         current = ["bias", *_word_features(word, "")]
@@ -105,12 +146,27 @@ def token_features(
             current.append(f"bi-1={lowers[index - 1]}|{lowers[index]}")
         if index + 1 < len(words):
             current.append(f"bi+1={lowers[index]}|{lowers[index + 1]}")
+        if clusters is not None:
+            current += _cluster_features(word_clusters, index)
         if taxonomy_tags is not None:
             current.append(f"tax={taxonomy_tags[index]}")
             for offset in (-1, 1):
                 if 0 <= index + offset < len(words):
                     current.append(f"{offset:+d}:tax={taxonomy_tags[index + offset]}")
         features.append(current)
+    return features
+
+
+def _cluster_features(word_clusters: Sequence[tuple[int, int] | None], index: int) -> list[str]:
+    """The token's coarse and fine cluster, and the coarse clusters of two neighbours each side
+    (the setting chosen on SkillSpan dev, against adding finer or bigram cluster features)."""
+    own = word_clusters[index]
+    features = [f"cl={own[0]}", f"cl_fine={own[1]}"] if own else ["cl=none"]
+    for offset in (-2, -1, 1, 2):
+        neighbour = index + offset
+        found = word_clusters[neighbour] if 0 <= neighbour < len(word_clusters) else None
+        if found is not None:
+            features.append(f"{offset:+d}:cl={found[0]}")
     return features
 
 
@@ -160,6 +216,15 @@ class SkillTagger:
                 "this tagger model was trained with taxonomy features: pass the taxonomy matcher"
             )
         self.matcher = matcher if self.config.taxonomy_features else None
+        self.clusters: WordClusters | None = None
+        if self.config.word_clusters:
+            clusters_path = model_dir / CLUSTERS_FILE
+            if not clusters_path.is_file():
+                raise FileNotFoundError(
+                    f"the tagger model at {model_dir} was trained with word clusters, but "
+                    f"{clusters_path} is missing: retrain with `python -m domain.skills.train_skill_tagger`"
+                )
+            self.clusters = WordClusters.read(clusters_path)
         self._taggers: dict[str, pycrfsuite.Tagger] = {}
         for kind in MENTION_KINDS:
             tagger = pycrfsuite.Tagger()
@@ -179,7 +244,10 @@ class SkillTagger:
         for first, end in sentences(tokens, text):
             sentence = tokens[first:end]
             features = token_features(
-                sentence, self.config.window, tax_tags[first:end] if tax_tags is not None else None
+                sentence,
+                self.config.window,
+                tax_tags[first:end] if tax_tags is not None else None,
+                self.clusters,
             )
             for kind, tagger in self._taggers.items():
                 tags = tagger.tag(features)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+from pathlib import Path
+
 import jsonschema
 import pytest
 
@@ -14,7 +18,14 @@ from domain.skills.skill_extraction import (
     extract_mentions,
     skills_output,
 )
-from domain.skills.skill_tagger import SkillTagger
+from domain.skills.skill_tagger import (
+    CLUSTERS_FILE,
+    MODEL_DIR,
+    MODEL_NAME,
+    SkillTagger,
+    TaggerCard,
+    WordClusters,
+)
 from domain.skills.taxonomy_matcher import TaxonomyMatcher
 
 KNOWN = "Strong knowledge of Java and Spring Boot; experience with Docker and Kubernetes."
@@ -92,3 +103,41 @@ def test_a_mode_without_what_it_needs_is_a_clear_error() -> None:
         SkillExtractor(SkillTagger.load(), None, "tagger+taxonomy")
     with pytest.raises(ValueError, match="mode"):
         SkillExtractor(SkillTagger.load(), None, "magic")
+
+
+def test_the_shipped_word_clusters_group_words_by_meaning() -> None:
+    tagger = SkillTagger.load()
+    assert tagger.config.word_clusters and tagger.clusters is not None
+    clusters = tagger.clusters
+
+    def coarse(word: str) -> int:
+        found = clusters.get(word)
+        assert found is not None, word
+        return found[0]
+
+    # Words alike in meaning share a coarse cluster, whatever their case; unlike ones do not.
+    for one, other in [("PostgreSQL", "mysql"), ("nurse", "nursing"), ("teamwork", "collaboration")]:
+        assert coarse(one) == coarse(other), (one, other)
+    assert coarse("nurse") != coarse("Kubernetes") != coarse("teamwork")
+    assert clusters.get("no-such-word-anywhere") is None
+
+
+def test_a_model_trained_with_clusters_but_without_its_table_is_a_clear_error(tmp_path: Path) -> None:
+    for path in MODEL_DIR.glob(f"{MODEL_NAME}*"):
+        if path.name != CLUSTERS_FILE:
+            shutil.copy(path, tmp_path / path.name)
+    with pytest.raises(FileNotFoundError, match=CLUSTERS_FILE):
+        SkillTagger(tmp_path)
+
+
+def test_a_cluster_table_with_a_bad_line_names_the_line(tmp_path: Path) -> None:
+    table = tmp_path / CLUSTERS_FILE
+    table.write_text("python\t3\t17\njava\tthree\t18\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=rf"{CLUSTERS_FILE}:2:"):
+        WordClusters.read(table)
+
+
+def test_a_model_card_from_before_the_clusters_still_loads(tmp_path: Path) -> None:
+    card = json.loads((MODEL_DIR / f"{MODEL_NAME}.json").read_text(encoding="utf-8"))
+    del card["features"]["word_clusters"]
+    assert TaggerCard.from_json(card).word_clusters is False
