@@ -162,6 +162,11 @@ class MiniLMEmbeddings:
         return "minilm"
 
     @property
+    def vocabulary(self) -> list[str]:
+        """The WordPiece vocabulary (whole words and "##" pieces), e.g. to list words it knows."""
+        return list(self._vocab)
+
+    @property
     def model(self) -> str:
         return "all-MiniLM-L6-v2"
 

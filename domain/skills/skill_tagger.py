@@ -67,10 +67,10 @@ class WordClusters:
     def read(cls, path: Path) -> WordClusters:
         table: dict[str, tuple[int, int]] = {}
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-            word, coarse, fine = line.split("\t")
-            if not coarse.isdigit() or not fine.isdigit():
-                raise ValueError(f"{path}:{number}: cluster ids must be numbers, not {line!r}")
-            table[word] = (int(coarse), int(fine))
+            fields = line.split("\t")
+            if len(fields) != 3 or not fields[1].isdigit() or not fields[2].isdigit():
+                raise ValueError(f"{path}:{number}: expected word<TAB>coarse id<TAB>fine id, not {line!r}")
+            table[fields[0]] = (int(fields[1]), int(fields[2]))
         return cls(table)
 
     def write(self, path: Path) -> None:

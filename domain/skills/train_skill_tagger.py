@@ -108,7 +108,7 @@ def build_word_clusters(data_dir: Path) -> WordClusters:
     from domain.skills.embeddings import MiniLMEmbeddings
 
     model = MiniLMEmbeddings()
-    words = cluster_vocabulary(data_dir, list(model._vocab))
+    words = cluster_vocabulary(data_dir, model.vocabulary)
     vectors = np.asarray(model.embed(words), dtype=np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     coarse, fine = (spherical_kmeans(vectors, k) for k in CLUSTER_SIZES)

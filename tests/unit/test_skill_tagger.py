@@ -132,9 +132,10 @@ def test_a_model_trained_with_clusters_but_without_its_table_is_a_clear_error(tm
 
 def test_a_cluster_table_with_a_bad_line_names_the_line(tmp_path: Path) -> None:
     table = tmp_path / CLUSTERS_FILE
-    table.write_text("python\t3\t17\njava\tthree\t18\n", encoding="utf-8")
-    with pytest.raises(ValueError, match=rf"{CLUSTERS_FILE}:2:"):
-        WordClusters.read(table)
+    for bad in ("java\tthree\t18", "java\t3"):
+        table.write_text(f"python\t3\t17\n{bad}\n", encoding="utf-8")
+        with pytest.raises(ValueError, match=rf"{CLUSTERS_FILE}:2: expected word"):
+            WordClusters.read(table)
 
 
 def test_a_model_card_from_before_the_clusters_still_loads(tmp_path: Path) -> None:
