@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import pycrfsuite
 
+from domain.skills.linking_data import ESCO_FILE, SKILLSKAPE_FILES
 from domain.skills.mention_grounding import MENTION_KINDS, Mention, tokenize
 from domain.skills.skill_tagger import (
     CLUSTERS_FILE,
@@ -67,21 +68,22 @@ CLUSTER_ITERATIONS = 25
 CLUSTER_FEATURES = "; coarse and fine word cluster of the token, coarse of two neighbours each side"
 
 
-def cluster_vocabulary(data_dir: Path, model_words: list[str]) -> list[str]:
-    """The words to cluster: those seen twice in SkillSpan train, ESCO's skills (labels and
-    descriptions) and SkillSkape train, and the embedding model's own whole words (broad English,
-    so that words of new postings have a cluster too). No SkillSpan dev text: it selects the model."""
+def cluster_vocabulary(data_dir: Path, train_docs: list[GoldDocument], model_words: list[str]) -> list[str]:
+    """The words to cluster: those seen twice in SkillSpan train (`train_docs`), ESCO's skills
+    (labels and descriptions) and SkillSkape train, and the embedding model's own whole words (broad
+    English, so that words of new postings have a cluster too). No SkillSpan dev text: it selects
+    the model."""
     counts: Counter[str] = Counter()
 
     def add(text: str) -> None:
         counts.update(t.text.lower() for t in tokenize(text) if any(c.isalpha() for c in t.text))
 
-    for line in (data_dir / "skillspan" / "train.json").read_text(encoding="utf-8").splitlines():
-        add(" ".join(json.loads(line)["tokens"]))
-    with (data_dir / "esco" / "skills_en_v1.1.1.csv").open(encoding="utf-8", newline="") as handle:
+    for document in train_docs:
+        add(document.text)
+    with (data_dir / ESCO_FILE).open(encoding="utf-8", newline="") as handle:
         for row in csv.DictReader(handle):
             add(f"{row['preferredLabel']}\n{row['altLabels']}\n{row['description']}")
-    with (data_dir / "skillskape" / "train.csv").open(encoding="utf-8", newline="") as handle:
+    with (data_dir / SKILLSKAPE_FILES["train"]).open(encoding="utf-8", newline="") as handle:
         for row in csv.reader(handle):
             add(row[1] if len(row) > 1 else "")
     corpus = {word for word, count in counts.items() if count >= 2}
@@ -103,12 +105,12 @@ def spherical_kmeans(vectors: np.ndarray, k: int, seed: int = CLUSTER_SEED) -> n
     return np.argmax(vectors @ centroids.T, axis=1)
 
 
-def build_word_clusters(data_dir: Path) -> WordClusters:
+def build_word_clusters(data_dir: Path, train_docs: list[GoldDocument]) -> WordClusters:
     """MiniLM vector of each vocabulary word on its own, then coarse and fine k-means (`CLUSTER_SIZES`)."""
     from domain.skills.embeddings import MiniLMEmbeddings
 
     model = MiniLMEmbeddings()
-    words = cluster_vocabulary(data_dir, model.vocabulary)
+    words = cluster_vocabulary(data_dir, train_docs, model.vocabulary)
     vectors = np.asarray(model.embed(words), dtype=np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     coarse, fine = (spherical_kmeans(vectors, k) for k in CLUSTER_SIZES)
@@ -234,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     clusters = None
     if args.build_clusters:
         started = time.perf_counter()
-        clusters = build_word_clusters(data_dir)
+        clusters = build_word_clusters(data_dir, train_docs)
         args.out.mkdir(parents=True, exist_ok=True)
         clusters.write(args.out / CLUSTERS_FILE)
         print(f"{len(clusters.table)} words clustered ({time.perf_counter() - started:.0f}s)", flush=True)

@@ -138,7 +138,7 @@ def test_a_cluster_table_with_a_bad_line_names_the_line(tmp_path: Path) -> None:
             WordClusters.read(table)
 
 
-def test_a_model_card_from_before_the_clusters_still_loads(tmp_path: Path) -> None:
+def test_a_model_card_from_before_the_clusters_still_loads() -> None:
     card = json.loads((MODEL_DIR / f"{MODEL_NAME}.json").read_text(encoding="utf-8"))
     del card["features"]["word_clusters"]
     assert TaggerCard.from_json(card).word_clusters is False
