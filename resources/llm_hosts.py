@@ -21,12 +21,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import httpx
+
 from appdb.redaction import MASK, URL_VARIABLES, redact
 
 LLM_HOST_TAG = "pipeline/llm_host"
 """The host (its URL) a run is pinned to; the run queue's per-host limit counts runs by this tag."""
 HOST_PAUSE_PREFIX = "host:"
 """Circuit-breaker pauses of a host are stored beside the use cases' pauses under `host:<url>`."""
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether a server URL (or bare host) points at this machine: its calls are local (not paced,
+    not priced)."""
+    name = (httpx.URL(host if "://" in host else f"http://{host}").host or "").lower()
+    return name in ("localhost", "::1", "") or name.startswith("127.")
 
 
 @dataclass(frozen=True)

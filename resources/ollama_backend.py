@@ -24,6 +24,7 @@ import ollama
 
 from domain.language.llm_types import BackendUnavailable, Generation, ItemError
 from resources.llm import LLMResource
+from resources.llm_hosts import is_loopback_host
 
 # Our option names -> Ollama's `options` names.
 _OPTION_NAMES = {
@@ -47,12 +48,6 @@ def _tls_context() -> ssl.SSLContext:
     """httpx's default TLS context, built once per process: building it (reading the CA bundle)
     took ~40 ms for every client, i.e. every run."""
     return httpx.create_ssl_context()
-
-
-def is_loopback_host(host: str) -> bool:
-    """Whether an Ollama host URL points at this machine."""
-    name = (httpx.URL(host if "://" in host else f"http://{host}").host or "").lower()
-    return name in ("localhost", "::1", "") or name.startswith("127.")
 
 
 class OllamaResource(LLMResource):

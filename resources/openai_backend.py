@@ -19,6 +19,7 @@ from pydantic import PrivateAttr
 
 from domain.language.llm_types import BackendUnavailable, Generation, ItemError
 from resources.llm import LLMResource
+from resources.llm_hosts import is_loopback_host
 
 # Our option names -> the OpenAI request's names (the common core every compatible server takes).
 _OPTION_NAMES = {"temperature": "temperature", "max_tokens": "max_tokens", "top_p": "top_p", "seed": "seed"}
@@ -56,6 +57,12 @@ class OpenAICompatibleResource(LLMResource):
     @property
     def backend_name(self) -> str:
         return "openai"
+
+    @property
+    def is_local(self) -> bool:
+        """A server on this machine (loopback) is local; any other host, a GPU box or a hosted API, is
+        remote: paced (`pace_per_second`) and priced (`prices`)."""
+        return is_loopback_host(self.url)
 
     @property
     def url(self) -> str:

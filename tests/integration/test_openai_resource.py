@@ -164,3 +164,26 @@ def test_json_object_schema_format_for_llama_cpp_python_server(httpserver: HTTPS
         "gemma3:270m", "Title: Cook", "", SCHEMA, {}
     )
     assert fake.requests[0]["response_format"] == {"type": "json_object", "schema": SCHEMA}
+
+
+def test_a_remote_server_is_paced_and_priced_and_one_on_this_machine_is_not(app_db_url: str) -> None:
+    # A GPU box or a hosted API is remote: PIPELINE_LLM_RATE_PER_SECOND and PIPELINE_MODEL_PRICES apply.
+    paid = {
+        "prices": {"gemma3:270m": [1.0, 2.0]},
+        "pace_per_second": 5.0,
+        "pace_burst": 1,
+        "pace_bucket": "openai:test",
+        "pace_database_url": app_db_url,
+    }
+    remote = OpenAICompatibleResource(base_url="http://gpu-box:8000/v1", **paid)
+    local = OpenAICompatibleResource(base_url="http://127.0.0.1:8080/v1", **paid)
+    assert remote.cost_of("gemma3:270m", 1000, 500) == pytest.approx(2.0)
+    assert local.cost_of("gemma3:270m", 1000, 500) == 0.0
+    assert sum(local.pace() for _ in range(3)) == 0.0
+    # Five requests a second in bursts of one: the second and third wait about 0.2 s each.
+    assert sum(remote.pace() for _ in range(3)) > 0.25
+    # With several hosts, the host the run is pinned to decides.
+    to_remote = OpenAICompatibleResource(hosts=["http://gpu-box:8000/v1", "http://127.0.0.1:8080/v1"], **paid)
+    to_local = OpenAICompatibleResource(hosts=["http://127.0.0.1:8080/v1", "http://gpu-box:8000/v1"], **paid)
+    assert to_remote.cost_of("gemma3:270m", 1000, 500) == pytest.approx(2.0)
+    assert to_local.cost_of("gemma3:270m", 1000, 500) == 0.0
