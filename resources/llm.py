@@ -24,10 +24,11 @@ class LLMResource(ConfigurableResource):
     `max_in_flight` is how many requests the engine may keep open at once, unless the run's host says
     (its `parallel`). `hosts` (server backends): several servers, each written as in
     `resources.llm_hosts`; each run is pinned to one of them when its resources are set up.
-    `pace_per_second` > 0 paces every generation through the shared token bucket `pace_bucket` in the
-    database at `pace_database_url` (bursts of `pace_burst`): for remote and paid backends
-    (`appdb/pacer.py`). `prices`: model -> [price per 1,000 prompt tokens, per 1,000 completion tokens];
-    a local backend's calls cost nothing whatever it says.
+    `pace_per_second` > 0 paces every generation through a shared token bucket in the database at
+    `pace_database_url` (bursts of `pace_burst`): for remote and paid backends (`appdb/pacer.py`). The
+    bucket is `pace_bucket`, or with several hosts one per host, so each server gets the rate.
+    `prices`: model -> [price per 1,000 prompt tokens, per 1,000 completion tokens]; a local backend's
+    calls cost nothing whatever it says.
     """
 
     max_in_flight: int = 1
@@ -96,12 +97,21 @@ class LLMResource(ConfigurableResource):
                 raise ValueError("a paced LLM backend needs pace_database_url (the application database)")
             self._pacer = Pacer(
                 self.pace_database_url,
-                self.pace_bucket or self.backend_name,
+                self.pacer_bucket,
                 self.pace_per_second,
                 float(self.pace_burst),
                 on_wait=_log_wait,
             )
         return self._pacer.acquire(tokens)
+
+    @property
+    def pacer_bucket(self) -> str:
+        """The pacer's bucket: with several hosts, the run's host's own (each server gets the rate, as
+        each has its own GPU), else `pace_bucket`."""
+        host = self.pinned_host
+        if self.several_hosts and host is not None:
+            return f"{self.backend_name}:{host.label}"
+        return self.pace_bucket or self.backend_name
 
     @property
     def model_loads(self) -> int:

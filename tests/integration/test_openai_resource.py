@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pytest_httpserver import HTTPServer
 from sqlalchemy import select
 
 from appdb.database import session_scope
-from appdb.models import Interaction, UseCaseOutput, WorkItem
+from appdb.models import Interaction, PacerBucket, UseCaseOutput, WorkItem
 from domain.language.llm_types import BackendUnavailable, ItemError
 from domain.use_cases.posting_summary import POSTING_SUMMARY
 from pipeline_defs.definitions import build_definitions
@@ -166,15 +167,20 @@ def test_json_object_schema_format_for_llama_cpp_python_server(httpserver: HTTPS
     assert fake.requests[0]["response_format"] == {"type": "json_object", "schema": SCHEMA}
 
 
-def test_a_remote_server_is_paced_and_priced_and_one_on_this_machine_is_not(app_db_url: str) -> None:
-    # A GPU box or a hosted API is remote: PIPELINE_LLM_RATE_PER_SECOND and PIPELINE_MODEL_PRICES apply.
-    paid = {
+def _paid(app_db_url: str) -> dict[str, Any]:
+    """Prices and a pacer of 5 requests a second in bursts of one, as the settings give them."""
+    return {
         "prices": {"gemma3:270m": [1.0, 2.0]},
         "pace_per_second": 5.0,
         "pace_burst": 1,
         "pace_bucket": "openai:test",
         "pace_database_url": app_db_url,
     }
+
+
+def test_a_remote_server_is_paced_and_priced_and_one_on_this_machine_is_not(app_db_url: str) -> None:
+    # A GPU box or a hosted API is remote: PIPELINE_LLM_RATE_PER_SECOND and PIPELINE_MODEL_PRICES apply.
+    paid = _paid(app_db_url)
     remote = OpenAICompatibleResource(base_url="http://gpu-box:8000/v1", **paid)
     local = OpenAICompatibleResource(base_url="http://127.0.0.1:8080/v1", **paid)
     assert remote.cost_of("gemma3:270m", 1000, 500) == pytest.approx(2.0)
@@ -187,3 +193,15 @@ def test_a_remote_server_is_paced_and_priced_and_one_on_this_machine_is_not(app_
     to_local = OpenAICompatibleResource(hosts=["http://127.0.0.1:8080/v1", "http://gpu-box:8000/v1"], **paid)
     assert to_remote.cost_of("gemma3:270m", 1000, 500) == pytest.approx(2.0)
     assert to_local.cost_of("gemma3:270m", 1000, 500) == 0.0
+
+
+def test_with_several_hosts_each_host_gets_the_rate(app_db_url: str) -> None:
+    hosts = ["http://gpu-a:8000/v1", "http://gpu-b:8000/v1"]
+    on_a = OpenAICompatibleResource(hosts=hosts, **_paid(app_db_url))  # a run pinned to gpu-a
+    on_b = OpenAICompatibleResource(hosts=hosts[::-1], **_paid(app_db_url))  # and one to gpu-b
+    assert on_a.pace() == 0.0
+    assert on_b.pace() == 0.0  # gpu-a's request took no token of gpu-b's bucket
+    assert on_a.pace() > 0.1  # gpu-a's own bucket is empty until it refills
+    with session_scope(app_db_url) as session:
+        names = set(session.scalars(select(PacerBucket.name)))
+    assert names == {"openai:http://gpu-a:8000/v1", "openai:http://gpu-b:8000/v1"}
