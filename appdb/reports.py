@@ -76,6 +76,24 @@ def posting_interactions(session: Session, key: str) -> list[Interaction]:
     )
 
 
+def llm_usage(session: Session, key: str) -> list[tuple[str, int, int, float]]:
+    """(use case, LLM calls, tokens, cost) of every call made for one subject, failed ones and retries
+    included: what its outputs cost so far (scripts are not LLM calls)."""
+    tokens = func.coalesce(Interaction.prompt_tokens, 0) + func.coalesce(Interaction.completion_tokens, 0)
+    rows = session.execute(
+        select(
+            Interaction.use_case,
+            func.count(Interaction.id),
+            func.sum(tokens),
+            func.sum(func.coalesce(Interaction.cost, 0.0)),
+        )
+        .where(Interaction.posting_key == key, Interaction.backend != "script")
+        .group_by(Interaction.use_case)
+        .order_by(Interaction.use_case)
+    ).all()
+    return [(use_case, calls, int(total or 0), float(cost or 0.0)) for use_case, calls, total, cost in rows]
+
+
 def mean_llm_latency(session: Session, keys: Sequence[str]) -> list[tuple[str, float, int]]:
     """(use case, mean latency in ms, calls) of the LLM calls that made these postings' current outputs."""
     rows = session.execute(

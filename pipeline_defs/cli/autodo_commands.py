@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from appdb import autodo as store
+from appdb import reports
 from appdb.database import session_scope
 from domain.autodo import service
 from domain.autodo.planning import STATUSES, pick, tree_lines
@@ -40,7 +41,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     pick_parser.add_argument("count", nargs="?", type=int, default=1)
     pick_parser.set_defaults(handler=cmd_pick)
     for name, handler, text in (
-        ("show", cmd_show, "one item: text, place, notes, dependencies, scope"),
+        ("show", cmd_show, "one item: text, place, notes, dependencies, scope and what its LLM calls cost"),
         ("done", cmd_done, "close an item as done"),
         ("wontfix", cmd_wontfix, "close an item as won't fix"),
     ):
@@ -151,6 +152,7 @@ def cmd_show(settings: Settings, args: argparse.Namespace) -> int:
     with session_scope(settings.database_url) as session:
         item = service.require(session, args.id)
         outputs = store.outputs_of(session, args.id)
+        usage = reports.llm_usage(session, args.id)
     print(f"{item.key} [{item.status}] {item.priority}: {item.text}")
     if item.file:
         print(f"  at {item.file}:{item.line}" + (f" under {item.heading}" if item.heading else ""))
@@ -163,6 +165,9 @@ def cmd_show(settings: Settings, args: argparse.Namespace) -> int:
     for use_case, value in outputs.items():
         shown = {name: field for name, field in value.items() if name != "snippets"}  # the code: see trace
         print(f"  {use_case}: {json.dumps(shown, ensure_ascii=False)}")
+    for use_case, calls, tokens, cost in usage:  # the scope's cost (retries included)
+        plural = "s" if calls != 1 else ""
+        print(f"  {use_case} cost: {calls} LLM call{plural}, {tokens:,} tokens, {cost:.4f}")
     return 0
 
 

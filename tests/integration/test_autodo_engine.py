@@ -158,7 +158,19 @@ def test_scope_from_the_cli_with_the_default_domains(
     assert "WI-042: effort S; files:" in out and "first step: Do: Pace the remote Ollama hosts" in out
     assert main(["autodo", "scope", "WI-999"]) == 2
     assert AUTODO_SCOPE.subject_kind == "autodo"
+    # The item shows what its scope cost: 120 prompt and 20 completion tokens at 1.0 and 2.0 per 1,000.
+    assert main(["autodo", "show", "WI-042"]) == 0
+    assert "autodo_scope cost: 1 LLM call, 140 tokens, 0.1600" in capsys.readouterr().out
+
+
+class PaidScoper(FakeScoper):
+    """The fake scoper as a paid remote backend."""
+
+    @property
+    def is_local(self) -> bool:
+        return False
 
 
 def _with_fake_llm(settings, **kwargs):  # noqa: ANN001, ANN003, ANN202
-    return build_definitions(settings, **{**kwargs, "llm": FakeScoper()})
+    llm = PaidScoper(prices={AUTODO_SCOPE.model: [1.0, 2.0]})
+    return build_definitions(settings, **{**kwargs, "llm": llm})
