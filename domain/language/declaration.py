@@ -129,7 +129,9 @@ class UseCase:
                     f"{self.name}: a multi-step use case has steps, not a model, prompt or function"
                 )
             object.__setattr__(self, "model", self.steps.model)
-            self.steps.validate(self.name, self.upstream)
+            self.steps.validate(
+                self.name, self.upstream, self.subject_variables, _field_kind(self.subject_kind)
+            )
         elif self.function is None and not (self.model and self.prompt):
             raise DeclarationError(f"{self.name}: an LLM use case needs a model and a prompt")
         if self.function is not None and (self.model or self.prompt):
@@ -152,7 +154,7 @@ class UseCase:
             root = variable.split(".", 1)[0]
             if root not in self.subject_variables and root not in self.upstream:
                 raise DeclarationError(
-                    f"{self.name}: the prompt uses {{{variable}}}, which is neither a "
+                    f"{self.name}: the prompt uses {{{variable}}}, which is neither "
                     f"{_field_kind(self.subject_kind)} field "
                     f"({', '.join(self.subject_variables)}) nor a declared upstream use case"
                 )
@@ -247,4 +249,6 @@ def code_version(use_case: UseCase) -> str:
 
 
 def _field_kind(subject_kind: str) -> str:
-    return "posting" if subject_kind == "postings" else subject_kind
+    """How errors name a subject's field: "a posting", "an autodo" (field)."""
+    kind = "posting" if subject_kind == "postings" else subject_kind
+    return f"{'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind}"

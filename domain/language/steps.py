@@ -401,8 +401,17 @@ class Chain:
 
     # --- validation at declaration load -----------------------------------------------------
 
-    def validate(self, use_case: str, upstream: Sequence[str]) -> None:
-        """Raise DeclarationError for unknown targets, unreachable steps and unresolvable variables."""
+    def validate(
+        self,
+        use_case: str,
+        upstream: Sequence[str],
+        subject_variables: Sequence[str] = POSTING_VARIABLES,
+        field_kind: str = "a posting",
+    ) -> None:
+        """Raise DeclarationError for unknown targets, unreachable steps and unresolvable variables.
+
+        subject_variables: the fields of the use case's subjects a step may name (a posting's by
+        default; a domain plugin's kind has its own), named `field_kind` field in errors."""
         names = [step.name for step in self.steps]
         duplicates = sorted({name for name in names if names.count(name) > 1})
         if duplicates:
@@ -438,7 +447,7 @@ class Chain:
                 f"{use_case}: steps {', '.join(unreachable)} cannot be reached from {self.start} "
                 "(no route leads there)"
             )
-        self._validate_variables(use_case, upstream, edges)
+        self._validate_variables(use_case, upstream, edges, tuple(subject_variables), field_kind)
 
     def _edges(self) -> dict[str, set[str]]:
         """step -> steps that may come next (routes, and the fallback wherever a budget may run out)."""
@@ -452,7 +461,12 @@ class Chain:
         return edges
 
     def _validate_variables(
-        self, use_case: str, upstream: Sequence[str], edges: Mapping[str, set[str]]
+        self,
+        use_case: str,
+        upstream: Sequence[str],
+        edges: Mapping[str, set[str]],
+        subject_variables: tuple[str, ...],
+        field_kind: str,
     ) -> None:
         outputs = {step.output_name: step for step in self.steps}
         schemas: dict[str, list[Mapping[str, Any] | None]] = {}
@@ -462,7 +476,7 @@ class Chain:
                 schema = {"type": "string"}  # a free-text LLM step has no fields
             schemas.setdefault(step.output_name, []).append(schema)
         available = _definitely_set(self, edges)
-        outside = set(POSTING_VARIABLES) | set(upstream)
+        outside = set(subject_variables) | set(upstream)
 
         def check(step: Step, variable: str, where: str, names: set[str]) -> None:
             if variable.count(".") > 1:
@@ -495,7 +509,7 @@ class Chain:
                 f"{use_case}: step {step.name}: {where} uses {{{variable}}}, which is neither an earlier "
                 f"step's output ({', '.join(sorted(outputs))}), an upstream use case "
                 f"({', '.join(upstream) or 'none'}) "
-                f"nor a posting field ({', '.join(POSTING_VARIABLES)})"
+                f"nor {field_kind} field ({', '.join(subject_variables)})"
             )
 
         for step in self.steps:

@@ -19,13 +19,18 @@ from appdb.database import session_scope
 from appdb.models import Interaction, Posting, WorkItem
 from assets.factory import build_work_groups
 from domain.autodo import service
-from domain.autodo.plugin import AUTODO_SCOPE
+from domain.autodo.plugin import AUTODO_SCOPE, AUTODO_VARIABLES
+from domain.language.declaration import UseCase
+from domain.language.declaration_parts import DeclarationError
 from domain.language.llm_types import Generation
+from domain.language.steps import Chain, LLMStep, Route
 from pipeline_defs.cli.autodo_scope import scope_items
+from pipeline_defs.cli.in_process_runs import run_pending
 from pipeline_defs.cli.main import main
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import build_use_cases
+from resources.app_database import AppDatabase
 from resources.llm import LLMResource
 from sensors.discovery_sensor import build_discovery_sensor
 from tests.support.autodo_tree import write_sample_tree
@@ -174,3 +179,68 @@ class PaidScoper(FakeScoper):
 def _with_fake_llm(settings, **kwargs):  # noqa: ANN001, ANN003, ANN202
     llm = PaidScoper(prices={AUTODO_SCOPE.model: [1.0, 2.0]})
     return build_definitions(settings, **{**kwargs, "llm": llm})
+
+
+PLAN_SCHEMA = {
+    "type": "object",
+    "properties": {"plan": {"type": "string"}},
+    "required": ["plan"],
+    "additionalProperties": False,
+}
+
+
+def _two_step_chain(second_prompt: str) -> UseCase:
+    """A chain on autodo items: a first step drafts from the item's text, a second plans from the draft."""
+    chain = Chain(
+        steps=(
+            LLMStep("draft", "fake", "STEP draft\nItem: {text}\nAnswer:", None, routes=(Route("plan"),)),
+            LLMStep("plan", "fake", second_prompt, PLAN_SCHEMA),
+        )
+    )
+    return UseCase(
+        name="autodo_plan",
+        version="2026-11-24.1",
+        output_schema=PLAN_SCHEMA,
+        steps=chain,
+        subject_kind="autodo",
+        subject_variables=AUTODO_VARIABLES,
+    )
+
+
+class ChainAnswers(LLMResource):
+    """The draft step echoes the item; the plan step names the draft and the item's file."""
+
+    @property
+    def backend_name(self) -> str:
+        return "fake"
+
+    def _load(self, model: str) -> Any:
+        return model
+
+    def _generate(self, handle, model, prompt, system_prompt, schema, options) -> Generation:  # noqa: ANN001
+        if prompt.startswith("STEP draft"):
+            return Generation("draft of " + prompt.split("Item: ", 1)[1].split("\n", 1)[0], 10, 5, 1.0)
+        draft = prompt.split("Draft: ", 1)[1].split("\n", 1)[0]
+        where = prompt.split("File: ", 1)[1].split("\n", 1)[0]
+        return Generation(json.dumps({"plan": f"{draft} in {where}"}), 10, 5, 1.0)
+
+
+def test_a_multi_step_chain_runs_on_autodo_items(
+    app_db_url: str, scanned: Path, dagster_instance: DagsterInstance
+) -> None:
+    # A step may name the subject kind's own fields ({file}), not only a posting's.
+    use_case = _two_step_chain("STEP plan\nDraft: {draft}\nFile: {file}\nAnswer:")
+    with pytest.raises(DeclarationError, match=r"nor an autodo field \(key, text, file, heading"):
+        _two_step_chain("STEP plan\nDraft: {draft}\nTitle: {title}\nAnswer:")
+    settings = autodo_only(app_db_url)
+    built = build_use_cases(settings, [use_case])
+    groups = build_work_groups(built)
+    defs = build_definitions(settings, built=built, groups=groups, llm=ChainAnswers())
+    reports = run_pending(defs, groups, dagster_instance, AppDatabase(url=app_db_url))
+    assert sum(len(report.runs) for report in reports) == 1
+    with session_scope(app_db_url) as session:
+        items = store.stored_items(session)
+        plans = {key: store.outputs_of(session, key).get("autodo_plan") for key in items}
+    bom = next(key for key, item in items.items() if item.text == "handle a BOM at the start of the file")
+    assert plans[bom] == {"plan": f"draft of handle a BOM at the start of the file in {items[bom].file}"}
+    assert all(plan is not None for plan in plans.values())
