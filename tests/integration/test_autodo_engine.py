@@ -207,15 +207,8 @@ def _two_step_chain(second_prompt: str) -> UseCase:
     )
 
 
-class ChainAnswers(LLMResource):
+class ChainAnswers(FakeScoper):
     """The draft step echoes the item; the plan step names the draft and the item's file."""
-
-    @property
-    def backend_name(self) -> str:
-        return "fake"
-
-    def _load(self, model: str) -> Any:
-        return model
 
     def _generate(self, handle, model, prompt, system_prompt, schema, options) -> Generation:  # noqa: ANN001
         if prompt.startswith("STEP draft"):
