@@ -109,15 +109,20 @@ def errors_by_class(session: Session, since: datetime | None = None) -> dict[tup
     return {(use_case or "", cls or ""): count for use_case, cls, count in session.execute(query)}
 
 
+def usage_columns() -> tuple[Any, ...]:
+    """Aggregates of a group of interactions: calls, prompt tokens, completion tokens, cost."""
+    return (
+        func.count(Interaction.id),
+        func.coalesce(func.sum(Interaction.prompt_tokens), 0),
+        func.coalesce(func.sum(Interaction.completion_tokens), 0),
+        func.coalesce(func.sum(Interaction.cost), 0.0),
+    )
+
+
 def run_cost(session: Session, run_id: str, use_case: str) -> tuple[int, int, int, float]:
     """(calls, prompt tokens, completion tokens, cost) of one run's interactions for one use case."""
     row = session.execute(
-        select(
-            func.count(Interaction.id),
-            func.coalesce(func.sum(Interaction.prompt_tokens), 0),
-            func.coalesce(func.sum(Interaction.completion_tokens), 0),
-            func.coalesce(func.sum(Interaction.cost), 0.0),
-        ).where(Interaction.run_id == run_id, Interaction.use_case == use_case)
+        select(*usage_columns()).where(Interaction.run_id == run_id, Interaction.use_case == use_case)
     ).one()
     return int(row[0]), int(row[1]), int(row[2]), float(row[3])
 

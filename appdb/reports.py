@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from appdb.events import usage_columns
 from appdb.models import Interaction, Posting, ReviewItem, Subject, UseCaseOutput, WorkItem
 
 
@@ -79,19 +80,16 @@ def posting_interactions(session: Session, key: str) -> list[Interaction]:
 def llm_usage(session: Session, key: str) -> list[tuple[str, int, int, float]]:
     """(use case, LLM calls, tokens, cost) of every call made for one subject, failed ones and retries
     included: what its outputs cost so far (scripts are not LLM calls)."""
-    tokens = func.coalesce(Interaction.prompt_tokens, 0) + func.coalesce(Interaction.completion_tokens, 0)
     rows = session.execute(
-        select(
-            Interaction.use_case,
-            func.count(Interaction.id),
-            func.sum(tokens),
-            func.sum(func.coalesce(Interaction.cost, 0.0)),
-        )
+        select(Interaction.use_case, *usage_columns())
         .where(Interaction.posting_key == key, Interaction.backend != "script")
         .group_by(Interaction.use_case)
         .order_by(Interaction.use_case)
     ).all()
-    return [(use_case, calls, int(total or 0), float(cost or 0.0)) for use_case, calls, total, cost in rows]
+    return [
+        (use_case, int(calls), int(prompt) + int(completion), float(cost))
+        for use_case, calls, prompt, completion, cost in rows
+    ]
 
 
 def mean_llm_latency(session: Session, keys: Sequence[str]) -> list[tuple[str, float, int]]:
