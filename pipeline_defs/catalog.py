@@ -6,6 +6,9 @@
 - PIPELINE_SKILLS_STYLE: `tagger` (default; the CRF tagger on a CPU), `tagger+llm` (the tagger's
   unsure mentions verified by PIPELINE_SKILLS_VERIFY_MODEL; the default on Ollama when that is set)
   or `llm` (the earlier prompt alone). See domain/use_cases/posting_skills.py.
+- PIPELINE_LINK_STYLE: `linker` (default; the learned linker on a CPU) or `linker+llm` (its unsure
+  answers refereed by PIPELINE_LINK_REFEREE_MODEL among its three best concepts; the default on
+  Ollama when that is set). See domain/skills/link_referee.py.
 - PIPELINE_EXTRA_USE_CASES: comma-separated opt-in groups; `posting_assessment` adds
   three expert assessments and their synthesizer (fan-out and fan-in).
 - PIPELINE_DOMAINS: the domain plugins (`domain/core/plugins.py`): `postings` (default) and/or
@@ -17,7 +20,13 @@ from __future__ import annotations
 from domain.autodo.plugin import AUTODO_PLUGIN
 from domain.core.plugins import POSTINGS_PLUGIN, DomainPlugin
 from domain.language.declaration import UseCase
-from domain.use_cases.shipped import EXTRA_USE_CASES, SUMMARY_STYLES, USE_CASES, skills_use_case
+from domain.use_cases.shipped import (
+    EXTRA_USE_CASES,
+    SUMMARY_STYLES,
+    USE_CASES,
+    entities_use_case,
+    skills_use_case,
+)
 from pipeline_defs.settings import Settings
 
 PLUGINS: dict[str, DomainPlugin] = {plugin.kind: plugin for plugin in (POSTINGS_PLUGIN, AUTODO_PLUGIN)}
@@ -57,6 +66,7 @@ def posting_use_cases(settings: Settings) -> tuple[UseCase, ...]:
         for use_case in (
             SUMMARY_STYLES[settings.summary_style],
             skills_use_case(settings.skills_style, settings.skills_verify_model),
+            entities_use_case(settings.link_style, settings.link_referee_model),
         )
     }
     chosen = [styled.get(use_case.name, use_case) for use_case in USE_CASES]

@@ -34,6 +34,8 @@ Everything a user may want to point elsewhere is one environment variable:
 | PIPELINE_SUMMARY_STYLE       | ``plain`` (one call); ``refined``: extract, grade, improve, final |
 | PIPELINE_SKILLS_STYLE        | ``tagger`` (CRF on a CPU); ``tagger+llm`` (see below); ``llm`` |
 | PIPELINE_SKILLS_VERIFY_MODEL | unset; set on Ollama: it verifies the tagger's mentions |
+| PIPELINE_LINK_STYLE          | ``linker`` (CPU); ``linker+llm``: a model referees the unsure links |
+| PIPELINE_LINK_REFEREE_MODEL  | unset; set on Ollama: it chooses among the linker's candidates |
 | PIPELINE_EXTRA_USE_CASES     | unset; ``posting_assessment``: three experts and a synthesizer |
 | PIPELINE_LLM_RATE_PER_SECOND | unset (no pacing); requests a second to a remote or paid backend |
 | PIPELINE_LLM_BURST           | ``1``: requests sent at once after a quiet spell (with the rate above) |
@@ -64,6 +66,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_SENSOR_INTERVAL_SECONDS = 1
 DAGSTER_STORAGES = ("stock", "pooled")
 SKILLS_STYLES = ("tagger", "tagger+llm", "llm")  # domain/use_cases/shipped.py: skills_use_case
+LINK_STYLES = ("linker", "linker+llm")  # domain/use_cases/shipped.py: entities_use_case
 LLM_BACKENDS = ("ollama", "openai", "embedded")
 SERVER_BACKENDS = ("ollama", "openai")
 OPENAI_APIS = ("completions", "chat")
@@ -93,6 +96,8 @@ class Settings:
     summary_style: str = "plain"  # see pipeline_defs/catalog.py
     skills_style: str = "tagger"  # see pipeline_defs/catalog.py
     skills_verify_model: str = ""
+    link_style: str = "linker"  # see pipeline_defs/catalog.py
+    link_referee_model: str = ""
     dagster_storage: str = "stock"  # "stock" or "pooled": see pipeline_defs/dagster_storage.py
     extra_use_cases: tuple[str, ...] = ()
     llm_hosts: tuple[str, ...] = ()  # PIPELINE_LLM_HOSTS, each `URL [parallel=N] [models=a,b]`
@@ -198,6 +203,15 @@ class Settings:
             raise ValueError(
                 f"PIPELINE_SKILLS_STYLE must be one of {', '.join(SKILLS_STYLES)}, not {skills_style!r}"
             )
+        link_style = env.get("PIPELINE_LINK_STYLE") or (
+            "linker+llm"
+            if backend in SERVER_BACKENDS and env.get("PIPELINE_LINK_REFEREE_MODEL")
+            else "linker"
+        )
+        if link_style not in LINK_STYLES:
+            raise ValueError(
+                f"PIPELINE_LINK_STYLE must be one of {', '.join(LINK_STYLES)}, not {link_style!r}"
+            )
         review_below = env.get("PIPELINE_REVIEW_BELOW") or "3.0"
         try:
             threshold = float(review_below)
@@ -236,6 +250,8 @@ class Settings:
             summary_style=env.get("PIPELINE_SUMMARY_STYLE") or "plain",
             skills_style=skills_style,
             skills_verify_model=env.get("PIPELINE_SKILLS_VERIFY_MODEL") or "",
+            link_style=link_style,
+            link_referee_model=env.get("PIPELINE_LINK_REFEREE_MODEL") or "",
             dagster_storage=dagster_storage,
             extra_use_cases=tuple(
                 name.strip()

@@ -10,7 +10,7 @@ from domain.use_cases.posting_assessment import ASSESSMENT_USE_CASES
 from domain.use_cases.posting_skills import MODEL, POSTING_SKILLS, POSTING_SKILLS_LLM, verified_skills
 from domain.use_cases.posting_summary import POSTING_SUMMARY
 from domain.use_cases.refined_summary import REFINED_POSTING_SUMMARY
-from domain.use_cases.skill_entities import SKILL_ENTITIES
+from domain.use_cases.skill_entities import SKILL_ENTITIES, refereed_skill_entities
 
 USE_CASES: tuple[UseCase, ...] = (POSTING_SUMMARY, POSTING_SKILLS, SKILL_ENTITIES)
 SUMMARY_STYLES: dict[str, UseCase] = {"plain": POSTING_SUMMARY, "refined": REFINED_POSTING_SUMMARY}
@@ -30,3 +30,16 @@ def skills_use_case(style: str, verify_model: str = "") -> UseCase:
 
 
 SKILLS_STYLES = ("tagger", "tagger+llm", "llm")
+
+
+def entities_use_case(style: str, referee_model: str = "") -> UseCase:
+    """skill_entities in the chosen style: `linker` (CPU) or `linker+llm` (its unsure answers
+    refereed by `referee_model`, by default the embedded model)."""
+    if style == "linker":
+        return SKILL_ENTITIES
+    if style == "linker+llm":
+        return refereed_skill_entities(referee_model or MODEL)
+    raise ValueError(f"PIPELINE_LINK_STYLE must be one of {', '.join(LINK_STYLES)}, not {style!r}")
+
+
+LINK_STYLES = ("linker", "linker+llm")

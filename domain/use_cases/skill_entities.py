@@ -10,10 +10,13 @@ from appdb.taxonomy import REFERENCE_NAME as TAXONOMY_REFERENCE
 from appdb.taxonomy import replace_posting_skill_concepts
 from domain.language.declaration import UseCase
 from domain.language.declaration_parts import OutputCheck, ScriptContext
+from domain.language.steps import Chain, LLMStep, Route, ScriptStep, StepContext
 from domain.quality import output_checks
 from domain.quality.corrections import CorrectionContext, CorrectionError, Edits
+from domain.skills import link_referee
 from domain.skills.resolution_figures import resolution_figures
 from domain.skills.skill_resolver import STAGES as RESOLUTION_STAGES
+from domain.skills.skill_resolver import Resolution
 
 REVIEWED_STAGE = "review"  # a concept a reviewer chose (`pipeline review correct ID --concept ...`)
 ENTITIES_SCHEMA: dict[str, Any] = {
@@ -30,7 +33,9 @@ ENTITIES_SCHEMA: dict[str, Any] = {
                     "concept_uri": {"type": ["string", "null"]},
                     "concept_label": {"type": ["string", "null"]},
                     "confidence": {"type": "number", "minimum": 0, "maximum": 1},
-                    "stage": {"enum": [*RESOLUTION_STAGES, REVIEWED_STAGE]},
+                    "stage": {"enum": [*RESOLUTION_STAGES, REVIEWED_STAGE, link_referee.REFEREE_STAGE]},
+                    # what the referee answered (PIPELINE_LINK_STYLE=linker+llm), when it was asked
+                    "referee": {"enum": [*link_referee.LETTERS, link_referee.NO_CONCEPT]},
                     # the learned linker's best concepts, best first (absent without the linker)
                     "candidates": {
                         "type": "array",
@@ -57,6 +62,11 @@ ENTITIES_SCHEMA: dict[str, Any] = {
 
 def resolve_skill_mentions(inputs: Mapping[str, Any], context: ScriptContext) -> dict[str, Any]:
     """Resolve each skill mention (split first when it holds several) to a taxonomy concept."""
+    return entities_output([entity for entity, _ in _resolved_entities(inputs, context)])
+
+
+def _resolved_entities(inputs: Mapping[str, Any], context: ScriptContext) -> list[tuple[dict[str, Any], str]]:
+    """Each resolved part of each mention, with the sentence the mention came from."""
     taxonomy = context.resources.taxonomy
     resolver = taxonomy.built_resolver(context.references.get(TAXONOMY_REFERENCE))
     if resolver is None:  # the run's first posting, or a taxonomy loaded since the run began
@@ -64,20 +74,30 @@ def resolve_skill_mentions(inputs: Mapping[str, Any], context: ScriptContext) ->
             resolver = taxonomy.resolver(session)
     entities = []
     for skill in inputs["posting_skills"]["skills"]:
+        evidence = skill.get("evidence") or ""
         # the sentence the mention came from weighs in the learned linker's choice
-        for resolution in resolver.resolve(skill["mention"], context=skill.get("evidence")):
-            entity = {
-                "mention": resolution.mention,
-                "source_mention": skill["mention"],
-                "kind": skill["kind"],
-                "concept_uri": resolution.concept_uri,
-                "concept_label": resolution.concept_label,
-                "confidence": round(float(resolution.confidence), 4),
-                "stage": resolution.stage,
-            }
-            if resolution.candidates:
-                entity["candidates"] = [dataclasses.asdict(c) for c in resolution.candidates]
-            entities.append(entity)
+        for resolution in resolver.resolve(skill["mention"], context=evidence or None):
+            entities.append((resolution_entity(resolution, skill["mention"], skill["kind"]), evidence))
+    return entities
+
+
+def resolution_entity(resolution: Resolution, source_mention: str, kind: str) -> dict[str, Any]:
+    """One resolved part of a mention, as the output stores it."""
+    entity = {
+        "mention": resolution.mention,
+        "source_mention": source_mention,
+        "kind": kind,
+        "concept_uri": resolution.concept_uri,
+        "concept_label": resolution.concept_label,
+        "confidence": round(float(resolution.confidence), 4),
+        "stage": resolution.stage,
+    }
+    if resolution.candidates:
+        entity["candidates"] = [dataclasses.asdict(c) for c in resolution.candidates]
+    return entity
+
+
+def entities_output(entities: list[dict[str, Any]]) -> dict[str, Any]:
     unmatched = sum(1 for entity in entities if entity["concept_uri"] is None)
     return {"entities": entities, "matched": len(entities) - unmatched, "unmatched": unmatched}
 
@@ -111,8 +131,7 @@ def edit_concepts(value: dict[str, Any], edits: Edits, context: CorrectionContex
             concept_uri = uri.strip()
         for entity in targets:
             entity.update(concept_uri=concept_uri, concept_label=label, confidence=1.0, stage=REVIEWED_STAGE)
-    unmatched = sum(1 for e in entities if e["concept_uri"] is None)
-    return {**value, "entities": entities, "matched": len(entities) - unmatched, "unmatched": unmatched}
+    return {**value, **entities_output(entities)}
 
 
 def _candidate_uri(entity: Mapping[str, Any], number: int, where: str) -> str:
@@ -175,3 +194,60 @@ SKILL_ENTITIES = UseCase(
     display=entities_display,
     review_edits={"concepts": edit_concepts},
 )
+
+
+# --- the refereed chain (PIPELINE_LINK_STYLE=linker+llm): resolve -> referee (LLM) -> final ---------
+
+
+def resolve_for_referee(inputs: Mapping[str, Any], context: StepContext) -> dict[str, Any]:
+    """The linker's entities, and the unsure ones listed with their sentences and candidates."""
+    resolved = _resolved_entities(inputs, context)
+    entities = [entity for entity, _ in resolved]
+    asked = link_referee.asked_entities(entities)
+    listing = link_referee.referee_listing(entities, asked, [sentence for _, sentence in resolved])
+    return {**entities_output(entities), "asked": asked, "asked_count": len(asked), "listing": listing}
+
+
+def refereed_entities(inputs: Mapping[str, Any], context: StepContext) -> dict[str, Any]:
+    """The stored output: the linker's entities with the referee's choices applied, when it was asked."""
+    resolved = inputs["resolve"]
+    verdict = inputs.get("referee")
+    choices = list(verdict.get("choices") or []) if isinstance(verdict, Mapping) else []
+    entities, counts = link_referee.apply_choices(resolved["entities"], resolved["asked"], choices)
+    if counts.unreadable and context is not None:
+        context.log.warning(f"referee: {counts.unreadable} of {counts.asked} entities had no usable answer")
+    return entities_output(entities)
+
+
+def refereed_skill_entities(model: str) -> UseCase:
+    """skill_entities with `model` choosing among the candidates of the linker's unsure answers."""
+    return dataclasses.replace(
+        SKILL_ENTITIES,
+        version="2026-11-24.3",
+        description=(
+            "Each skill mention resolved to a taxonomy concept by the learned linker; "
+            f"its unsure answers refereed by {model} among its three best concepts."
+        ),
+        function=None,
+        priority=SKILL_ENTITIES.priority,
+        batch_size=25,  # a model call per posting with unsure answers
+        steps=Chain(
+            steps=(
+                ScriptStep(
+                    "resolve",
+                    resolve_for_referee,
+                    routes=(Route("referee", when="resolve.asked_count > 0", priority=1), Route("final")),
+                ),
+                LLMStep(
+                    "referee",
+                    model,
+                    link_referee.REFEREE_PROMPT,
+                    link_referee.REFEREE_SCHEMA,
+                    routes=(Route("final"),),
+                    options={"temperature": 0.0, "max_tokens": 200},
+                ),
+                ScriptStep("final", refereed_entities),
+            ),
+            max_steps_per_posting=4,
+        ),
+    )

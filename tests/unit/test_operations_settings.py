@@ -14,6 +14,7 @@ import yaml
 from dagster import DagsterInstance
 
 from assets.factory import build_work_groups
+from domain.language.declaration import UseCase
 from pipeline_defs.dagster_home import ensure_dagster_home
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
@@ -174,3 +175,28 @@ def test_runs_are_cut_evenly_over_the_hosts() -> None:
     assert run_size(90, 250, hosts=3) == 30
     assert run_size(10, 250, hosts=3) == 25  # below the floor a run's start costs more than it spreads
     assert run_size(0, 250, hosts=3) == 250
+
+
+def test_a_referee_model_on_a_server_makes_skill_entities_call_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PIPELINE_LINK_REFEREE_MODEL on Ollama turns on linker+llm; the embedded default stays the linker."""
+    for name in ("PIPELINE_BATCH_SIZE", "PIPELINE_LINK_STYLE", "PIPELINE_LINK_REFEREE_MODEL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PIPELINE_LLM_BACKEND", "embedded")
+
+    def skill_entities() -> UseCase:
+        return next(
+            i.use_case for i in build_use_cases(Settings.from_env()) if i.use_case.name == "skill_entities"
+        )
+
+    assert skill_entities().is_script
+    monkeypatch.setenv("PIPELINE_LINK_REFEREE_MODEL", "qwen2.5:7b")
+    assert skill_entities().is_script  # on the embedded model, only when asked for by name
+    monkeypatch.setenv("PIPELINE_LLM_BACKEND", "ollama")
+    assert skill_entities().model == "qwen2.5:7b"
+    monkeypatch.setenv("PIPELINE_LINK_STYLE", "linker")
+    assert skill_entities().is_script
+    monkeypatch.setenv("PIPELINE_LINK_STYLE", "llm")
+    with pytest.raises(
+        ValueError, match="PIPELINE_LINK_STYLE must be one of linker, linker\\+llm, not 'llm'"
+    ):
+        Settings.from_env()

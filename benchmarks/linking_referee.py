@@ -1,0 +1,220 @@
+"""A model as referee of the linker's unsure answers, on the Decorte et al. TECH and HOUSE validation spans.
+
+Measures what PIPELINE_LINK_STYLE=linker+llm does to resolution (task (c) of
+`benchmarks.linking_quality`): right / wrong / unmatched per span at the shipped threshold, the
+linker alone ("before"), with the referee ("after"), and with a perfect referee asked the same
+questions (the gold concept when it is among the candidates, else "none": the bound of this
+design). The spans of one sentence are one call, as the mentions of one posting are in the
+pipeline; the prompt, the choice of entities asked and how the answers are applied are the
+product's (`domain/skills/link_referee.py`).
+
+    python -m benchmarks.linking_referee [--referee-model M] [--ask-below 0.8] [--limit N] [--out DIR]
+
+The model runs on the configured backend (Settings.from_env(): the embedded model by default,
+Ollama when OLLAMA_HOST is set, an OpenAI-compatible server when PIPELINE_LLM_BACKEND says so).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import Counter
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from benchmarks.linking_quality import build_resolver
+from benchmarks.report import shared_data_dir, write_report
+from domain.skills import link_referee
+from domain.skills.concept_reranker import DEFAULT_MODEL_PATH
+from domain.skills.embeddings import MiniLMEmbeddings, RememberingEmbeddings
+from domain.skills.linking_data import ESCO_FILE, read_decorte_splits
+from domain.skills.linking_evaluation import GoldMapper
+from domain.use_cases.skill_entities import resolution_entity
+from pipeline_defs.settings import PROJECT_ROOT, Settings
+from pipeline_defs.wiring import build_llm_resource
+
+NAME = "linking_referee"
+OPTIONS = {"temperature": 0.0, "max_tokens": 120}
+
+
+def span_outcome(entities: list[dict[str, Any]], gold: set[str]) -> str:
+    """As `linking_evaluation.resolution_shares` counts a span: right, wrong or unmatched."""
+    matched = [e for e in entities if e["concept_uri"] is not None]
+    if any(e["concept_uri"] in gold for e in matched):
+        return "right"
+    return "wrong" if matched else "unmatched"
+
+
+def oracle_choice(entity: dict[str, Any], gold: set[str]) -> str:
+    """A perfect referee's answer: the letter of a gold candidate, else "none"."""
+    for letter, candidate in zip(link_referee.LETTERS, entity.get("candidates") or [], strict=False):
+        if candidate["concept_uri"] in gold:
+            return letter
+    return link_referee.NO_CONCEPT
+
+
+def run_split(split: Any, resolver: Any, generate: Any, limit: int | None) -> dict[str, Any]:
+    gold = GoldMapper(resolver)
+    sentences: dict[str, list[tuple[list[dict[str, Any]], set[str]]]] = {}
+    for query in split.span_queries:
+        uris = gold(query.gold_labels)
+        if not uris:
+            continue
+        entities = [
+            resolution_entity(r, query.span, "skill") for r in resolver.resolve(query.span, query.sentence)
+        ]
+        sentences.setdefault(query.sentence, []).append((entities, uris))
+    before, after, oracle, transitions = Counter(), Counter(), Counter(), Counter()
+    counts = link_referee.RefereeCounts()
+    calls, seconds, unreadable_calls = 0, 0.0, 0
+    for sentence, spans in list(sentences.items())[:limit]:
+        entities = [entity for span_entities, _ in spans for entity in span_entities]
+        asked = link_referee.asked_entities(entities)
+        choices: list[Any] = []
+        if asked:
+            listing = link_referee.referee_listing(entities, asked, [sentence] * len(entities))
+            prompt = link_referee.REFEREE_PROMPT.replace("{resolve.listing}", listing)
+            started = time.perf_counter()
+            text = generate(prompt)
+            seconds += time.perf_counter() - started
+            calls += 1
+            try:
+                choices = list(json.loads(text)["choices"])
+            except (ValueError, KeyError, TypeError):
+                unreadable_calls += 1
+        refereed, posting_counts = link_referee.apply_choices(entities, asked, choices)
+        # the best any referee could do with the same questions: the gold concept when it is among
+        # the candidates, else "none"
+        golds = [uris for span_entities, uris in spans for _ in span_entities]
+        best, _ = link_referee.apply_choices(
+            entities, asked, [oracle_choice(entities[i], golds[i]) for i in asked]
+        )
+        for field in ("asked", "kept", "changed", "unmatched", "unreadable"):
+            setattr(counts, field, getattr(counts, field) + getattr(posting_counts, field))
+        position = 0
+        for span_entities, uris in spans:
+            was = span_outcome(span_entities, uris)
+            now = span_outcome(refereed[position : position + len(span_entities)], uris)
+            oracle[span_outcome(best[position : position + len(span_entities)], uris)] += 1
+            position += len(span_entities)
+            before[was] += 1
+            after[now] += 1
+            transitions[f"{was} -> {now}"] += was != now
+    spans = sum(before.values())
+    return {
+        "spans": spans,
+        "sentences_asked": calls,
+        "seconds_per_call": round(seconds / calls, 2) if calls else None,
+        "unreadable_calls": unreadable_calls,
+        "referee": asdict(counts),
+        "before": {k: round(100 * before[k] / spans, 1) for k in ("right", "wrong", "unmatched")},
+        "after": {k: round(100 * after[k] / spans, 1) for k in ("right", "wrong", "unmatched")},
+        "perfect_referee": {k: round(100 * oracle[k] / spans, 1) for k in ("right", "wrong", "unmatched")},
+        "changes": {k: v for k, v in sorted(transitions.items()) if v},
+    }
+
+
+def run(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    root = shared_data_dir(args.data_dir)
+    splits = read_decorte_splits(root)
+    embeddings = RememberingEmbeddings(
+        MiniLMEmbeddings(), args.embedding_cache / "linking-benchmark-queries.npz"
+    )
+    resolver = build_resolver(root / ESCO_FILE, "linker", args, embeddings)
+    settings = Settings.from_env()
+    llm = build_llm_resource(settings)
+    llm.ensure_loaded(args.referee_model)
+    link_referee.ASK_BELOW = args.ask_below
+
+    def generate(prompt: str) -> str:
+        return llm.generate(
+            args.referee_model, prompt, "", dict(link_referee.REFEREE_SCHEMA), dict(OPTIONS)
+        ).text
+
+    results: dict[str, Any] = {
+        "protocol": "Decorte et al. 2022 validation spans with an ESCO label; (c) at the shipped threshold, "
+        "before and after the referee; one call per sentence",
+        "backend": settings.llm_backend,
+        "referee_model": args.referee_model,
+        "ask_below": args.ask_below,
+        "splits": {},
+    }
+    for split in splits:
+        print(f"referee: {split.name}", flush=True)
+        results["splits"][split.name] = run_split(split, resolver, generate, args.limit)
+    embeddings.save()
+    return results, render_markdown(results)
+
+
+def render_markdown(results: dict[str, Any]) -> str:
+    lines = [
+        "# The linking referee on the Decorte et al. validation spans",
+        "",
+        f"{results['protocol']}. Referee: {results['referee_model']} on the {results['backend']} backend; "
+        f"entities asked below confidence {results['ask_below']}.",
+        "",
+        "| split | spans | right / wrong / unmatched, linker | with the referee | a perfect referee | "
+        "calls | s/call | asked | kept | changed | made unmatched | unreadable |",
+        "|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, row in results["splits"].items():
+        b, a, o, r = row["before"], row["after"], row["perfect_referee"], row["referee"]
+        lines.append(
+            f"| {name} | {row['spans']} | {b['right']} / {b['wrong']} / {b['unmatched']} % | "
+            f"{a['right']} / {a['wrong']} / {a['unmatched']} % | "
+            f"{o['right']} / {o['wrong']} / {o['unmatched']} % | {row['sentences_asked']} | "
+            f"{row['seconds_per_call']} | {r['asked']} | {r['kept']} | {r['changed']} | {r['unmatched']} | "
+            f"{r['unreadable']} |"
+        )
+    lines.append("")
+    for name, row in results["splits"].items():
+        changes = ", ".join(f"{k}: {v}" for k, v in row["changes"].items()) or "none"
+        lines.append(f"- {name}, spans that changed outcome: {changes}")
+    return "\n".join(lines) + "\n"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.linking_referee", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "--data-dir", help="the shared data folder (default $PIPELINE_SHARED_DATA or ../shared/data)"
+    )
+    parser.add_argument("--out", type=Path, default=None, help="where to write the report (default results/)")
+    parser.add_argument(
+        "--referee-model", default="gemma3:270m", help="the model that referees (default gemma3:270m)"
+    )
+    parser.add_argument(
+        "--ask-below", type=float, default=link_referee.ASK_BELOW, help="ask entities below this"
+    )
+    parser.add_argument("--limit", type=int, default=None, help="at most this many sentences per split")
+    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL_PATH, help="the linker model JSON")
+    parser.add_argument(
+        "--embedding-cache",
+        type=Path,
+        default=PROJECT_ROOT / "data" / "embedding_cache",
+        help="label vectors, label index and query vectors are kept here (default data/embedding_cache)",
+    )
+    args = parser.parse_args(argv)
+    args.prior_unknown = False
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        results, markdown = run(args)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    json_path, markdown_path = write_report(NAME, results, markdown, args.out)
+    print(markdown)
+    print(f"written: {json_path} and {markdown_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
