@@ -210,17 +210,25 @@ def build_work_groups(built: Sequence[UseCaseDefinitions]) -> list[WorkGroup]:
     by_name: dict[str, list[UseCaseDefinitions]] = {}
     stage: dict[str, int] = {}
     base_of: dict[str, str] = {}
+    group_of: dict[str, str] = {}
     for item in upstream_first(built):
         # Dagster skips a step whose upstream step in the same run yielded no output (ours yield
         # per-posting materializations only), so a use case reading another of its own group
         # runs in a later stage: a group and job of its own (e.g. a fan-in synthesizer).
+        upstream = [name for name in item.use_case.upstream if name in stage]
         base = group_name_for(item.use_case)
-        same_group = [
-            stage[name] + 1 for name in item.use_case.upstream if name in stage and base_of[name] == base
-        ]
-        stage[item.use_case.name] = max(same_group, default=0)
-        base_of[item.use_case.name] = base
-        name = base if not stage[item.use_case.name] else f"{base}_stage{stage[item.use_case.name] + 1}"
+        level = max((stage[name] + 1 for name in upstream if base_of[name] == base), default=0)
+        # Groups run in the order made (`pipeline run`, the demo), so a use case does not join a group
+        # made before the group of another model it reads (skill_entities refereed by the summary's
+        # model reads posting_skills, a script): it takes a later stage of its own.
+        while (name := _stage_name(base, level)) in by_name and any(
+            list(by_name).index(group_of[up]) > list(by_name).index(name)
+            for up in upstream
+            if base_of[up] != base
+        ):
+            level += 1
+        stage[item.use_case.name], base_of[item.use_case.name] = level, base
+        group_of[item.use_case.name] = name
         by_name.setdefault(name, []).append(item)
     groups = []
     for name, members in by_name.items():
@@ -238,6 +246,10 @@ def build_work_groups(built: Sequence[UseCaseDefinitions]) -> list[WorkGroup]:
         )
         groups.append(WorkGroup(name, model, tuple(members), job, min(m.batch_size for m in members)))
     return groups
+
+
+def _stage_name(base: str, level: int) -> str:
+    return base if not level else f"{base}_stage{level + 1}"
 
 
 def upstream_first(built: Sequence[UseCaseDefinitions]) -> list[UseCaseDefinitions]:

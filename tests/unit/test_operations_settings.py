@@ -193,6 +193,16 @@ def test_a_referee_model_on_a_server_makes_skill_entities_call_it(monkeypatch: p
     assert skill_entities().is_script  # on the embedded model, only when asked for by name
     monkeypatch.setenv("PIPELINE_LLM_BACKEND", "ollama")
     assert skill_entities().model == "qwen2.5:7b"
+    # groups run in the order made: refereed by the summary's model, skill_entities comes after the
+    # tagger it reads, not in that model's first group, which runs before the tagger
+    monkeypatch.setenv("PIPELINE_LLM_BACKEND", "embedded")
+    monkeypatch.setenv("PIPELINE_LINK_STYLE", "linker+llm")
+    monkeypatch.delenv("PIPELINE_LINK_REFEREE_MODEL")
+    assert skill_entities().model == "gemma3:270m"
+    groups = [
+        [m.use_case.name for m in g.members] for g in build_work_groups(build_use_cases(Settings.from_env()))
+    ]
+    assert groups.index(["skill_entities"]) > groups.index(["posting_skills"])
     monkeypatch.setenv("PIPELINE_LINK_STYLE", "linker")
     assert skill_entities().is_script
     monkeypatch.setenv("PIPELINE_LINK_STYLE", "llm")
