@@ -38,7 +38,7 @@ ASKED_STAGES = ("learned", "unmatched")
 REFEREE_PROMPT = """\
 Skill phrases from job postings, each with the sentence it is in and three concepts of a skills \
 taxonomy. For each phrase in order, the letter of the concept the phrase asks for, or "none" \
-when none of the three is what the phrase means.
+when none of the three is what the phrase means, or when unsure: a wrong concept costs more than none.
 
 Phrases:
 1. work closely with other teams | in: You will work closely with other teams to deliver our roadmap.
