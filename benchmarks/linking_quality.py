@@ -32,7 +32,7 @@ import numpy as np
 
 from appdb.database import dispose, session_scope
 from appdb.taxonomy import load_taxonomy
-from benchmarks.report import shared_data_dir, write_report
+from benchmarks.report import run_and_report, shared_data_dir
 from domain.skills import linking_evaluation as evaluation
 from domain.skills.concept_index import LabelVectorIndex
 from domain.skills.concept_reranker import DEFAULT_MODEL_PATH, LinkerModel, load_linker_model
@@ -300,17 +300,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.linking_quality", description=__doc__.split("\n")[0]
     )
-    parser.add_argument(
-        "--data-dir", help="the shared data folder (default $PIPELINE_SHARED_DATA or ../shared/data)"
-    )
-    parser.add_argument("--out", type=Path, default=None, help="where to write the report (default results/)")
+    add_linker_arguments(parser)
     parser.add_argument(
         "--systems",
         type=lambda text: [s.strip() for s in text.split(",") if s.strip()],
         default=list(SYSTEMS),
         help=f"comma-separated, from {', '.join(SYSTEMS)} (default all)",
     )
-    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL_PATH, help="the linker model JSON")
     parser.add_argument("--extractor", default="", help="module:function, extract(sentence) -> list[str]")
     parser.add_argument(
         "--prior-unknown",
@@ -323,12 +319,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="also build the label index afresh to time it (minutes)",
     )
-    parser.add_argument(
-        "--embedding-cache",
-        type=Path,
-        default=PROJECT_ROOT / "data" / "embedding_cache",
-        help="label vectors, label index and query vectors are kept here (default data/embedding_cache)",
-    )
     args = parser.parse_args(argv)
     unknown = [s for s in args.systems if s not in SYSTEMS]
     if unknown:
@@ -336,17 +326,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def add_linker_arguments(parser: argparse.ArgumentParser) -> None:
+    """What every benchmark of the linker takes: data, report folder, linker model, vector cache."""
+    parser.add_argument(
+        "--data-dir", help="the shared data folder (default $PIPELINE_SHARED_DATA or ../shared/data)"
+    )
+    parser.add_argument("--out", type=Path, default=None, help="where to write the report (default results/)")
+    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL_PATH, help="the linker model JSON")
+    parser.add_argument(
+        "--embedding-cache",
+        type=Path,
+        default=PROJECT_ROOT / "data" / "embedding_cache",
+        help="label vectors, label index and query vectors are kept here (default data/embedding_cache)",
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    try:
-        results, markdown = run(args)
-    except (FileNotFoundError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    json_path, markdown_path = write_report(NAME, results, markdown, args.out)
-    print(markdown)
-    print(f"written: {json_path} and {markdown_path}")
-    return 0
+    return run_and_report(NAME, run, parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -22,18 +22,16 @@ import sys
 import time
 from collections import Counter
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
-from benchmarks.linking_quality import build_resolver
-from benchmarks.report import shared_data_dir, write_report
+from benchmarks.linking_quality import add_linker_arguments, build_resolver
+from benchmarks.report import run_and_report, shared_data_dir
 from domain.skills import link_referee
-from domain.skills.concept_reranker import DEFAULT_MODEL_PATH
 from domain.skills.embeddings import MiniLMEmbeddings, RememberingEmbeddings
 from domain.skills.linking_data import ESCO_FILE, read_decorte_splits
 from domain.skills.linking_evaluation import GoldMapper
 from domain.use_cases.skill_entities import resolution_entity
-from pipeline_defs.settings import PROJECT_ROOT, Settings
+from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import build_llm_resource
 
 NAME = "linking_referee"
@@ -56,7 +54,9 @@ def oracle_choice(entity: dict[str, Any], gold: set[str]) -> str:
     return link_referee.NO_CONCEPT
 
 
-def run_split(split: Any, resolver: Any, generate: Any, limit: int | None) -> dict[str, Any]:
+def run_split(
+    split: Any, resolver: Any, generate: Any, limit: int | None, ask_below: float
+) -> dict[str, Any]:
     gold = GoldMapper(resolver)
     sentences: dict[str, list[tuple[list[dict[str, Any]], set[str]]]] = {}
     for query in split.span_queries:
@@ -72,7 +72,7 @@ def run_split(split: Any, resolver: Any, generate: Any, limit: int | None) -> di
     calls, seconds, unreadable_calls = 0, 0.0, 0
     for sentence, spans in list(sentences.items())[:limit]:
         entities = [entity for span_entities, _ in spans for entity in span_entities]
-        asked = link_referee.asked_entities(entities)
+        asked = link_referee.asked_entities(entities, ask_below)
         choices: list[Any] = []
         if asked:
             listing = link_referee.referee_listing(entities, asked, [sentence] * len(entities))
@@ -127,7 +127,6 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     settings = Settings.from_env()
     llm = build_llm_resource(settings)
     llm.ensure_loaded(args.referee_model)
-    link_referee.ASK_BELOW = args.ask_below
 
     def generate(prompt: str) -> str:
         return llm.generate(
@@ -144,7 +143,7 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     }
     for split in splits:
         print(f"referee: {split.name}", flush=True)
-        results["splits"][split.name] = run_split(split, resolver, generate, args.limit)
+        results["splits"][split.name] = run_split(split, resolver, generate, args.limit, args.ask_below)
     embeddings.save()
     return results, render_markdown(results)
 
@@ -180,10 +179,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.linking_referee", description=__doc__.split("\n")[0]
     )
-    parser.add_argument(
-        "--data-dir", help="the shared data folder (default $PIPELINE_SHARED_DATA or ../shared/data)"
-    )
-    parser.add_argument("--out", type=Path, default=None, help="where to write the report (default results/)")
+    add_linker_arguments(parser)
     parser.add_argument(
         "--referee-model", default="gemma3:270m", help="the model that referees (default gemma3:270m)"
     )
@@ -191,29 +187,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--ask-below", type=float, default=link_referee.ASK_BELOW, help="ask entities below this"
     )
     parser.add_argument("--limit", type=int, default=None, help="at most this many sentences per split")
-    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL_PATH, help="the linker model JSON")
-    parser.add_argument(
-        "--embedding-cache",
-        type=Path,
-        default=PROJECT_ROOT / "data" / "embedding_cache",
-        help="label vectors, label index and query vectors are kept here (default data/embedding_cache)",
-    )
     args = parser.parse_args(argv)
     args.prior_unknown = False
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    try:
-        results, markdown = run(args)
-    except (FileNotFoundError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    json_path, markdown_path = write_report(NAME, results, markdown, args.out)
-    print(markdown)
-    print(f"written: {json_path} and {markdown_path}")
-    return 0
+    return run_and_report(NAME, run, parse_args(argv))
 
 
 if __name__ == "__main__":

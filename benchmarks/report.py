@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -63,3 +64,17 @@ def write_report(
     )
     markdown_path.write_text(markdown.rstrip() + footer)
     return json_path, markdown_path
+
+
+def run_and_report(name: str, run: Callable[[Any], tuple[dict[str, Any], str]], args: Any) -> int:
+    """A benchmark's main: run it, write and print its report; a missing file or bad value is a
+    clear error (exit 2), not a traceback."""
+    try:
+        results, markdown = run(args)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    json_path, markdown_path = write_report(name, results, markdown, args.out)
+    print(markdown)
+    print(f"written: {json_path} and {markdown_path}")
+    return 0

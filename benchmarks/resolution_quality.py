@@ -35,7 +35,7 @@ from typing import Any
 
 from appdb.database import dispose, session_scope
 from appdb.taxonomy import load_taxonomy, normalize_label
-from benchmarks.report import shared_data_dir, write_report
+from benchmarks.report import run_and_report, shared_data_dir
 from domain.skills.embeddings import EmbeddingBackend, MiniLMEmbeddings, OllamaEmbeddings
 from domain.skills.skill_metrics import mean_reciprocal_rank, r_precision_at_k
 from domain.skills.skill_resolver import (
@@ -325,16 +325,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        results, markdown = run(args)
-    except FileNotFoundError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     name = NAME if args.embedding_backend == "none" else f"{NAME}_{args.embedding_backend}"
-    json_path, markdown_path = write_report(name, results, markdown, args.out)
-    print(markdown)
-    print(f"written: {json_path} and {markdown_path}")
-    return 0
+    return run_and_report(name, run, args)
 
 
 if __name__ == "__main__":

@@ -194,24 +194,10 @@ class Settings:
             raise ValueError(
                 f"PIPELINE_DAGSTER_STORAGE must be {' or '.join(DAGSTER_STORAGES)}, not {dagster_storage!r}"
             )
-        skills_style = env.get("PIPELINE_SKILLS_STYLE") or (
-            "tagger+llm"
-            if backend in SERVER_BACKENDS and env.get("PIPELINE_SKILLS_VERIFY_MODEL")
-            else "tagger"
+        skills_style = _style(
+            env, "PIPELINE_SKILLS_STYLE", SKILLS_STYLES, "PIPELINE_SKILLS_VERIFY_MODEL", backend
         )
-        if skills_style not in SKILLS_STYLES:
-            raise ValueError(
-                f"PIPELINE_SKILLS_STYLE must be one of {', '.join(SKILLS_STYLES)}, not {skills_style!r}"
-            )
-        link_style = env.get("PIPELINE_LINK_STYLE") or (
-            "linker+llm"
-            if backend in SERVER_BACKENDS and env.get("PIPELINE_LINK_REFEREE_MODEL")
-            else "linker"
-        )
-        if link_style not in LINK_STYLES:
-            raise ValueError(
-                f"PIPELINE_LINK_STYLE must be one of {', '.join(LINK_STYLES)}, not {link_style!r}"
-            )
+        link_style = _style(env, "PIPELINE_LINK_STYLE", LINK_STYLES, "PIPELINE_LINK_REFEREE_MODEL", backend)
         review_below = env.get("PIPELINE_REVIEW_BELOW") or "3.0"
         try:
             threshold = float(review_below)
@@ -300,6 +286,19 @@ def _positive_int(env: Mapping[str, str], name: str) -> int | None:
     if not value.isdigit() or int(value) < 1:
         raise ValueError(f"{name} must be a positive integer, not {value!r}")
     return int(value)
+
+
+def _style(
+    env: Mapping[str, str], variable: str, styles: tuple[str, ...], model_variable: str, backend: str
+) -> str:
+    """A use case's style: as set; else its LLM style (the second) on a model server when its model is
+    set, else its CPU style (the first)."""
+    style = env.get(variable) or (
+        styles[1] if backend in SERVER_BACKENDS and env.get(model_variable) else styles[0]
+    )
+    if style not in styles:
+        raise ValueError(f"{variable} must be one of {', '.join(styles)}, not {style!r}")
+    return style
 
 
 def _pacing(env: os._Environ[str] | dict[str, str]) -> tuple[float, int]:

@@ -81,15 +81,15 @@ class RefereeCounts:
     unreadable: int = 0  # no answer for the entity, or a letter with no candidate behind it
 
 
-def asked_entities(entities: Sequence[Mapping[str, Any]]) -> list[int]:
-    """Indices of the entities to ask, in their order: the linker's own answers below ASK_BELOW
+def asked_entities(entities: Sequence[Mapping[str, Any]], below: float = ASK_BELOW) -> list[int]:
+    """Indices of the entities to ask, in their order: the linker's own answers below `below`
     with two or more candidates, at most MAX_REFEREED of them (the least sure first)."""
     unsure = [
         index
         for index, entity in enumerate(entities)
         if entity.get("stage") in ASKED_STAGES
         and len(entity.get("candidates") or ()) > 1
-        and float(entity.get("confidence") or 0.0) < ASK_BELOW
+        and float(entity.get("confidence") or 0.0) < below
     ]
     unsure.sort(key=lambda index: float(entities[index].get("confidence") or 0.0))
     return sorted(unsure[:MAX_REFEREED])
