@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, func, or_, select, text
+from sqlalchemy import ColumnElement, Select, and_, exists, func, or_, select, text
 from sqlalchemy.orm import Session, aliased
 
 from appdb.dialects import CHUNK, is_postgres
@@ -114,7 +114,10 @@ def pending_work_query(spec: WorkSpec, *, now: Any = None, include_current: bool
             )
         )
     if spec.discovery_where:
-        query = query.where(text(f"({spec.discovery_where})"))
+        # `subject.<column>` names the use case's own subject in any kind (a row of `postings`, or of
+        # `subjects` for other kinds); for postings `postings.<column>` still works (the outer row)
+        subject = aliased(subjects, name="subject")
+        query = query.where(exists().where(subject.id == subjects.id, text(f"({spec.discovery_where})")))
     return query.order_by(subjects.id)
 
 

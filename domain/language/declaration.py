@@ -51,8 +51,9 @@ class UseCase:
     reference_inputs: non-posting assets this use case reads (e.g. `skills_taxonomy`);
         they become asset dependencies, and outputs older than them are stale.
     upstream: use cases whose outputs this one reads; they become asset dependencies.
-    discovery_where: optional extra SQL condition on the posting (alias `postings`)
-        narrowing which postings this use case takes on.
+    discovery_where: optional extra SQL condition on the subject (alias `subject`: a row of
+        `postings`, or of `subjects` for other kinds; for postings `postings` works too)
+        narrowing which subjects this use case takes on, e.g. "subject.key LIKE 'src/%'".
     priority: higher runs first when runs queue (Dagster's `dagster/priority` tag).
     batch_size: postings per run; the model is loaded once per run.
     options: generation options (temperature, max_tokens, repeat_penalty, stop, seed).

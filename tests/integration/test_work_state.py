@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select, text, update
 
-from appdb import claims, discovery, retry_policy
+from appdb import claims, discovery, retry_policy, subjects
 from appdb.database import session_scope
 from appdb.models import Posting, WorkItem, utcnow
 from tests.support.postings import seed_postings
@@ -155,3 +155,23 @@ def test_discovery_on_postgresql_leaves_the_planner_settings_of_the_transaction_
         assert discovery.find_pending_work(session, skills) == ["p-1"]  # only p-1 has its summary
         assert discovery.find_pending_work(session, skills, within=KEYS) == ["p-1"]
         assert session.scalar(text("SHOW join_collapse_limit")) == before
+
+
+def test_a_discovery_condition_names_the_subject_in_any_kind(app_db_url: str, tmp_path: Path) -> None:
+    """`discovery_where` may say `subject.<column>` for a posting or a subject of another kind;
+    for postings the older `postings.<column>` still works."""
+    seed_postings(app_db_url, tmp_path)
+    with session_scope(app_db_url) as session:
+        subjects.upsert_subjects(session, "autodo", {"a/1": {"text": "x"}, "b/2": {"text": "y"}})
+    with session_scope(app_db_url) as session:
+        for condition in ("subject.key <> 'p-2'", "postings.key <> 'p-2'"):
+            spec = discovery.WorkSpec(SPEC.use_case, SPEC.version, {}, discovery_where=condition)
+            assert discovery.find_pending_work(session, spec) == ["p-1", "p-3"], condition
+        other = discovery.WorkSpec(
+            "autodo_scope",
+            "2026-11-24.1",
+            {},
+            discovery_where="subject.key LIKE 'a/%'",
+            subject_kind="autodo",
+        )
+        assert discovery.find_pending_work(session, other) == ["a/1"]
