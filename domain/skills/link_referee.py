@@ -26,8 +26,8 @@ LETTERS = ("a", "b", "c")
 NO_CONCEPT = "none"
 REFEREE_STAGE = "referee"
 # Which of the linker's answers are asked: its own choices (not a label matched as written) that
-# it is less sure of than this. Chosen before measuring: above it, the linker is right for nearly
-# every Decorte validation span.
+# it is less sure of than this. Chosen before measuring; measured after: at 0.8 or above, the linker's
+# best answer was right for every Decorte validation span (18 TECH, 21 HOUSE).
 ASK_BELOW = 0.8
 MAX_REFEREED = 12  # per posting, the least sure first: the call's length stays bounded
 MAX_SENTENCE_CHARS = 240
