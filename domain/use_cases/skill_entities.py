@@ -229,7 +229,6 @@ def refereed_skill_entities(model: str) -> UseCase:
             f"its unsure answers refereed by {model} among its three best concepts."
         ),
         function=None,
-        priority=SKILL_ENTITIES.priority,
         batch_size=25,  # a model call per posting with unsure answers
         steps=Chain(
             steps=(
