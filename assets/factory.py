@@ -221,10 +221,9 @@ def build_work_groups(built: Sequence[UseCaseDefinitions]) -> list[WorkGroup]:
         # Groups run in the order made (`pipeline run`, the demo), so a use case does not join a group
         # made before the group of another model it reads (skill_entities refereed by the summary's
         # model reads posting_skills, a script): it takes a later stage of its own.
+        made = list(by_name)  # the groups so far, in the order made
         while (name := _stage_name(base, level)) in by_name and any(
-            list(by_name).index(group_of[up]) > list(by_name).index(name)
-            for up in upstream
-            if base_of[up] != base
+            made.index(group_of[up]) > made.index(name) for up in upstream if base_of[up] != base
         ):
             level += 1
         stage[item.use_case.name], base_of[item.use_case.name] = level, base

@@ -26,10 +26,11 @@ from typing import Any
 
 from benchmarks.linking_quality import add_linker_arguments, build_resolver
 from benchmarks.report import run_and_report, shared_data_dir
+from domain.language.templates import render_templates
 from domain.skills import link_referee
 from domain.skills.embeddings import MiniLMEmbeddings, RememberingEmbeddings
 from domain.skills.linking_data import ESCO_FILE, read_decorte_splits
-from domain.skills.linking_evaluation import GoldMapper
+from domain.skills.linking_evaluation import GoldMapper, span_outcome
 from domain.use_cases.skill_entities import resolution_entity
 from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import build_llm_resource
@@ -38,12 +39,9 @@ NAME = "linking_referee"
 OPTIONS = {"temperature": 0.0, "max_tokens": 120}
 
 
-def span_outcome(entities: list[dict[str, Any]], gold: set[str]) -> str:
-    """As `linking_evaluation.resolution_shares` counts a span: right, wrong or unmatched."""
-    matched = [e for e in entities if e["concept_uri"] is not None]
-    if any(e["concept_uri"] in gold for e in matched):
-        return "right"
-    return "wrong" if matched else "unmatched"
+def outcome(entities: list[dict[str, Any]], gold: set[str]) -> str:
+    """A span's outcome from its entities, counted as `linking_quality` counts resolution (c)."""
+    return span_outcome([entity["concept_uri"] for entity in entities], gold)
 
 
 def oracle_choice(entity: dict[str, Any], gold: set[str]) -> str:
@@ -76,7 +74,10 @@ def run_split(
         choices: list[Any] = []
         if asked:
             listing = link_referee.referee_listing(entities, asked, [sentence] * len(entities))
-            prompt = link_referee.REFEREE_PROMPT.replace("{resolve.listing}", listing)
+            # the prompt exactly as the chain's referee step renders it
+            prompt, _, _ = render_templates(
+                link_referee.REFEREE_PROMPT, "", {}, {"resolve": {"listing": listing}}
+            )
             started = time.perf_counter()
             text = generate(prompt)
             seconds += time.perf_counter() - started
@@ -92,13 +93,12 @@ def run_split(
         best, _ = link_referee.apply_choices(
             entities, asked, [oracle_choice(entities[i], golds[i]) for i in asked]
         )
-        for field in ("asked", "kept", "changed", "unmatched", "unreadable"):
-            setattr(counts, field, getattr(counts, field) + getattr(posting_counts, field))
+        counts.add(posting_counts)
         position = 0
         for span_entities, uris in spans:
-            was = span_outcome(span_entities, uris)
-            now = span_outcome(refereed[position : position + len(span_entities)], uris)
-            oracle[span_outcome(best[position : position + len(span_entities)], uris)] += 1
+            part = slice(position, position + len(span_entities))
+            was, now = outcome(span_entities, uris), outcome(refereed[part], uris)
+            oracle[outcome(best[part], uris)] += 1
             position += len(span_entities)
             before[was] += 1
             after[now] += 1

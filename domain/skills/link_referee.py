@@ -80,6 +80,10 @@ class RefereeCounts:
     unmatched: int = 0  # "none"
     unreadable: int = 0  # no answer for the entity, or a letter with no candidate behind it
 
+    def add(self, other: RefereeCounts) -> None:
+        for name, value in vars(other).items():
+            setattr(self, name, getattr(self, name) + value)
+
 
 def asked_entities(entities: Sequence[Mapping[str, Any]], below: float = ASK_BELOW) -> list[int]:
     """Indices of the entities to ask, in their order: the linker's own answers below `below`

@@ -165,6 +165,14 @@ def precision_threshold(answers: Sequence[TopAnswer], max_wrong: float = 0.10) -
     return 1.0
 
 
+def span_outcome(concept_uris: Sequence[str | None], gold: set[str]) -> str:
+    """How (c) counts a span from the concepts its resolutions found (None: unmatched): "right" when
+    one is a gold concept, "unmatched" when all are None, else "wrong"."""
+    if any(uri in gold for uri in concept_uris if uri is not None):
+        return "right"
+    return "wrong" if any(uri is not None for uri in concept_uris) else "unmatched"
+
+
 def resolution_shares(
     resolver: SkillResolver, split: DecorteSplit, use_context: bool = True
 ) -> dict[str, Any]:
@@ -192,14 +200,10 @@ def resolution_shares(
         matched = [r for r in resolutions if r.concept_uri is not None]
         confidences += [r.confidence for r in matched]
         among_candidates = any(c.concept_uri in uris for r in resolutions for c in r.candidates)
-        if any(r.concept_uri in uris for r in matched):
-            counts["right"] += 1
-        elif matched:
-            counts["wrong"] += 1
-            in_candidates["wrong"] += among_candidates
-        else:
-            counts["unmatched"] += 1
-            in_candidates["unmatched"] += among_candidates
+        outcome = span_outcome([r.concept_uri for r in resolutions], uris)
+        counts[outcome] += 1
+        if outcome in in_candidates:
+            in_candidates[outcome] += among_candidates
     left_alone = 0
     for sentence, span in split.unlinked_spans:
         resolutions = resolver.resolve(span, sentence if use_context else None)
