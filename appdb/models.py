@@ -361,7 +361,7 @@ class AutodoItem(Base):
 
 
 class AutodoDependency(Base):
-    """`item_key` waits for `depends_on` (never a cycle: `domain/autodo/planning.py`)."""
+    """`item_key` waits for `depends_on` (never a cycle: `plugins/autodo/planning.py`)."""
 
     __tablename__ = "autodo_dependencies"
 

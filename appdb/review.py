@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
+from appdb.dialects import CHUNK
 from appdb.models import (
     Correction,
     OutputGrade,
@@ -369,18 +370,21 @@ def rejected_keys(session: Session, use_case: str, version: str) -> list[str]:
 
 
 def current_values(
-    session: Session, use_case: str, version: str, key_prefix: str
+    session: Session, use_case: str, version: str, keys: Sequence[str]
 ) -> dict[str, dict[str, Any]]:
-    """Current model-made values of version `version` for postings whose key starts with `key_prefix`."""
-    rows = session.execute(
-        select(UseCaseOutput.posting_key, UseCaseOutput.value).where(
-            UseCaseOutput.use_case == use_case,
-            UseCaseOutput.use_case_version == version,
-            UseCaseOutput.backend != REVIEW_BACKEND,
-            UseCaseOutput.posting_key.startswith(key_prefix, autoescape=True),
+    """Current model-made values of version `version` for those of `keys` that have one."""
+    values: dict[str, dict[str, Any]] = {}
+    for start in range(0, len(keys), CHUNK):
+        rows = session.execute(
+            select(UseCaseOutput.posting_key, UseCaseOutput.value).where(
+                UseCaseOutput.use_case == use_case,
+                UseCaseOutput.use_case_version == version,
+                UseCaseOutput.backend != REVIEW_BACKEND,
+                UseCaseOutput.posting_key.in_(list(keys[start : start + CHUNK])),
+            )
         )
-    )
-    return dict(rows.all())
+        values.update(rows.all())
+    return values
 
 
 def gym_marker(session: Session) -> str:

@@ -44,15 +44,7 @@ from assets.outputs import record_call
 from assets.run_tags import WORK_GROUP_TAG
 from domain.language.declaration import SCRIPT_BACKEND, UseCase
 from domain.language.llm_types import BackendUnavailable, Generation
-from domain.quality.gold import (
-    SKILLSPAN_KEY_PREFIX,
-    GoldScores,
-    load_skillspan_gold,
-    score_corpus,
-    score_skillspan,
-    whole_output,
-)
-from domain.quality.judge_calibration import calibrate_judge, llm_grader
+from domain.quality.gold import GoldScores, score_corpus, score_public, whole_output
 from domain.quality.judge_rubric import (
     DETERMINISTIC_JUDGE,
     JUDGE_OPTIONS,
@@ -61,7 +53,8 @@ from domain.quality.judge_rubric import (
     judge_text,
     overall,
 )
-from domain.quality.quality_signals import needs_review
+from plugins.postings.quality.judge_calibration import calibrate_judge, llm_grader
+from plugins.postings.quality.quality_signals import needs_review
 from resources.app_database import AppDatabase
 from resources.gym_resource import GymResource
 
@@ -135,7 +128,7 @@ def flag_check_failures(run: BatchRun) -> int:
 def judge_batch(run: BatchRun, gym: GymResource) -> AssetCheckResult:
     """Grade the outputs this run made; the `judge_grades` check result.
 
-    The deterministic judge (the default: quality signals, `domain/quality/quality_signals.py`)
+    The deterministic judge (the default: quality signals, `plugins/postings/quality/quality_signals.py`)
     grades every new output; an LLM judge (PIPELINE_JUDGE_MODEL) grades a sample, and only once it
     passed its calibration set; a refused judge falls back to the deterministic one.
     """
@@ -402,14 +395,13 @@ def gold_check_result(use_case: UseCase, app_db: AppDatabase, gym: GymResource) 
     with app_db.session() as session:
         pairs = review.gold_pairs(session, use_case.name, use_case.version)
         rejected = len(review.rejected_keys(session, use_case.name, use_case.version))
-        skillspan = None
-        if gym.gold_skillspan_path and use_case.name == gym.gold_skillspan_use_case:
-            answers = review.current_values(session, use_case.name, use_case.version, SKILLSPAN_KEY_PREFIX)
+        public, path = use_case.public_gold, gym.public_gold_paths.get(use_case.name)
+        public_scores = None
+        if public is not None and path:
+            gold = public.load(path)
+            answers = review.current_values(session, use_case.name, use_case.version, list(gold))
             items = use_case.gold_items or whole_output
-            skillspan = score_skillspan(
-                load_skillspan_gold(gym.gold_skillspan_path),
-                {key: items(value) for key, value in answers.items()},
-            )
+            public_scores = score_public(gold, {key: items(value) for key, value in answers.items()})
     scores, waiting = score_corpus(pairs, rejected, use_case.gold_items)
     metadata: dict[str, Any] = {
         "corpus": len(pairs),
@@ -418,11 +410,11 @@ def gold_check_result(use_case: UseCase, app_db: AppDatabase, gym: GymResource) 
     }
     if scores is not None:
         metadata.update(_score_metadata("", scores))
-    if skillspan is not None:
-        metadata.update(_score_metadata("skillspan_", skillspan))
-    if scores is None and skillspan is None:
+    if public_scores is not None:
+        metadata.update(_score_metadata(f"{public.name}_", public_scores))
+    if scores is None and public_scores is None:
         metadata["note"] = "no corrections yet (`pipeline review` to make some) and no public gold configured"
-    primary = scores or skillspan
+    primary = scores or public_scores
     return AssetCheckResult(
         check_name=GOLD_CHECK,
         passed=primary is None or primary.f1 >= gym.gold_min_f1,

@@ -27,11 +27,11 @@ from benchmarks.judge_discrimination import CachedGenerator, summarize
 from benchmarks.posting_vocabulary import ESCO_SKILLS, posting_texts, shared_words, skill_verbs
 from benchmarks.report import DEFAULT_RESULTS_DIR, shared_data_dir, write_report
 from benchmarks.skills_extraction import load_postings
-from domain.quality.faithfulness import FaithfulnessChecker, detail_stem
-from domain.quality.planted import plant_detail
-from domain.use_cases.posting_summary import POSTING_SUMMARY
 from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import build_llm_resource
+from plugins.postings.quality.faithfulness import FaithfulnessChecker, detail_stem
+from plugins.postings.quality.planted import plant_detail
+from plugins.postings.use_cases.posting_summary import POSTING_SUMMARY
 
 READINGS = Path(__file__).with_name("detail_readings.json")
 

@@ -79,8 +79,8 @@ def populate(url: str, config: ScaleConfig, use_cases: list[Any]) -> tuple[list[
     """Bulk insert the postings, their outputs and work items; returns (done keys, pending keys,
     indexes the models declare ahead of the migrations, created here)."""
     from appdb.database import get_engine, migrate
-    from appdb.ingest import content_hash
     from appdb.models import Posting, ReferenceData, UseCaseOutput, WorkItem, utcnow
+    from plugins.postings.store.ingest import content_hash
 
     migrate(url)
     indexes_added = ensure_model_indexes(url)

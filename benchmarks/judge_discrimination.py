@@ -9,7 +9,7 @@
    build; here it is *simulated*: the blocking reason is put into the prompt ("Leave out (not in
    the posting): ...") and the retry samples at temperature 0.5 with seed = attempt (at
    temperature 0 a new seed alone changes nothing). Counted: summaries with unsupported facts.
-2. Planted summaries (`domain/quality/planted.py`): from each real summary, one invented fact
+2. Planted summaries (`plugins/postings/quality/planted.py`): from each real summary, one invented fact
    per kind (headcount, founding year, certification, other company, place, role) and two loops;
    plus the demo postings with a few-shot record injected into their description (issue 20).
 3. Judges: the deterministic judge (`quality_signals`; with MiniLM, without the detail claims as
@@ -47,21 +47,21 @@ from benchmarks.report import DEFAULT_RESULTS_DIR, write_report
 from domain.language.declaration import UseCase
 from domain.language.llm_types import ItemError
 from domain.language.output_parsing import BlockedOutput, parse_output
-from domain.quality.faithfulness import (
+from domain.quality.judge_rubric import JUDGE_OPTIONS, load_rubric, overall
+from pipeline_defs.cli.run_commands import DEMO_POSTINGS
+from pipeline_defs.settings import Settings
+from pipeline_defs.wiring import build_llm_resource
+from plugins.postings.quality.faithfulness import (
     SIMILARITY_THRESHOLD,
     Claim,
     Evidence,
     FaithfulnessChecker,
     default_checker,
 )
-from domain.quality.judge_calibration import Grader, calibrate_judge, llm_grader
-from domain.quality.judge_rubric import JUDGE_OPTIONS, load_rubric, overall
-from domain.quality.planted import plant_detail, plant_invented, plant_looping
-from domain.quality.quality_signals import needs_review, quality_grade
-from domain.use_cases.posting_summary import POSTING_SUMMARY
-from pipeline_defs.cli.run_commands import DEMO_POSTINGS
-from pipeline_defs.settings import Settings
-from pipeline_defs.wiring import build_llm_resource
+from plugins.postings.quality.judge_calibration import Grader, calibrate_judge, llm_grader
+from plugins.postings.quality.planted import plant_detail, plant_invented, plant_looping
+from plugins.postings.quality.quality_signals import needs_review, quality_grade
+from plugins.postings.use_cases.posting_summary import POSTING_SUMMARY
 from resources.llm import LLMResource
 
 READINGS = Path(__file__).with_name("summary_readings.json")

@@ -1,6 +1,6 @@
 """ESCO linking posed the way the field poses it, on the Decorte et al. TECH and HOUSE validation splits.
 
-Three tasks (domain/skills/linking_evaluation.py), each query counted once:
+Three tasks (training/linking_evaluation.py), each query counted once:
 (a) sentence level, end to end: per distinct sentence, the concepts found in it are ranked by
     confidence - (i) sentence retrieval alone (no extractor), (ii) gold spans as the mentions
     (an upper bound for any extractor), and (iii) any `--extractor module:function`
@@ -31,15 +31,15 @@ from typing import Any
 import numpy as np
 
 from appdb.database import dispose, session_scope
-from appdb.taxonomy import load_taxonomy
 from benchmarks.report import run_and_report, shared_data_dir
-from domain.skills import linking_evaluation as evaluation
-from domain.skills.concept_index import LabelVectorIndex
-from domain.skills.concept_reranker import DEFAULT_MODEL_PATH, LinkerModel, load_linker_model
-from domain.skills.embeddings import MiniLMEmbeddings, RememberingEmbeddings
-from domain.skills.linking_data import ESCO_FILE, DecorteSplit, read_decorte_splits
-from domain.skills.skill_resolver import SkillResolver
 from pipeline_defs.settings import PROJECT_ROOT
+from plugins.postings.skills.concept_index import LabelVectorIndex
+from plugins.postings.skills.concept_reranker import DEFAULT_MODEL_PATH, LinkerModel, load_linker_model
+from plugins.postings.skills.embeddings import MiniLMEmbeddings, RememberingEmbeddings
+from plugins.postings.skills.skill_resolver import SkillResolver
+from plugins.postings.store.taxonomy import load_taxonomy
+from training import linking_evaluation as evaluation
+from training.linking_data import ESCO_FILE, DecorteSplit, read_decorte_splits
 
 NAME = "linking_quality"
 SYSTEMS = ("fuzzy", "fuzzy+minilm", "linker")

@@ -6,7 +6,7 @@ linker alone ("before"), with the referee ("after"), and with a perfect referee 
 questions (the gold concept when it is among the candidates, else "none": the bound of this
 design). The spans of one sentence are one call, as the mentions of one posting are in the
 pipeline; the prompt, the choice of entities asked and how the answers are applied are the
-product's (`domain/skills/link_referee.py`).
+product's (`plugins/postings/skills/link_referee.py`).
 
     python -m benchmarks.linking_referee [--referee-model M] [--ask-below 0.8] [--limit N] [--out DIR]
 
@@ -27,13 +27,13 @@ from typing import Any
 from benchmarks.linking_quality import add_linker_arguments, build_resolver
 from benchmarks.report import run_and_report, shared_data_dir
 from domain.language.templates import render_templates
-from domain.skills import link_referee
-from domain.skills.embeddings import MiniLMEmbeddings, RememberingEmbeddings
-from domain.skills.linking_data import ESCO_FILE, read_decorte_splits
-from domain.skills.linking_evaluation import GoldMapper, span_outcome
-from domain.use_cases.skill_entities import resolution_entity
 from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import build_llm_resource
+from plugins.postings.skills import link_referee
+from plugins.postings.skills.embeddings import MiniLMEmbeddings, RememberingEmbeddings
+from plugins.postings.use_cases.skill_entities import resolution_entity
+from training.linking_data import ESCO_FILE, read_decorte_splits
+from training.linking_evaluation import GoldMapper, span_outcome
 
 NAME = "linking_referee"
 OPTIONS = {"temperature": 0.0, "max_tokens": 120}

@@ -2,7 +2,7 @@
 
     python -m benchmarks.posting_vocabulary [--min-share 0.05] [--data-dir D]
 
-Writes `domain/quality/posting_vocabulary.txt`, two lists built from public data that is neither
+Writes `plugins/postings/quality/posting_vocabulary.txt`, two lists built from public data that is neither
 the demo set nor anything a benchmark scores:
 - every word of the SkillSpan **train** postings (140 postings, tech and house) whose stem occurs in
   at least `--min-share` of them: "team", "support", "complex", "stakeholders" are how postings and
@@ -24,7 +24,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from benchmarks.report import shared_data_dir
-from domain.quality.faithfulness import VOCABULARY_PATH, detail_stem, tokens
+from plugins.postings.quality.faithfulness import VOCABULARY_PATH, detail_stem, tokens
 
 MIN_SHARE = 0.05
 MIN_VERB_LABELS = 5

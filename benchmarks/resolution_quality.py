@@ -34,11 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from appdb.database import dispose, session_scope
-from appdb.taxonomy import load_taxonomy, normalize_label
 from benchmarks.report import run_and_report, shared_data_dir
-from domain.skills.embeddings import EmbeddingBackend, MiniLMEmbeddings, OllamaEmbeddings
-from domain.skills.skill_metrics import mean_reciprocal_rank, r_precision_at_k
-from domain.skills.skill_resolver import (
+from pipeline_defs.settings import PROJECT_ROOT
+from plugins.postings.skills.embeddings import EmbeddingBackend, MiniLMEmbeddings, OllamaEmbeddings
+from plugins.postings.skills.skill_metrics import mean_reciprocal_rank, r_precision_at_k
+from plugins.postings.skills.skill_resolver import (
     DEFAULT_OLLAMA_HOST,
     DEFAULT_SCORER,
     EMBEDDING_BACKENDS,
@@ -46,7 +46,7 @@ from domain.skills.skill_resolver import (
     STAGES,
     SkillResolver,
 )
-from pipeline_defs.settings import PROJECT_ROOT
+from plugins.postings.store.taxonomy import load_taxonomy, normalize_label
 
 NAME = "resolution_quality"
 ESCO_FILE = Path("esco") / "skills_en_v1.1.1.csv"

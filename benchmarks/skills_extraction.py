@@ -10,14 +10,14 @@ kinds-together scores are the fair ones there, since a soft skill the tagger cal
 still is the gold span).
 
 Configurations:
-- `tagger`: the shipped CRF tagger (domain/skills/skill_tagger.py);
+- `tagger`: the shipped CRF tagger (plugins/postings/skills/skill_tagger.py);
 - `taxonomy`: the taxonomy's labels found in the text (ESCO + the demo taxonomy by default);
 - `tagger+taxonomy`: the tagger's mentions plus the taxonomy matches that overlap none of them;
 - `llm`: what ships today, the posting_skills prompt on the configured backend (embedded
   unless OLLAMA_HOST is set), its description cut to the use case's input limit;
 - `tagger+embedded-llm-verify`, `tagger+taxonomy+embedded-llm-verify`: the embedded model keeps
   or drops, and labels, the candidates (of `tagger`, `tagger+taxonomy`) the tagger is least sure
-  of (domain/skills/mention_verification.py);
+  of (plugins/postings/skills/mention_verification.py);
 - `tagger+ollama-verify`, `tagger+taxonomy+ollama-verify`: the same on Ollama (only when
   OLLAMA_HOST is set; --ollama-model).
 
@@ -45,13 +45,13 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.report import shared_data_dir, write_report
-from domain.skills.mention_grounding import Mention, ground_mentions
-from domain.skills.mention_verification import verify_mentions
-from domain.skills.skill_extraction import SkillExtractor
-from domain.skills.skill_metrics import Span, bio_to_spans
-from domain.skills.skill_tagger import SkillTagger
-from domain.skills.span_corpus import GoldDocument, load_conll, load_skillspan, score_mentions
-from domain.skills.taxonomy_matcher import TaxonomyLabel, TaxonomyMatcher, labels_of_concepts
+from plugins.postings.skills.mention_grounding import Mention, ground_mentions
+from plugins.postings.skills.mention_verification import verify_mentions
+from plugins.postings.skills.skill_extraction import SkillExtractor
+from plugins.postings.skills.skill_metrics import Span, bio_to_spans
+from plugins.postings.skills.skill_tagger import SkillTagger
+from plugins.postings.skills.taxonomy_matcher import TaxonomyLabel, TaxonomyMatcher, labels_of_concepts
+from training.span_corpus import GoldDocument, load_conll, load_skillspan, score_mentions
 
 CONFIGS = (
     "tagger",
@@ -133,7 +133,7 @@ def run_llm(llm: Any, documents: list[GoldDocument]) -> Run:
     """Today's posting_skills path: prompt, grammar, postprocess; then each mention located once."""
     from domain.language.llm_types import ItemError
     from domain.language.output_parsing import parse_output
-    from domain.use_cases.posting_skills import POSTING_SKILLS
+    from plugins.postings.use_cases.posting_skills import POSTING_SKILLS
 
     run = Run()
     limit = POSTING_SKILLS.input_limits.get("description")
@@ -215,7 +215,7 @@ def load_domain(name: str, data_dir: Path, split: str) -> list[GoldDocument]:
 
 def taxonomy_labels(path: Path) -> list[TaxonomyLabel]:
     """The labels of the given skills CSV plus the project's demo taxonomy."""
-    from appdb.taxonomy import DEMO_TAXONOMY_PATH, read_taxonomy_csv
+    from plugins.postings.store.taxonomy import DEMO_TAXONOMY_PATH, read_taxonomy_csv
 
     labels: list[TaxonomyLabel] = []
     for csv_path in dict.fromkeys([path, DEMO_TAXONOMY_PATH]):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from benchmarks.report import shared_data_dir
 from benchmarks.skills_extraction import load_postings
-from domain.quality.gold import SKILLSPAN_KEY_PREFIX
+from plugins.postings.quality.skillspan_gold import SKILLSPAN_KEY_PREFIX
 
 
 def main(argv: list[str] | None = None) -> int:

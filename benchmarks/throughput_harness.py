@@ -274,7 +274,7 @@ def build_llm(config: RunConfig, settings: Any) -> Any:
 
 def ingest(app_db_url: str, postings: Sequence[dict[str, str]], workdir: Path) -> list[str]:
     from appdb.database import session_scope
-    from appdb.ingest import ingest_files
+    from plugins.postings.store.ingest import ingest_files
 
     path = workdir / "postings.jsonl"
     path.write_text("".join(json.dumps(posting) + "\n" for posting in postings), encoding="utf-8")

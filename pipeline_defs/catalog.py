@@ -5,10 +5,10 @@
   switching changes its version, so every summary is redone in the new style.
 - PIPELINE_SKILLS_STYLE: `tagger` (default; the CRF tagger on a CPU), `tagger+llm` (the tagger's
   unsure mentions verified by PIPELINE_SKILLS_VERIFY_MODEL; the default on Ollama when that is set)
-  or `llm` (the earlier prompt alone). See domain/use_cases/posting_skills.py.
+  or `llm` (the earlier prompt alone). See plugins/postings/use_cases/posting_skills.py.
 - PIPELINE_LINK_STYLE: `linker` (default; the learned linker on a CPU) or `linker+llm` (its unsure
   answers refereed by PIPELINE_LINK_REFEREE_MODEL among its three best concepts; the default on
-  Ollama when that is set). See domain/skills/link_referee.py.
+  Ollama when that is set). See plugins/postings/skills/link_referee.py.
 - PIPELINE_EXTRA_USE_CASES: comma-separated opt-in groups; `posting_assessment` adds
   three expert assessments and their synthesizer (fan-out and fan-in).
 - PIPELINE_DOMAINS: the domain plugins (`domain/core/plugins.py`): `postings` (default) and/or
@@ -17,17 +17,17 @@
 
 from __future__ import annotations
 
-from domain.autodo.plugin import AUTODO_PLUGIN
 from domain.core.plugins import POSTINGS_PLUGIN, DomainPlugin
 from domain.language.declaration import UseCase
-from domain.use_cases.shipped import (
+from pipeline_defs.settings import Settings
+from plugins.autodo.autodo_use_cases import AUTODO_PLUGIN
+from plugins.postings.use_cases.shipped import (
     EXTRA_USE_CASES,
     SUMMARY_STYLES,
     USE_CASES,
     entities_use_case,
     skills_use_case,
 )
-from pipeline_defs.settings import Settings
 
 PLUGINS: dict[str, DomainPlugin] = {plugin.kind: plugin for plugin in (POSTINGS_PLUGIN, AUTODO_PLUGIN)}
 

@@ -10,10 +10,8 @@ from dagster import Definitions
 
 from assets.factory import UseCaseDefinitions, WorkGroup, build_work_groups
 from assets.gym_checks import build_gold_check, build_gym_job
-from assets.postings_asset import postings
 from assets.retention import build_retirement
 from assets.subjects_asset import build_subject_asset
-from assets.taxonomy_asset import skills_taxonomy
 from domain.language.declaration import UseCase
 from pipeline_defs.catalog import declared_plugins
 from pipeline_defs.settings import Settings
@@ -24,11 +22,13 @@ from pipeline_defs.wiring import (
     build_use_cases,
     from_env,
 )
+from plugins.postings.postings_asset import postings
+from plugins.postings.taxonomy_asset import skills_taxonomy
+from plugins.postings.taxonomy_sensor import skills_taxonomy_job, skills_taxonomy_sensor
 from resources.app_database import AppDatabase
 from resources.llm import LLMResource
 from sensors.discovery_sensor import build_discovery_sensor
 from sensors.gym_sensor import build_gym_sensor
-from sensors.taxonomy_sensor import skills_taxonomy_job, skills_taxonomy_sensor
 
 
 def build_definitions(

@@ -65,8 +65,8 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 # postings arrive (pipeline_defs/daemon.py); an idle tick is one cheap query (docs/performance.md).
 DEFAULT_SENSOR_INTERVAL_SECONDS = 1
 DAGSTER_STORAGES = ("stock", "pooled")
-SKILLS_STYLES = ("tagger", "tagger+llm", "llm")  # domain/use_cases/shipped.py: skills_use_case
-LINK_STYLES = ("linker", "linker+llm")  # domain/use_cases/shipped.py: entities_use_case
+SKILLS_STYLES = ("tagger", "tagger+llm", "llm")  # plugins/postings/use_cases/shipped.py: skills_use_case
+LINK_STYLES = ("linker", "linker+llm")  # plugins/postings/use_cases/shipped.py: entities_use_case
 LLM_BACKENDS = ("ollama", "openai", "embedded")
 SERVER_BACKENDS = ("ollama", "openai")
 OPENAI_APIS = ("completions", "chat")

@@ -15,13 +15,13 @@ from assets.factory import UseCaseDefinitions, build_use_case
 from domain.language.declaration import UseCase
 from pipeline_defs.catalog import declared_use_cases
 from pipeline_defs.settings import Settings
+from plugins.postings.taxonomy_resource import TaxonomyResource
 from resources.embedded_backend import EmbeddedLLMResource
 from resources.gym_resource import GymResource
 from resources.llm import LLMResource
 from resources.llm_hosts import LLMHost
 from resources.ollama_backend import OllamaResource
 from resources.openai_backend import OpenAICompatibleResource
-from resources.taxonomy_resource import TaxonomyResource
 
 # A run costs about 0.6 s of Dagster bookkeeping in process and 2-3.5 s more when the daemon
 # launches it (a new process loads the code location), on the same CPU the other runs need. At a
@@ -155,5 +155,7 @@ def build_gym_resource(settings: Settings) -> GymResource:
         calibrate_judge=settings.judge_calibration,
         rubric_path=settings.judge_rubric_path,
         review_below=settings.review_below,
-        gold_skillspan_path=settings.gold_skillspan_path,
+        public_gold_paths={"posting_skills": settings.gold_skillspan_path}
+        if settings.gold_skillspan_path
+        else {},
     )

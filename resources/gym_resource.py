@@ -16,17 +16,16 @@ class GymResource(ConfigurableResource):
     """judge_model: "deterministic" (quality signals, every new output) or an LLM the backend serves,
     which grades judge_sample outputs per use case and run (0: no judge) under the rubric once it
     passed its calibration set (calibrate_judge; a refused judge falls back to "deterministic").
-    Outputs with a criterion graded below review_below go to review. gold_skillspan_path: SkillSpan
-    JSON lines used as public gold of gold_skillspan_use_case for postings ingested as
-    `skillspan-<source>-<idx>`. The gold check passes while F1 is at least gold_min_f1."""
+    Outputs with a criterion graded below review_below go to review. public_gold_paths: use case ->
+    the file of the public gold set it declares (`UseCase.public_gold`), scored by its gold check too.
+    The gold check passes while F1 is at least gold_min_f1."""
 
     judge_model: str = "deterministic"
     judge_sample: int = Field(default=2, ge=0)
     calibrate_judge: bool = True
     rubric_path: str = ""
     review_below: float = Field(default=3.0, ge=1.0, le=5.0)
-    gold_skillspan_path: str = ""
-    gold_skillspan_use_case: str = "posting_skills"
+    public_gold_paths: dict[str, str] = {}
     gold_min_f1: float = Field(default=0.5, ge=0.0, le=1.0)
 
     def rubric(self) -> Rubric:

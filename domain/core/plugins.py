@@ -8,10 +8,11 @@ content and a content hash. A plugin supplies the rest:
 - `template_variables`: the fields its use cases' prompts may name;
 - `merge`: what an upsert does with a subject already stored (`domain/core/merge.py`);
 - `use_cases`: the use cases it declares over its subjects (each with `subject_kind=kind`);
-- its ingest or scan, in its own module (`appdb/ingest.py` for postings, `domain/autodo/service.py`).
+- its ingest or scan, in its own module (`plugins/postings/store/ingest.py`,
+  `plugins/autodo/service.py`).
 
 Postings are the first plugin (`POSTINGS_PLUGIN`; their use cases are chosen by the settings in
-`pipeline_defs/catalog.py`), autodo the second (`domain/autodo/plugin.py`).
+`pipeline_defs/catalog.py`), autodo the second (`plugins/autodo/autodo_use_cases.py`).
 """
 
 from __future__ import annotations

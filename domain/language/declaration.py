@@ -1,6 +1,6 @@
 """What a use case is: a declaration (data), turned into Dagster objects by `assets/factory.py`.
 
-Adding a use case means a module with a `UseCase(...)` in `domain/use_cases/`, listed in
+Adding a use case means a module with a `UseCase(...)` in `plugins/postings/use_cases/`, listed in
 `shipped.py`; no engine code (docs/adding-a-use-case.md).
 
 A use case is either an LLM use case (model, prompt, output schema) or a script use
@@ -114,6 +114,7 @@ class UseCase:
     quality_grade: Callable[[Mapping[str, Any], dict[str, Any]], dict[str, int]] | None = None
     subject_kind: str = "postings"
     subject_variables: tuple[str, ...] = POSTING_VARIABLES
+    public_gold: Any = None  # a `domain.quality.gold.PublicGold` its gold check scores too
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z][a-z0-9_]*", self.name):

@@ -11,9 +11,8 @@ outputs, micro-averaged:
 - agreement = share of reviewed outputs whose answer has exactly the gold's items; an
   output a reviewer rejected (without correcting it) counts as a disagreement.
 
-Public gold: SkillSpan (JSON lines of sentences with BIO skill and knowledge tags).
-Postings ingested with the key `skillspan-<source>-<idx>` (see
-`benchmarks/skillspan_postings.py`) are compared with the gold spans' text.
+Public gold: a use case may declare a public gold set (`PublicGold`: its subjects' keys and their gold
+items); configured with its path, the gold check scores the current answers of those subjects too.
 """
 
 from __future__ import annotations
@@ -21,13 +20,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from domain.skills.skill_metrics import bio_to_spans
-
 ItemsFunction = Callable[[dict[str, Any]], Iterable[str]]
-SKILLSPAN_KEY_PREFIX = "skillspan-"
 
 
 @dataclass(frozen=True)
@@ -91,29 +86,19 @@ def score_corpus(
     return score(answered, rejected), waiting
 
 
-# --- SkillSpan ---------------------------------------------------------------------------------
+# --- public gold sets ----------------------------------------------------------------------------
 
 
-def load_skillspan_gold(path: str | Path) -> dict[str, set[str]]:
-    """Posting key (`skillspan-<source>-<idx>`) -> the gold mentions (span texts, lowercased)."""
-    gold: dict[str, set[str]] = {}
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                key = f"{SKILLSPAN_KEY_PREFIX}{row['source']}-{row['idx']}"
-                tokens = row["tokens"]
-                spans = bio_to_spans(row["tags_skill"]) + bio_to_spans(row["tags_knowledge"])
-            except (ValueError, KeyError, TypeError) as exc:
-                raise ValueError(f"{path}:{number}: not a SkillSpan sentence: {exc}") from exc
-            mentions = gold.setdefault(key, set())
-            mentions.update(" ".join(tokens[start:end]).lower() for _, start, end in spans)
-    return gold
+@dataclass(frozen=True)
+class PublicGold:
+    """A public gold set a use case can be scored against: `load(path)` gives subject key -> gold items
+    (compared modulo case). The path is configuration (`GymResource.public_gold_paths`)."""
+
+    name: str
+    load: Callable[[str], Mapping[str, set[str]]]
 
 
-def score_skillspan(gold: Mapping[str, set[str]], answers: Mapping[str, Iterable[str]]) -> GoldScores | None:
-    """Current skills answers of SkillSpan postings against the gold mentions (modulo case)."""
+def score_public(gold: Mapping[str, set[str]], answers: Mapping[str, Iterable[str]]) -> GoldScores | None:
+    """Current answers of the subjects a public gold set knows, against its items (modulo case)."""
     pairs = [(gold[key], {item.lower() for item in answer}) for key, answer in answers.items() if key in gold]
     return score(pairs)

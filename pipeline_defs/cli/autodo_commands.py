@@ -17,13 +17,13 @@ import json
 import sys
 from pathlib import Path
 
-from appdb import autodo as store
 from appdb import reports
 from appdb.database import session_scope
-from domain.autodo import service
-from domain.autodo.planning import STATUSES, pick, tree_lines
 from pipeline_defs.cli.terminal import EXIT_ERROR, EXIT_REJECTED, clip, table
 from pipeline_defs.settings import Settings
+from plugins.autodo import autodo_store as store
+from plugins.autodo import service
+from plugins.autodo.planning import STATUSES, pick, tree_lines
 
 
 def register(commands: argparse._SubParsersAction) -> None:

@@ -7,10 +7,10 @@ import sys
 from pathlib import Path
 
 from appdb.database import session_scope
-from appdb.ingest import ingest_files
 from domain.core.merge import resolve_merge
 from pipeline_defs.cli.terminal import EXIT_ERROR, EXIT_REJECTED
 from pipeline_defs.settings import Settings
+from plugins.postings.store.ingest import ingest_files
 
 
 def register(commands: argparse._SubParsersAction) -> None:

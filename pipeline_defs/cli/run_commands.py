@@ -8,7 +8,6 @@ import time
 
 from appdb import reports
 from appdb.database import session_scope
-from appdb.ingest import ingest_files
 from appdb.redaction import redact
 from pipeline_defs.catalog import declared_use_cases
 from pipeline_defs.cli.in_process_runs import (
@@ -20,8 +19,9 @@ from pipeline_defs.cli.in_process_runs import (
 from pipeline_defs.cli.run_watch import RunWatch
 from pipeline_defs.cli.terminal import EXIT_ERROR, clip, one_line
 from pipeline_defs.settings import PROJECT_ROOT, Settings
+from plugins.postings.store.ingest import ingest_files
 
-DEMO_POSTINGS = PROJECT_ROOT / "pipeline_defs" / "demo_data" / "postings.jsonl"
+DEMO_POSTINGS = PROJECT_ROOT / "plugins" / "postings" / "demo_data" / "postings.jsonl"
 
 
 def register(commands: argparse._SubParsersAction) -> None:

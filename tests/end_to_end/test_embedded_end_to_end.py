@@ -10,10 +10,10 @@ from sqlalchemy import select
 
 from appdb.database import session_scope
 from appdb.models import Interaction, UseCaseOutput
-from domain.use_cases.posting_summary import POSTING_SUMMARY
 from pipeline_defs.cli.main import main
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
+from plugins.postings.use_cases.posting_summary import POSTING_SUMMARY
 from tests.support.fakes import counting_model_loads
 from tests.support.postings import POSTINGS, run_use_case, seed_postings
 

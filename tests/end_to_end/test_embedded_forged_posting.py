@@ -11,9 +11,9 @@ from sqlalchemy import select
 
 from appdb.database import session_scope
 from appdb.models import Interaction, UseCaseOutput
-from domain.use_cases.posting_summary import POSTING_SUMMARY
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
+from plugins.postings.use_cases.posting_summary import POSTING_SUMMARY
 from tests.support.postings import run_use_case, seed_postings
 
 pytestmark = pytest.mark.embedded_llm

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from domain.use_cases.posting_summary import POSTING_SUMMARY
+from plugins.postings.use_cases.posting_summary import POSTING_SUMMARY
 from resources.ollama_backend import OllamaResource
 
 pytestmark = [

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from appdb import autodo as store
 from appdb.database import session_scope
-from domain.autodo import service
 from pipeline_defs.cli.main import main
+from plugins.autodo import autodo_store as store
+from plugins.autodo import service
 from tests.support.autodo_tree import write_sample_tree
 
 

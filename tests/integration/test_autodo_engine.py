@@ -13,13 +13,10 @@ import pytest
 from dagster import DagsterInstance, build_sensor_context
 from sqlalchemy import select
 
-from appdb import autodo as store
 from appdb import discovery
 from appdb.database import session_scope
 from appdb.models import Interaction, Posting, WorkItem
 from assets.factory import build_work_groups
-from domain.autodo import service
-from domain.autodo.plugin import AUTODO_SCOPE, AUTODO_VARIABLES
 from domain.language.declaration import UseCase
 from domain.language.declaration_parts import DeclarationError
 from domain.language.llm_types import Generation
@@ -30,6 +27,9 @@ from pipeline_defs.cli.main import main
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import build_use_cases
+from plugins.autodo import autodo_store as store
+from plugins.autodo import service
+from plugins.autodo.autodo_use_cases import AUTODO_SCOPE, AUTODO_VARIABLES
 from resources.app_database import AppDatabase
 from resources.llm import LLMResource
 from sensors.discovery_sensor import build_discovery_sensor

@@ -20,12 +20,12 @@ from typing import Any
 from sqlalchemy import select
 
 from appdb.database import session_scope
-from appdb.ingest import ingest_files
 from appdb.models import Interaction, Posting, UseCaseOutput, WorkItem
 from domain.language.llm_types import Generation, ItemError
-from domain.use_cases.posting_summary import POSTING_SUMMARY
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
+from plugins.postings.store.ingest import ingest_files
+from plugins.postings.use_cases.posting_summary import POSTING_SUMMARY
 from resources.llm import LLMResource
 from tests.support.postings import run_use_case
 

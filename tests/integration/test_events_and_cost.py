@@ -17,11 +17,11 @@ from appdb import events, pauses
 from appdb.database import session_scope
 from appdb.models import Event, Interaction
 from domain.language.llm_types import Generation
-from domain.use_cases.posting_summary import POSTING_SUMMARY
 from pipeline_defs.cli.main import main
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import build_use_cases
+from plugins.postings.use_cases.posting_summary import POSTING_SUMMARY
 from resources.llm import LLMResource
 from tests.support.postings import POSTINGS, run_use_case, seed_postings
 

@@ -18,16 +18,16 @@ from appdb.database import session_scope
 from appdb.models import Interaction, OutputGrade, ReviewItem, UseCaseOutput
 from domain.language.llm_types import Generation
 from domain.language.output_parsing import first_blocking_failure
-from domain.quality import output_checks
 from domain.quality.judge_rubric import DEFAULT_RUBRIC, RubricError, load_rubric
 from domain.quality.review_actions import Edits, accept, correct, reject
-from domain.use_cases.posting_skills import POSTING_SKILLS, SKILLS_SCHEMA
-from domain.use_cases.posting_summary import POSTING_SUMMARY
-from domain.use_cases.shipped import USE_CASES
 from pipeline_defs.cli.stale_reprocessing import find_stale, plan_batches, reprocess_stale
 from pipeline_defs.cli.trace_report import render_text, trace_blocks
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.wiring import build_use_cases
+from plugins.postings.quality import output_checks
+from plugins.postings.use_cases.posting_skills import POSTING_SKILLS, SKILLS_SCHEMA
+from plugins.postings.use_cases.posting_summary import POSTING_SUMMARY
+from plugins.postings.use_cases.shipped import USE_CASES
 from resources.app_database import AppDatabase
 from tests.support.gym_fakes import (
     GOOD_SUMMARY,

@@ -11,11 +11,11 @@ from sqlalchemy import func, select
 
 from appdb import claims, discovery
 from appdb.database import session_scope
-from appdb.ingest import ingest_files
 from appdb.models import Posting
 from pipeline_defs.cli.main import main
 from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import build_use_cases
+from plugins.postings.store.ingest import ingest_files
 from tests.support.postings import POSTINGS, write_jsonl
 
 
@@ -128,7 +128,7 @@ def test_csv_reports_the_line_where_a_record_starts(app_db_url: str, tmp_path: P
 def test_a_database_failure_leaves_nothing_half_written(
     app_db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import appdb.ingest as ingest_module
+    import plugins.postings.store.ingest as ingest_module
 
     first = write_jsonl(tmp_path / "first.jsonl", POSTINGS[:1])
     second = write_jsonl(tmp_path / "second.jsonl", POSTINGS[1:])
@@ -295,7 +295,7 @@ def test_duplicate_keys_within_one_ingest_are_rejected_naming_where_the_key_was_
 ) -> None:
     """docs/ingest.md: within one ingest the first row of a key is kept and every later one rejected,
     in the same file or another (before: a later file silently replaced it); batches change nothing."""
-    import appdb.ingest as ingest_module
+    import plugins.postings.store.ingest as ingest_module
 
     # the first occurrence is in an earlier batch
     monkeypatch.setattr(ingest_module, "BATCH_ROWS", 2, raising=False)
@@ -403,7 +403,7 @@ def test_ingest_streams_a_file_in_bounded_memory(
     a tenth of the file; benchmarks/ingest_memory.py measures 1,000,000 postings at the default batch)."""
     import tracemalloc
 
-    import appdb.ingest as ingest_module
+    import plugins.postings.store.ingest as ingest_module
 
     monkeypatch.setattr(ingest_module, "BATCH_ROWS", 300, raising=False)
     rows = [

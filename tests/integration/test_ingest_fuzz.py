@@ -33,11 +33,11 @@ from hypothesis import strategies as st
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-import appdb.ingest as ingest_module
+import plugins.postings.store.ingest as ingest_module
 from appdb.database import dispose, get_engine, migrate
-from appdb.ingest import POSTING_FIELDS, IngestReport, RowError, ingest_files, validate_row
-from appdb.ingest_reader import MULTILINE_COLUMNS, RawRecord
 from appdb.models import Posting
+from plugins.postings.store.ingest import POSTING_FIELDS, IngestReport, RowError, ingest_files, validate_row
+from plugins.postings.store.ingest_reader import MULTILINE_COLUMNS, RawRecord
 
 EXAMPLES = 200
 FUZZ = settings(

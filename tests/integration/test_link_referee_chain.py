@@ -13,9 +13,9 @@ from sqlalchemy import select
 from appdb.database import session_scope
 from appdb.models import Interaction, PostingSkillConcept, UseCaseOutput
 from domain.language.llm_types import Generation
-from domain.skills.link_referee import ASK_BELOW, REFEREE_PROMPT
 from pipeline_defs.cli.in_process_runs import load_reference_data
 from pipeline_defs.definitions import build_definitions
+from plugins.postings.skills.link_referee import ASK_BELOW, REFEREE_PROMPT
 from tests.support.gym_fakes import GYM_POSTINGS, GymFake, gym_settings
 from tests.support.postings import run_use_case, seed_postings
 

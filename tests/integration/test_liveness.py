@@ -24,13 +24,13 @@ from sqlalchemy import func, select, update
 from appdb.database import dispose, session_scope
 from appdb.models import UseCaseOutput, WorkItem, utcnow
 from assets.factory import build_work_groups
-from domain.use_cases.posting_summary import POSTING_SUMMARY
 from pipeline_defs.cli.in_process_runs import run_pending
 from pipeline_defs.cli.main import main
 from pipeline_defs.dagster_home import dagster_yaml
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import PROJECT_ROOT, Settings
 from pipeline_defs.wiring import build_use_cases
+from plugins.postings.use_cases.posting_summary import POSTING_SUMMARY
 from resources.app_database import AppDatabase
 from tests.integration.test_outage import FlakyBackend
 from tests.support.fake_ollama_server import FakeOllamaServer

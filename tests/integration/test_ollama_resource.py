@@ -14,9 +14,9 @@ from werkzeug import Request, Response
 from appdb.database import session_scope
 from appdb.models import Interaction, UseCaseOutput, WorkItem
 from domain.language.llm_types import BackendUnavailable
-from domain.use_cases.posting_summary import POSTING_SUMMARY
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
+from plugins.postings.use_cases.posting_summary import POSTING_SUMMARY
 from resources.ollama_backend import OllamaResource
 from tests.support.fakes import FakeOllama
 from tests.support.postings import run_use_case, seed_postings

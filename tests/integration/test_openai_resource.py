@@ -14,10 +14,10 @@ from sqlalchemy import select
 from appdb.database import session_scope
 from appdb.models import Interaction, PacerBucket, UseCaseOutput, WorkItem
 from domain.language.llm_types import BackendUnavailable, ItemError
-from domain.use_cases.posting_summary import POSTING_SUMMARY
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import build_llm_resource
+from plugins.postings.use_cases.posting_summary import POSTING_SUMMARY
 from resources.openai_backend import OpenAICompatibleResource
 from tests.support.fakes import FakeOpenAI
 from tests.support.postings import run_use_case, seed_postings

@@ -19,10 +19,10 @@ from appdb.models import UseCaseOutput, UseCasePause, WorkItem, utcnow
 from assets.factory import build_work_groups
 from assets.partitions import POSTING_PARTITIONS
 from domain.language.llm_types import BackendUnavailable, Generation
-from domain.use_cases.posting_summary import POSTING_SUMMARY
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import build_use_cases
+from plugins.postings.use_cases.posting_summary import POSTING_SUMMARY
 from resources.app_database import AppDatabase
 from resources.llm import LLMResource
 from sensors.discovery_sensor import build_discovery_sensor

@@ -12,17 +12,17 @@ from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
 from appdb.database import session_scope
-from appdb.taxonomy import load_taxonomy, loaded_taxonomy_hash, normalize_label
 from domain.language.llm_types import BackendUnavailable
-from domain.skills.embeddings import (
+from plugins.postings.skills.embeddings import (
     MINILM_INSTALL_HINT,
     MINILM_PACKAGE,
     EmbeddingBackend,
     MiniLMEmbeddings,
     OllamaEmbeddings,
 )
-from domain.skills.skill_resolver import Resolution, SkillResolver, split_mention
-from resources.taxonomy_resource import TaxonomyResource
+from plugins.postings.skills.skill_resolver import Resolution, SkillResolver, split_mention
+from plugins.postings.store.taxonomy import load_taxonomy, loaded_taxonomy_hash, normalize_label
+from plugins.postings.taxonomy_resource import TaxonomyResource
 from tests.support.taxonomy_files import URI, write_taxonomy
 
 CONCEPTS = [
@@ -356,7 +356,7 @@ def test_a_zipped_model_is_unpacked_once_and_then_read_without_the_zip(
     """Inflating the packaged model cost 0.5 s of CPU in every run that loaded it."""
     import zipfile
 
-    from domain.skills import embeddings as embeddings_module
+    from plugins.postings.skills import embeddings as embeddings_module
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     archive = tmp_path / "package" / "model.zip"

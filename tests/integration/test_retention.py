@@ -12,11 +12,11 @@ from sqlalchemy import func, select
 from appdb.database import session_scope
 from appdb.models import Interaction, UseCaseOutput
 from assets.retention import retirable, retire_partitions
-from domain.use_cases.posting_summary import POSTING_SUMMARY
 from pipeline_defs.cli.main import main
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import build_use_cases
+from plugins.postings.use_cases.posting_summary import POSTING_SUMMARY
 from resources.ollama_backend import OllamaResource
 from tests.support.fakes import FakeOllama
 from tests.support.postings import POSTINGS, run_use_case, seed_postings

@@ -19,9 +19,9 @@ from appdb import claims, retry_policy
 from appdb.database import session_scope
 from appdb.models import Posting
 from assets.factory import WorkGroup, build_work_groups
-from domain.use_cases.posting_summary import POSTING_SUMMARY
 from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import build_use_cases
+from plugins.postings.use_cases.posting_summary import POSTING_SUMMARY
 from resources.app_database import AppDatabase
 from sensors.discovery_sensor import build_discovery_sensor
 from tests.support.postings import seed_postings

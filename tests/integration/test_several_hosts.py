@@ -14,10 +14,10 @@ from appdb import pauses
 from appdb.database import session_scope
 from appdb.models import WorkItem
 from assets.factory import build_work_groups
-from domain.use_cases.posting_summary import POSTING_SUMMARY
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import build_llm_resource, build_use_cases
+from plugins.postings.use_cases.posting_summary import POSTING_SUMMARY
 from resources.app_database import AppDatabase
 from resources.llm_hosts import LLM_HOST_TAG, parse_hosts
 from sensors.discovery_sensor import build_discovery_sensor

@@ -21,14 +21,14 @@ from domain.language.declaration_parts import DeclarationError
 from domain.language.fan_out import fan_in
 from domain.language.llm_types import Generation
 from domain.language.steps import StepContext, StepRecord
-from domain.use_cases.posting_assessment import POSTING_CONTRACT, POSTING_SENIORITY, rate_seniority
-from domain.use_cases.refined_summary import grade_summary, keep_best_summary
-from domain.use_cases.shipped import USE_CASES
 from pipeline_defs.catalog import declared_use_cases
 from pipeline_defs.cli.in_process_runs import run_pending
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import build_use_cases
+from plugins.postings.use_cases.posting_assessment import POSTING_CONTRACT, POSTING_SENIORITY, rate_seniority
+from plugins.postings.use_cases.refined_summary import grade_summary, keep_best_summary
+from plugins.postings.use_cases.shipped import USE_CASES
 from resources.app_database import AppDatabase
 from resources.llm import LLMResource
 from tests.support.postings import POSTINGS, run_use_case, seed_postings

@@ -14,9 +14,9 @@ from sqlalchemy import select
 from appdb.database import session_scope
 from appdb.models import Interaction, UseCaseOutput, WorkItem
 from domain.language.llm_types import Generation
-from domain.use_cases.posting_skills import SKILLS_SCHEMA, VERIFY_PROMPT
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
+from plugins.postings.use_cases.posting_skills import SKILLS_SCHEMA, VERIFY_PROMPT
 from resources.llm import LLMResource
 from tests.support.postings import run_use_case, seed_postings
 

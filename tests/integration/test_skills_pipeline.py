@@ -19,11 +19,11 @@ from appdb.database import session_scope
 from appdb.models import Interaction, PostingSkillConcept, UseCaseOutput, WorkItem
 from assets.factory import build_work_groups
 from domain.language.llm_types import Generation
-from domain.use_cases.posting_skills import POSTING_SKILLS_LLM, ground_skill_mentions
 from pipeline_defs.cli.in_process_runs import load_reference_data, run_pending
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import build_use_cases
+from plugins.postings.use_cases.posting_skills import POSTING_SKILLS_LLM, ground_skill_mentions
 from resources.app_database import AppDatabase
 from resources.llm import LLMResource
 from tests.support.postings import POSTINGS, seed_postings
@@ -131,7 +131,7 @@ def test_a_changed_taxonomy_makes_resolutions_stale(pipeline, tmp_path: Path) ->
     with session_scope(url) as session:
         assert discovery.find_pending_work(session, entities.spec) == []
 
-    from appdb.taxonomy import DEMO_TAXONOMY_PATH, load_taxonomy
+    from plugins.postings.store.taxonomy import DEMO_TAXONOMY_PATH, load_taxonomy
 
     changed = tmp_path / "taxonomy.csv"
     changed.write_text(DEMO_TAXONOMY_PATH.read_text().replace("Python,", "Python (computer programming),", 1))
@@ -147,7 +147,7 @@ def test_a_database_error_in_a_resolution_write_leaves_no_posting_half_written(
     """A script's outputs share transactions: an error while writing one posting's concepts takes back
     the whole group (output, concepts, interaction, materialization), gives its claims back, and
     the next run does every posting."""
-    import domain.use_cases.skill_entities as skill_entities_module
+    import plugins.postings.use_cases.skill_entities as skill_entities_module
 
     defs, groups, instance, url = pipeline
     assert load_reference_data(defs, instance)

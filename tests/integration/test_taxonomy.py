@@ -12,16 +12,16 @@ from sqlalchemy import func, select
 
 from appdb.database import session_scope
 from appdb.models import ReferenceData, TaxonomyConcept, TaxonomyLabel
-from appdb.taxonomy import (
+from plugins.postings.store.taxonomy import (
     DEMO_TAXONOMY_PATH,
     REFERENCE_NAME,
     load_taxonomy,
     normalize_label,
     read_taxonomy_csv,
 )
-from assets.taxonomy_asset import skills_taxonomy
+from plugins.postings.taxonomy_asset import skills_taxonomy
+from plugins.postings.taxonomy_resource import TaxonomyResource
 from resources.app_database import AppDatabase
-from resources.taxonomy_resource import TaxonomyResource
 from tests.support.taxonomy_files import URI, write_taxonomy
 
 

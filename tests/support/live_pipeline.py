@@ -29,9 +29,9 @@ import pytest
 from sqlalchemy import select
 
 from appdb.database import dispose, migrate, session_scope
-from appdb.ingest import ingest_files
 from appdb.models import UseCaseOutput
 from pipeline_defs.settings import PROJECT_ROOT
+from plugins.postings.store.ingest import ingest_files
 from tests.support.fake_ollama_server import FakeOllamaServer
 from tests.support.postings import write_jsonl
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from dagster import DagsterInstance
 
 from appdb.database import session_scope
-from appdb.ingest import ingest_files
+from plugins.postings.store.ingest import ingest_files
 
 POSTINGS = [
     {

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from domain.autodo.code_search import symbols_in
-from domain.autodo.identity import KnownItem, match_items
-from domain.autodo.planning import PlanItem, check_dependency, pick
-from domain.autodo.scanner import scan_paths
+from plugins.autodo.code_search import symbols_in
+from plugins.autodo.identity import KnownItem, match_items
+from plugins.autodo.planning import PlanItem, check_dependency, pick
+from plugins.autodo.scanner import scan_paths
 
 
 def scan_text(tmp_path: Path, name: str, text: str):  # noqa: ANN201

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from domain.skills.concept_index import EXACT_BELOW, LabelVectorIndex
+from plugins.postings.skills.concept_index import EXACT_BELOW, LabelVectorIndex
 
 
 def unit(rows: np.ndarray) -> np.ndarray:

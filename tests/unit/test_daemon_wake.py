@@ -15,9 +15,9 @@ from dagster._daemon import sensor as sensor_module
 
 from appdb import events, heartbeats
 from appdb.database import session_scope
-from appdb.ingest import ingest_files
 from pipeline_defs.daemon import WakeableShutdown, install_wake, wake_on, watch_arrivals
 from pipeline_defs.settings import Settings
+from plugins.postings.store.ingest import ingest_files
 from tests.support.postings import POSTINGS, write_jsonl
 
 

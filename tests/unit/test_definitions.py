@@ -8,10 +8,10 @@ from dagster import AssetCheckKey, AssetKey
 from domain.language.declaration import UseCase, model_label
 from domain.language.declaration_parts import DeclarationError
 from domain.language.templates import TemplateVariableError
-from domain.use_cases.posting_summary import POSTING_SUMMARY
-from domain.use_cases.shipped import USE_CASES
 from pipeline_defs.definitions import build_definitions, defs
 from pipeline_defs.settings import Settings
+from plugins.postings.use_cases.posting_summary import POSTING_SUMMARY
+from plugins.postings.use_cases.shipped import USE_CASES
 
 SCHEMA = {"type": "object", "properties": {"score": {"type": "integer"}}, "required": ["score"]}
 

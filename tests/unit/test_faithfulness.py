@@ -8,19 +8,19 @@ from typing import Any
 import pytest
 
 from domain.language.output_parsing import first_blocking_failure
-from domain.quality import faithfulness
-from domain.quality.faithfulness import FaithfulnessChecker, extract_claims
-from domain.quality.judge_calibration import (
+from domain.quality.judge_rubric import DEFAULT_RUBRIC
+from plugins.postings.quality import faithfulness
+from plugins.postings.quality.faithfulness import FaithfulnessChecker, extract_claims
+from plugins.postings.quality.judge_calibration import (
     JudgeRefused,
     calibrate_judge,
     calibration_cases,
     llm_grader,
     require_calibrated,
 )
-from domain.quality.judge_rubric import DEFAULT_RUBRIC
-from domain.quality.planted import INVENTED_KINDS, plant_detail, plant_invented, plant_looping
-from domain.quality.quality_signals import deterministic_judge, needs_review, quality_grade
-from domain.use_cases.posting_summary import POSTING_SUMMARY
+from plugins.postings.quality.planted import INVENTED_KINDS, plant_detail, plant_invented, plant_looping
+from plugins.postings.quality.quality_signals import deterministic_judge, needs_review, quality_grade
+from plugins.postings.use_cases.posting_summary import POSTING_SUMMARY
 
 POSTING = {
     "key": "t-1",

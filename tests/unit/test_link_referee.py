@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from domain.skills import link_referee
+from plugins.postings.skills import link_referee
 
 
 def _entity(mention: str, confidence: float, stage: str = "learned", candidates: int = 3) -> dict[str, Any]:

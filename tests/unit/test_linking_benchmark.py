@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from domain.skills.linking_data import read_decorte, read_skillskape, sentence_chunks
-from domain.skills.linking_evaluation import TopAnswer, coverage_curve, precision_threshold, shares_at
+from training.linking_data import read_decorte, read_skillskape, sentence_chunks
+from training.linking_evaluation import TopAnswer, coverage_curve, precision_threshold, shares_at
 
 TEAM = "Team player with communication and collaboration skills"
 DECORTE = "\n".join(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from domain.skills.mention_grounding import (
+from plugins.postings.skills.mention_grounding import (
     Mention,
     ground_mentions,
     locate,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from domain.skills.mention_grounding import Mention
-from domain.skills.mention_verification import verify_mentions
+from plugins.postings.skills.mention_grounding import Mention
+from plugins.postings.skills.mention_verification import verify_mentions
 
 TEXT = "Use Python daily. We offer free lunch. You lead the team."
 

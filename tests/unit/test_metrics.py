@@ -2,7 +2,7 @@
 
 import pytest
 
-from domain.skills.skill_metrics import (
+from plugins.postings.skills.skill_metrics import (
     SpanScores,
     bio_to_spans,
     mean_reciprocal_rank,

@@ -26,7 +26,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from appdb.database import dispose, get_engine, migrate
-from appdb.ingest import (
+from appdb.models import KEY_LENGTH, Posting
+from domain.language.llm_types import ItemError
+from domain.language.output_parsing import parse_output
+from plugins.postings.store.ingest import (
     FORBIDDEN_KEY_SUBSTRINGS,
     OPTIONAL_TEXT_FIELDS,
     POSTING_FIELDS,
@@ -35,10 +38,7 @@ from appdb.ingest import (
     ingest_files,
     validate_row,
 )
-from appdb.models import KEY_LENGTH, Posting
-from domain.language.llm_types import ItemError
-from domain.language.output_parsing import parse_output
-from domain.use_cases.posting_summary import POSTING_SUMMARY
+from plugins.postings.use_cases.posting_summary import POSTING_SUMMARY
 
 BOUNDED = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

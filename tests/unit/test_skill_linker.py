@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from appdb.taxonomy import DEMO_TAXONOMY_PATH, normalize_label, read_taxonomy_csv
-from domain.skills import concept_reranker
-from domain.skills.concept_reranker import (
+from pipeline_defs import settings as settings_module
+from plugins.postings.skills import concept_reranker
+from plugins.postings.skills.concept_reranker import (
     ACCEPTANCE_FEATURES,
     DEFAULT_MODEL_PATH,
     FEATURES,
@@ -27,25 +27,25 @@ from domain.skills.concept_reranker import (
     fit_ranker,
     load_linker_model,
 )
-from domain.skills.embeddings import (
+from plugins.postings.skills.embeddings import (
     MINILM_INSTALL_HINT,
     MINILM_PACKAGE,
     MiniLMEmbeddings,
     RememberingEmbeddings,
 )
-from domain.skills.resolution_figures import resolution_figures
-from domain.skills.skill_resolver import SkillResolver, TaxonomyLabelEntry
-from domain.skills.train_skill_linker import (
+from plugins.postings.skills.resolution_figures import resolution_figures
+from plugins.postings.skills.skill_resolver import SkillResolver, TaxonomyLabelEntry
+from plugins.postings.skills.word_stems import content_stems
+from plugins.postings.store.taxonomy import DEMO_TAXONOMY_PATH, normalize_label, read_taxonomy_csv
+from plugins.postings.taxonomy_resource import TaxonomyResource
+from plugins.postings.use_cases.skill_entities import entities_display
+from training.train_skill_linker import (
     AdapterExample,
     Example,
     _adapter_step,
     fill_uncovered_prior,
     fit_acceptance,
 )
-from domain.skills.word_stems import content_stems
-from domain.use_cases.skill_entities import entities_display
-from pipeline_defs import settings as settings_module
-from resources.taxonomy_resource import TaxonomyResource
 
 needs_minilm = pytest.mark.skipif(
     importlib.util.find_spec(MINILM_PACKAGE) is None,
@@ -404,7 +404,7 @@ def test_a_full_query_memo_is_emptied_without_losing_the_texts_of_the_call(
 
     entries = [TaxonomyLabelEntry(URI + "sql", "SQL", "sql", True)]
     resolver = SkillResolver(entries, {URI + "sql": "SQL"}, embeddings=Lengths())
-    monkeypatch.setattr("domain.skills.skill_resolver.QUERY_MEMO_SIZE", 2)
+    monkeypatch.setattr("plugins.postings.skills.skill_resolver.QUERY_MEMO_SIZE", 2)
     resolver._embed_queries(["a", "bb"])
     vectors = resolver._embed_queries(["bb", "ccc"])  # "bb" was memoized; "ccc" overflows the memo
     assert vectors.shape == (2, 2) and vectors[0, 0] > vectors[0, 1] * 1.9

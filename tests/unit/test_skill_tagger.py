@@ -9,16 +9,15 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from appdb.taxonomy import DEMO_TAXONOMY_PATH
-from domain.skills import skill_extraction
-from domain.skills.mention_grounding import Mention
-from domain.skills.skill_extraction import (
+from plugins.postings.skills import skill_extraction
+from plugins.postings.skills.mention_grounding import Mention
+from plugins.postings.skills.skill_extraction import (
     SKILL_MENTIONS_SCHEMA,
     SkillExtractor,
     extract_mentions,
     skills_output,
 )
-from domain.skills.skill_tagger import (
+from plugins.postings.skills.skill_tagger import (
     CLUSTERS_FILE,
     MODEL_DIR,
     MODEL_NAME,
@@ -26,7 +25,8 @@ from domain.skills.skill_tagger import (
     TaggerCard,
     WordClusters,
 )
-from domain.skills.taxonomy_matcher import TaxonomyMatcher
+from plugins.postings.skills.taxonomy_matcher import TaxonomyMatcher
+from plugins.postings.store.taxonomy import DEMO_TAXONOMY_PATH
 
 KNOWN = "Strong knowledge of Java and Spring Boot; experience with Docker and Kubernetes."
 

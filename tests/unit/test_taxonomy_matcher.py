@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from appdb.taxonomy import DEMO_TAXONOMY_PATH
-from domain.skills.taxonomy_matcher import TaxonomyLabel, TaxonomyMatcher
+from plugins.postings.skills.taxonomy_matcher import TaxonomyLabel, TaxonomyMatcher
+from plugins.postings.store.taxonomy import DEMO_TAXONOMY_PATH
 
 
 @pytest.fixture(scope="module")

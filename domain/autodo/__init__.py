@@ -1,6 +1,0 @@
-"""autodo: TODO files and code comments as work items, the second domain on the work core.
-
-Framework-free: `scanner` reads files, `identity` matches what it read to stored items, `planning`
-picks, orders and checks dependencies; the statements are in `appdb/autodo.py`, the commands in
-`pipeline_defs/cli/autodo_commands.py`, the plugin (subject kind, scope use case) in `plugin.py`.
-"""

@@ -1,0 +1,1 @@
+"""Job postings: the first plugin. Summaries, skills and their taxonomy concepts for each posting."""

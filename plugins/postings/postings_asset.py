@@ -1,0 +1,45 @@
+"""The `postings` asset: ingests files (optional) and registers every posting as a partition."""
+
+from pathlib import Path
+
+from dagster import AssetExecutionContext, Config, MaterializeResult, MetadataValue, asset
+
+from appdb import inputs
+from assets.partitions import POSTING_PARTITIONS
+from plugins.postings.store.ingest import ingest_files
+from resources.app_database import AppDatabase
+
+
+class PostingsConfig(Config):
+    """paths: JSONL or CSV files to ingest first (the `pipeline ingest` command does the same)."""
+
+    paths: list[str] = []
+
+
+@asset(group_name="ingest")
+def postings(
+    context: AssetExecutionContext, config: PostingsConfig, app_db: AppDatabase
+) -> MaterializeResult:
+    """Job postings in the application database, upserted by key."""
+    metadata: dict = {}
+    if config.paths:
+        with app_db.session() as session:
+            report = ingest_files(session, [Path(path) for path in config.paths])
+        for rejection in report.rejected:
+            context.log.warning(f"rejected {rejection}")
+        metadata.update(
+            inserted=len(report.inserted),
+            updated=len(report.updated),
+            unchanged=len(report.unchanged),
+            rejected=len(report.rejected),
+            rejections=MetadataValue.md("\n".join(f"- `{r}`" for r in report.rejected[:50]) or "none"),
+        )
+    with app_db.session() as session:
+        keys = inputs.posting_keys(session)
+        latest = inputs.latest_posting_update(session)
+    known = set(context.instance.get_dynamic_partitions(POSTING_PARTITIONS.name))
+    new = [key for key in keys if key not in known]
+    if new:
+        context.instance.add_dynamic_partitions(POSTING_PARTITIONS.name, new)
+    metadata.update(total_postings=len(keys), new_partitions=len(new), last_update=str(latest))
+    return MaterializeResult(metadata=metadata)

@@ -1,0 +1,548 @@
+"""The learned stage of skill linking: a logistic reranker over a query's candidate concepts.
+
+For one query (a skill mention in its sentence, or a whole sentence) the resolver gathers
+candidate concepts (nearest labels of the mention and of the sentence, exact label matches)
+and describes each by a few numbers (`FEATURES`): how close the mention and the sentence are to
+the concept's labels, in meaning (MiniLM cosine) and in spelling (rapidfuzz), whether the
+mention *is* one of its labels, how many of the mention's words (stemmed) a label shares, the
+cosine of the mention after a learned linear adapter (`QueryAdapter`), and how each ranks among
+the candidates. A logistic model turns those into the probability that the concept is meant
+(Platt-scaled); those probabilities rank the candidates, and an acceptance model (`AcceptanceModel`)
+reads the ranking's shape for the `confidence` a Resolution carries. Three models, same features,
+one per kind of query: "mention" (a mention with its sentence), "bare_mention" (a mention alone,
+as skill_entities sends today) and "sentence" (the sentence is the query). A model may instead be a
+`RankerModel` (one hidden layer, trained listwise; the trainer's `--models ranker`), read from the
+same JSON by its "type".
+
+Trained by `python -m training.train_skill_linker` on SkillSkape train only; the weights
+and their card (data, licence, hyper-parameters, validation scores) ship as
+`plugins/postings/skills/models/skill_linker.json`. NumPy only: twenty weights and a rank-32 adapter need no
+framework.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cached_property, lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+FEATURES = (
+    "cos_mention",  # best cosine of the mention to one of the concept's labels
+    "cos_mention_gap",  # that minus the best candidate's (how far from the top)
+    "cos_preferred",  # cosine of the mention to the preferred label
+    "cos_context",  # best cosine of the sentence to one of the concept's labels
+    "cos_context_gap",
+    "cos_concept",  # cosine of the mention to the concept's mean label vector (its meaning overall)
+    "cos_concept_context",  # cosine of the sentence to it
+    "fuzzy",  # best rapidfuzz similarity (0-1) of the mention to one of the labels
+    "fuzzy_gap",
+    "exact",  # the mention is the concept's preferred label
+    "alt_label",  # the mention is one of its alternative labels
+    "log_rank_mention",  # log(1 + rank) among the candidates, by cos_mention
+    "log_rank_context",  # log(1 + rank) by cos_context
+    "log_prior",  # log(1 + how often SkillSkape train names the concept; its median for the
+    # transversal skills it leaves out: train_skill_linker.fill_uncovered_prior)
+    "stem_jaccard",  # best Jaccard overlap of the mention's content-word stems with a label's
+    "stem_cover",  # best share of the mention's content-word stems found in one label
+    "head_match",  # the mention's last content word (stemmed) is in one of the labels
+    "label_words",  # log(1 + words of the preferred label)
+    "cos_adapted",  # best cosine of the adapted mention vector (see `QueryAdapter`) to a label
+    "cos_adapted_gap",  # that minus the best candidate's
+)
+QUERY_KINDS = ("mention", "bare_mention", "sentence")
+# What the acceptance model (`AcceptanceModel`) reads of one query's ranking, best candidate first.
+# The best candidate's own probability enters through its share and the mass (their product); its
+# logit is left out, as a fitted negative weight on it made a near-certain answer less sure.
+ACCEPTANCE_FEATURES = (
+    "logit_second",  # logit of the runner-up's (a close second makes the best one doubtful)
+    "log_top_share",  # log of the best one's share of the ten best probabilities
+    "log_top_mass",  # log of those ten probabilities' sum (many plausible candidates, or none)
+    "top_exact",  # the query is the best candidate's preferred label
+    "top_alt_label",  # one of its alternative labels
+)
+ACCEPTANCE_DEPTH = 10
+DEFAULT_MODEL_PATH = Path(__file__).with_name("models") / "skill_linker.json"
+# The taxonomy whose concepts `LinkerModel.concept_prior` counts (SkillSkape's labels are ESCO's).
+PRIOR_TAXONOMY_URI_PREFIX = "http://data.europa.eu/esco/"
+
+
+@dataclass(frozen=True)
+class CandidateSignals:
+    """Per-candidate raw signals, aligned arrays; `features()` turns them into the model's inputs."""
+
+    cos_mention: np.ndarray
+    cos_preferred: np.ndarray
+    cos_context: np.ndarray
+    cos_concept: np.ndarray
+    cos_concept_context: np.ndarray
+    fuzzy: np.ndarray
+    tier: np.ndarray  # 2: exact preferred label, 1: alternative label, 0: neither
+    prior: np.ndarray  # training-set frequency of the concept (see `LinkerModel.concept_prior`)
+    stem_jaccard: np.ndarray
+    stem_cover: np.ndarray
+    head_match: np.ndarray
+    label_words: np.ndarray
+    cos_adapted: np.ndarray  # without an adapter: cos_mention
+
+    def features(self) -> np.ndarray:
+        """One row per candidate, columns in `FEATURES` order."""
+        rank_mention = np.argsort(np.argsort(-self.cos_mention, kind="stable"), kind="stable")
+        rank_context = np.argsort(np.argsort(-self.cos_context, kind="stable"), kind="stable")
+        return np.stack(
+            [
+                self.cos_mention,
+                self.cos_mention - self.cos_mention.max(),
+                self.cos_preferred,
+                self.cos_context,
+                self.cos_context - self.cos_context.max(),
+                self.cos_concept,
+                self.cos_concept_context,
+                self.fuzzy,
+                self.fuzzy - self.fuzzy.max(),
+                (self.tier == 2).astype(np.float32),
+                (self.tier == 1).astype(np.float32),
+                np.log1p(rank_mention),
+                np.log1p(rank_context),
+                np.log1p(self.prior),
+                self.stem_jaccard,
+                self.stem_cover,
+                self.head_match,
+                np.log1p(self.label_words),
+                self.cos_adapted,
+                self.cos_adapted - self.cos_adapted.max(),
+            ],
+            axis=1,
+        ).astype(np.float64)
+
+
+def platt_probabilities(platt: tuple[float, float], logits: np.ndarray) -> np.ndarray:
+    """Platt-scaled logits: the calibrated probability that a candidate is meant (what ranks candidates)."""
+    a, b = platt
+    return 1.0 / (1.0 + np.exp(-(a * logits + b)))
+
+
+def trained_features(data: dict[str, Any], prefix_allowed: bool) -> list[str]:
+    """The features a stored model was trained on; an error naming the fix when this code computes
+    others (`prefix_allowed`: a model trained before later features were added may still load)."""
+    trained_on = list(data["features"])
+    expected = list(FEATURES[: len(trained_on)]) if prefix_allowed else list(FEATURES)
+    if trained_on != expected:
+        raise ValueError(
+            f"the linker model was trained on features {trained_on}, this code computes "
+            f"{list(FEATURES)}: retrain it (python -m training.train_skill_linker)"
+        )
+    return trained_on
+
+
+@dataclass(frozen=True)
+class LogisticModel:
+    """Standardized features -> logit -> Platt scaling (a * logit + b) -> probability."""
+
+    mean: np.ndarray
+    scale: np.ndarray
+    weights: np.ndarray
+    bias: float
+    platt: tuple[float, float] = (1.0, 0.0)
+
+    def logits(self, features: np.ndarray) -> np.ndarray:
+        return ((features - self.mean) / self.scale) @ self.weights + self.bias
+
+    def probabilities(self, features: np.ndarray) -> np.ndarray:
+        return platt_probabilities(self.platt, self.logits(features))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "features": list(FEATURES),
+            "mean": self.mean.round(6).tolist(),
+            "scale": self.scale.round(6).tolist(),
+            "weights": self.weights.round(6).tolist(),
+            "bias": round(float(self.bias), 6),
+            "platt": [round(float(v), 6) for v in self.platt],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LogisticModel:
+        trained_on = trained_features(data, prefix_allowed=True)
+        # A model trained before the later features were added gives them weight 0.
+        return cls.from_arrays(data, missing=len(FEATURES) - len(trained_on))
+
+    @classmethod
+    def from_arrays(cls, data: dict[str, Any], missing: int = 0) -> LogisticModel:
+        """The stored numbers, `missing` trailing features padded with weight 0 (features unchecked)."""
+        return cls(
+            np.concatenate([np.asarray(data["mean"], np.float64), np.zeros(missing)]),
+            np.concatenate([np.asarray(data["scale"], np.float64), np.ones(missing)]),
+            np.concatenate([np.asarray(data["weights"], np.float64), np.zeros(missing)]),
+            float(data["bias"]),
+            (float(data["platt"][0]), float(data["platt"][1])),
+        )
+
+
+def fit_logistic(features: np.ndarray, labels: np.ndarray, l2: float = 1e-3) -> LogisticModel:
+    """L2-regularized logistic regression by Newton's method (a dozen features: converges in ~10 steps)."""
+    mean = features.mean(axis=0)
+    scale = features.std(axis=0) + 1e-6
+    design = np.hstack([(features - mean) / scale, np.ones((len(features), 1))])
+    weights = np.zeros(design.shape[1])
+    penalty = np.full(design.shape[1], l2)
+    penalty[-1] = 0.0
+    for _ in range(100):
+        probabilities = 1.0 / (1.0 + np.exp(-design @ weights))
+        gradient = design.T @ (probabilities - labels) / len(labels) + penalty * weights
+        curvature = probabilities * (1 - probabilities)
+        hessian = (design * curvature[:, None]).T @ design / len(labels) + np.diag(penalty + 1e-9)
+        step = np.linalg.solve(hessian, gradient)
+        weights -= step
+        if np.abs(step).max() < 1e-7:
+            break
+    return LogisticModel(mean, scale, weights[:-1], float(weights[-1]))
+
+
+def fit_platt(logits: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
+    """Platt scaling (a, b) fitted on held-out logits, so confidences match observed frequencies there."""
+    design = np.stack([logits, np.ones_like(logits)], axis=1)
+    weights = np.array([1.0, 0.0])
+    for _ in range(100):
+        probabilities = 1.0 / (1.0 + np.exp(-design @ weights))
+        gradient = design.T @ (probabilities - labels) / len(labels)
+        hessian = (design * (probabilities * (1 - probabilities))[:, None]).T @ design / len(labels)
+        step = np.linalg.solve(hessian + 1e-9 * np.eye(2), gradient)
+        weights -= step
+        if np.abs(step).max() < 1e-9:
+            break
+    return float(weights[0]), float(weights[1])
+
+
+@dataclass(frozen=True)
+class RankerModel:
+    """A one-hidden-layer scorer: standardized features z -> z.linear + tanh(z W + c).out + bias -> Platt.
+
+    Trained listwise (softmax over a query's candidates) together with a pointwise logistic term
+    (`fit_ranker`), so its scores both order one query's candidates and stay comparable across
+    queries (sentence-level linking merges the candidates of several queries by confidence).
+    """
+
+    mean: np.ndarray
+    scale: np.ndarray
+    linear: np.ndarray  # features
+    hidden: np.ndarray  # features x units
+    hidden_bias: np.ndarray  # units
+    out: np.ndarray  # units
+    bias: float
+    platt: tuple[float, float] = (1.0, 0.0)
+
+    def logits(self, features: np.ndarray) -> np.ndarray:
+        z = (features - self.mean) / self.scale
+        return z @ self.linear + np.tanh(z @ self.hidden + self.hidden_bias) @ self.out + self.bias
+
+    def probabilities(self, features: np.ndarray) -> np.ndarray:
+        return platt_probabilities(self.platt, self.logits(features))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "type": "ranker",
+            "features": list(FEATURES),
+            "mean": self.mean.round(6).tolist(),
+            "scale": self.scale.round(6).tolist(),
+            "linear": self.linear.round(6).tolist(),
+            "hidden": self.hidden.round(6).tolist(),
+            "hidden_bias": self.hidden_bias.round(6).tolist(),
+            "out": self.out.round(6).tolist(),
+            "bias": round(float(self.bias), 6),
+            "platt": [round(float(v), 6) for v in self.platt],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RankerModel:
+        trained_features(data, prefix_allowed=False)
+        return cls(
+            np.asarray(data["mean"], np.float64),
+            np.asarray(data["scale"], np.float64),
+            np.asarray(data["linear"], np.float64),
+            np.asarray(data["hidden"], np.float64).reshape(len(FEATURES), -1),
+            np.asarray(data["hidden_bias"], np.float64),
+            np.asarray(data["out"], np.float64),
+            float(data["bias"]),
+            (float(data["platt"][0]), float(data["platt"][1])),
+        )
+
+
+Reranker = LogisticModel | RankerModel
+
+
+def acceptance_features(probabilities: np.ndarray, tiers: np.ndarray) -> np.ndarray:
+    """One row of `ACCEPTANCE_FEATURES` from a query's ranking (probabilities best first, label tiers
+    aligned; not empty: `LinkerModel.top_confidence` answers an empty ranking itself)."""
+    clipped = np.clip(np.asarray(probabilities[:ACCEPTANCE_DEPTH], np.float64), 1e-6, 1 - 1e-6)
+    mass = float(clipped.sum())
+    top_tier = int(tiers[0])
+    return np.array(
+        [
+            [
+                np.log(clipped[1] / (1 - clipped[1])) if len(clipped) > 1 else np.log(1e-6),
+                np.log(clipped[0] / mass),
+                np.log(mass),
+                float(top_tier == 2),
+                float(top_tier == 1),
+            ]
+        ]
+    )
+
+
+@dataclass(frozen=True)
+class AcceptanceModel:
+    """The probability that a query's best candidate is right, from the shape of its ranking.
+
+    A reranker scores each candidate on its own; whether to answer at all also depends on the others
+    (a runner-up almost as likely makes the best one doubtful). A logistic model over
+    `ACCEPTANCE_FEATURES`, trained on SkillSkape dev pseudo-mentions (`train_skill_linker`): its
+    output is the `confidence` of a resolved mention and what the "unmatched" threshold is set on.
+    """
+
+    scorer: LogisticModel
+
+    def confidence(self, probabilities: np.ndarray, tiers: np.ndarray) -> float:
+        return float(self.scorer.probabilities(acceptance_features(probabilities, tiers))[0])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.scorer.to_dict(), "features": list(ACCEPTANCE_FEATURES)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AcceptanceModel:
+        if list(data["features"]) != list(ACCEPTANCE_FEATURES):
+            raise ValueError(
+                f"the linker's acceptance model was trained on {data['features']}, this code computes "
+                f"{list(ACCEPTANCE_FEATURES)}: retrain it (python -m training.train_skill_linker)"
+            )
+        return cls(LogisticModel.from_arrays(data))
+
+
+def reranker_from_dict(data: dict[str, Any]) -> Reranker:
+    """A model of either type from its JSON form (a model without "type" is logistic)."""
+    return RankerModel.from_dict(data) if data.get("type") == "ranker" else LogisticModel.from_dict(data)
+
+
+@dataclass(frozen=True)
+class RankerData:
+    """Candidates of many queries, standardized, grouped by query (rows of a query are contiguous)."""
+
+    features: np.ndarray
+    labels: np.ndarray
+    starts: np.ndarray  # first row of each query
+    group: np.ndarray  # query of each row
+
+    @classmethod
+    def of(cls, features: list[np.ndarray], labels: list[np.ndarray]) -> RankerData:
+        sizes = np.array([len(f) for f in features])
+        keep = sizes > 0
+        features = [f for f, k in zip(features, keep, strict=True) if k]
+        labels = [y for y, k in zip(labels, keep, strict=True) if k]
+        sizes = sizes[keep]
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        return cls(
+            np.vstack(features).astype(np.float64),
+            np.concatenate(labels).astype(np.float64),
+            starts,
+            np.repeat(np.arange(len(sizes)), sizes),
+        )
+
+
+def _ranker_loss(
+    model: RankerModel, data: RankerData, listwise: float, pointwise: float, want_gradient: bool = True
+) -> tuple[float, dict[str, np.ndarray]]:
+    """Listwise loss (-log of the softmax mass on a query's gold candidates, mean over queries with
+    one) plus `pointwise` times the mean logistic loss per candidate; gradients by hand."""
+    z = (data.features - model.mean) / model.scale
+    h = np.tanh(z @ model.hidden + model.hidden_bias)
+    s = z @ model.linear + h @ model.out + model.bias
+    top = np.maximum.reduceat(s, data.starts)
+    e = np.exp(s - top[data.group])
+    p = e / np.add.reduceat(e, data.starts)[data.group]
+    mass = np.add.reduceat(p * data.labels, data.starts)
+    has_gold = mass > 0
+    queries = max(int(has_gold.sum()), 1)
+    loss = listwise * float(-np.log(mass[has_gold]).sum() / queries)
+    loss += pointwise * float(np.mean(np.logaddexp(0.0, s) - data.labels * s))
+    sigmoid = 0.5 * (1.0 + np.tanh(0.5 * s))
+    if not want_gradient:
+        return loss, {}
+    rowmass = mass[data.group]
+    d_list = np.where(rowmass > 0, p - p * data.labels / np.where(rowmass > 0, rowmass, 1.0), 0.0)
+    ds = listwise * d_list / queries + pointwise * (sigmoid - data.labels) / len(s)
+    dh = np.outer(ds, model.out) * (1 - h**2)
+    return loss, {
+        "linear": z.T @ ds,
+        "hidden": z.T @ dh,
+        "hidden_bias": dh.sum(axis=0),
+        "out": h.T @ ds,
+        "bias": np.array(ds.sum()),
+    }
+
+
+def fit_ranker(
+    train: RankerData,
+    dev: RankerData,
+    units: int = 16,
+    listwise: float = 1.0,
+    pointwise: float = 1.0,
+    l2: float = 1e-4,
+    steps: int = 400,
+    learning_rate: float = 0.02,
+    seed: int = 17,
+    columns: list[int] | None = None,
+) -> tuple[RankerModel, list[dict[str, float]]]:
+    """`RankerModel` by full-batch Adam on `_ranker_loss`; the step with the lowest dev loss is kept
+    (checked every 20 steps). `columns`: the features used (the others get zero weights)."""
+    rng = np.random.default_rng(seed)
+    count = train.features.shape[1]
+    used = np.zeros(count, bool)
+    used[list(range(count)) if columns is None else columns] = True
+    mean = np.where(used, train.features.mean(axis=0), 0.0)
+    scale = np.where(used, train.features.std(axis=0) + 1e-6, 1.0)
+    params = {
+        "linear": np.zeros(count),
+        "hidden": rng.normal(0, 0.3, (count, units)) * used[:, None],
+        "hidden_bias": np.zeros(units),
+        "out": rng.normal(0, 0.1, units),
+        "bias": np.array(0.0),
+    }
+    mask = {"linear": used.astype(float), "hidden": used[:, None].astype(float)}
+    moments = {k: (np.zeros_like(v), np.zeros_like(v)) for k, v in params.items()}
+
+    def model_of(p: dict[str, np.ndarray]) -> RankerModel:
+        return RankerModel(
+            mean, scale, p["linear"], p["hidden"], p["hidden_bias"], p["out"], float(p["bias"])
+        )
+
+    best = model_of({k: v.copy() for k, v in params.items()})
+    best_loss = _ranker_loss(best, dev, listwise, pointwise, want_gradient=False)[0]
+    history = [{"step": 0, "dev_loss": round(best_loss, 5)}]
+    for step in range(1, steps + 1):
+        loss, grads = _ranker_loss(model_of(params), train, listwise, pointwise)
+        for name, grad in grads.items():
+            if name in ("linear", "hidden", "out"):
+                grad = grad + l2 * params[name]
+            grad = grad * mask.get(name, 1.0)
+            m, v = moments[name]
+            m[...] = 0.9 * m + 0.1 * grad
+            v[...] = 0.999 * v + 0.001 * grad**2
+            params[name] = params[name] - learning_rate * (m / (1 - 0.9**step)) / (
+                np.sqrt(v / (1 - 0.999**step)) + 1e-8
+            )
+        if step % 20 == 0 or step == steps:
+            candidate = model_of({k: v.copy() for k, v in params.items()})
+            dev_loss = _ranker_loss(candidate, dev, listwise, pointwise, want_gradient=False)[0]
+            history.append({"step": step, "train_loss": round(loss, 5), "dev_loss": round(dev_loss, 5)})
+            if dev_loss < best_loss:
+                best, best_loss = candidate, dev_loss
+    return best, history
+
+
+@dataclass(frozen=True)
+class QueryAdapter:
+    """A linear map of mention vectors towards the labels they name: q -> unit(q + U (V^T q)).
+
+    Low rank (U, V: dimension x rank) over the frozen encoder, trained contrastively on
+    SkillSkape train mentions (`train_skill_linker.train_adapter`); label vectors stay as they are,
+    so the label index serves both. The identity when absent.
+    """
+
+    up: np.ndarray  # U
+    down: np.ndarray  # V
+
+    def apply(self, vectors: np.ndarray) -> np.ndarray:
+        adapted = vectors + (vectors @ self.down) @ self.up.T
+        norms = np.linalg.norm(adapted, axis=-1, keepdims=True)
+        return (adapted / np.where(norms == 0, 1.0, norms)).astype(np.float32)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"up": self.up.round(5).tolist(), "down": self.down.round(5).tolist()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> QueryAdapter:
+        return cls(np.asarray(data["up"], np.float32), np.asarray(data["down"], np.float32))
+
+
+@dataclass(frozen=True)
+class LinkerModel:
+    """The three reranking models, the confidence below which resolve() answers "unmatched", the card,
+    how often each concept (by preferred label) is a skill in the training sentences (a prior), and
+    the acceptance model that turns a ranking into that confidence (without one: the best
+    candidate's probability)."""
+
+    models: dict[str, Reranker]
+    threshold: float
+    card: dict[str, Any]
+    concept_prior: dict[str, int] = field(default_factory=dict)  # preferred label -> training count, filled
+    # for the transversal skills it leaves out (train_skill_linker.fill_uncovered_prior)
+    adapter: QueryAdapter | None = None
+    acceptance: AcceptanceModel | None = None
+    prior_taxonomy: str = PRIOR_TAXONOMY_URI_PREFIX  # URI prefix of the concepts the prior counts
+
+    def model(self, kind: str) -> Reranker:
+        return self.models[kind]
+
+    def prior_count(self, concept_uri: str, preferred_label: str) -> float:
+        """The prior's count for a concept. It was counted on ESCO: there, a concept it leaves out is one
+        the training data does not name (0). A concept of another taxonomy (the demo's, a user's own)
+        that it does not know by label has no count at all, so it gets the median: with 0 for every
+        concept, the linker left 74% of Decorte spans unmatched instead of 49% (docs/benchmarks.md)."""
+        count = self.concept_prior.get(preferred_label)
+        if count is not None:
+            return float(count)
+        return 0.0 if concept_uri.startswith(self.prior_taxonomy) else self._median_count
+
+    @cached_property
+    def _median_count(self) -> float:
+        return float(np.median(list(self.concept_prior.values()))) if self.concept_prior else 0.0
+
+    def top_confidence(self, probabilities: np.ndarray, tiers: np.ndarray) -> float:
+        """How sure the linker is that the best candidate of this ranking is right."""
+        if not len(probabilities):
+            return 0.0
+        if self.acceptance is None:
+            return float(probabilities[0])
+        return self.acceptance.confidence(probabilities, tiers)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "card": self.card,
+                "threshold": self.threshold,
+                "models": {kind: model.to_dict() for kind, model in self.models.items()},
+                "concept_prior": dict(sorted(self.concept_prior.items())),
+                "adapter": self.adapter.to_dict() if self.adapter is not None else None,
+                "acceptance": self.acceptance.to_dict() if self.acceptance is not None else None,
+            },
+            indent=1,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> LinkerModel:
+        data = json.loads(text)
+        missing = [kind for kind in QUERY_KINDS if kind not in data.get("models", {})]
+        if missing:
+            raise ValueError(f"the linker model has no {', '.join(missing)} model")
+        models = {kind: reranker_from_dict(data["models"][kind]) for kind in QUERY_KINDS}
+        prior = {str(label): int(count) for label, count in data.get("concept_prior", {}).items()}
+        adapter = QueryAdapter.from_dict(data["adapter"]) if data.get("adapter") else None
+        acceptance = AcceptanceModel.from_dict(data["acceptance"]) if data.get("acceptance") else None
+        return cls(models, float(data["threshold"]), dict(data.get("card", {})), prior, adapter, acceptance)
+
+
+def load_linker_model(path: Path | None = None) -> LinkerModel:
+    """The shipped (or given) linker model, read once per process and path."""
+    return _load_linker_model(Path(path or DEFAULT_MODEL_PATH).resolve())
+
+
+@lru_cache(maxsize=4)
+def _load_linker_model(path: Path) -> LinkerModel:
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"skill linker model not found: {path} (train it: python -m training.train_skill_linker)"
+        )
+    return LinkerModel.from_json(path.read_text(encoding="utf-8"))

@@ -1,0 +1,1 @@
+"""The postings' tables and statements: postings, the skills taxonomy, resolved concepts, ingest."""
