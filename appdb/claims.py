@@ -26,8 +26,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from appdb.dialects import CHUNK, insert_for, is_postgres
-from appdb.discovery import WorkSpec, pending_work_query, subject_table
-from appdb.models import Posting, UseCaseOutput, WorkItem, utcnow
+from appdb.discovery import WorkSpec, pending_work_query
+from appdb.models import UseCaseOutput, WorkItem, utcnow
 from appdb.redaction import redact
 from appdb.retry_policy import DEFAULT_RETRY_POLICY, RetryPolicy
 
@@ -56,7 +56,7 @@ def claim_items(
         rows = [
             {
                 "use_case": use_case,
-                "posting_key": key,
+                "subject_key": key,
                 "status": "pending",
                 "attempts": 0,
                 "created_at": now,
@@ -68,14 +68,14 @@ def claim_items(
 
     def still_pending(discovery: WorkSpec, candidates: Sequence[str]) -> Select:
         query = pending_work_query(discovery, now=now, include_current=include_parked)
-        return query.where(subject_table(discovery.subject_kind).key.in_(list(candidates)))
+        return query.where(discovery.subjects.model.key.in_(list(candidates)))
 
     held: list[str] = []
     for start in range(0, len(keys), CHUNK):
         chunk = list(keys[start : start + CHUNK])
         claimable = and_(
             WorkItem.use_case == use_case,
-            WorkItem.posting_key.in_(chunk),
+            WorkItem.subject_key.in_(chunk),
             or_(WorkItem.status != "claimed", WorkItem.lease_expires_at < now),
         )
         if not include_parked:
@@ -88,20 +88,20 @@ def claim_items(
             # Lock first, then ask discovery in a new statement: it sees every run that finished one of
             # these items before the lock was ours (within one statement it would use an older snapshot).
             locked = session.scalars(
-                select(WorkItem.posting_key).where(claimable).with_for_update(skip_locked=True)
+                select(WorkItem.subject_key).where(claimable).with_for_update(skip_locked=True)
             ).all()
             condition = and_(
-                WorkItem.use_case == use_case, WorkItem.posting_key.in_(still_pending(spec, locked))
+                WorkItem.use_case == use_case, WorkItem.subject_key.in_(still_pending(spec, locked))
             )
         elif is_postgres(session):
             picked = (
-                select(WorkItem.use_case, WorkItem.posting_key)
+                select(WorkItem.use_case, WorkItem.subject_key)
                 .where(claimable)
                 .with_for_update(skip_locked=True)
             )
-            condition = tuple_(WorkItem.use_case, WorkItem.posting_key).in_(picked)
+            condition = tuple_(WorkItem.use_case, WorkItem.subject_key).in_(picked)
         elif spec is not None:  # SQLite: the insert above took the write lock, so this sees the latest state
-            condition = and_(claimable, WorkItem.posting_key.in_(still_pending(spec, chunk)))
+            condition = and_(claimable, WorkItem.subject_key.in_(still_pending(spec, chunk)))
         else:
             condition = claimable
         statement = (
@@ -113,7 +113,7 @@ def claim_items(
                 lease_expires_at=now + timedelta(seconds=policy.lease_seconds),
                 updated_at=now,
             )
-            .returning(WorkItem.posting_key)
+            .returning(WorkItem.subject_key)
             .execution_options(synchronize_session=False)
         )
         held.extend(session.scalars(statement))
@@ -124,7 +124,7 @@ def claim_items(
 def _held_by(use_case: str, key: str, run_id: str) -> ColumnElement[bool]:
     return and_(
         WorkItem.use_case == use_case,
-        WorkItem.posting_key == key,
+        WorkItem.subject_key == key,
         WorkItem.status == "claimed",
         WorkItem.claimed_by == run_id,
     )
@@ -151,7 +151,7 @@ def complete_item(session: Session, use_case: str, key: str, run_id: str, output
         return False
     values = {
         "use_case": use_case,
-        "posting_key": key,
+        "subject_key": key,
         "run_id": run_id,
         "created_at": now,
         "updated_at": now,
@@ -163,14 +163,14 @@ def complete_item(session: Session, use_case: str, key: str, run_id: str, output
 
 @functools.lru_cache(maxsize=32)
 def _output_upsert(dialect: str, columns: tuple[str, ...]) -> Any:
-    """The outputs upsert for these columns, built once (building it per posting cost more than it ran)."""
+    """The outputs upsert for these columns, built once (building it per subject cost more than it ran)."""
     insert = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(UseCaseOutput.__table__)
     changing = {
         name: insert.excluded[name]
         for name in columns
-        if name not in ("use_case", "posting_key", "created_at")
+        if name not in ("use_case", "subject_key", "created_at")
     }
-    return insert.on_conflict_do_update(index_elements=["use_case", "posting_key"], set_=changing)
+    return insert.on_conflict_do_update(index_elements=["use_case", "subject_key"], set_=changing)
 
 
 def fail_item(
@@ -257,7 +257,7 @@ def _update_held(session: Session, use_case: str, keys: Sequence[str], run_id: s
             update(WorkItem)
             .where(
                 WorkItem.use_case == use_case,
-                WorkItem.posting_key.in_(chunk),
+                WorkItem.subject_key.in_(chunk),
                 WorkItem.status == "claimed",
                 WorkItem.claimed_by == run_id,
             )
@@ -296,8 +296,7 @@ class ParkedItem:
     """An item parked as failed after `max_attempts`, with what went wrong the last time."""
 
     use_case: str
-    posting_key: str
-    title: str | None
+    subject_key: str
     attempts: int
     last_error: str | None
     failed_at: datetime
@@ -308,15 +307,13 @@ def list_failures(session: Session, use_case: str | None = None) -> list[ParkedI
     query = (
         select(
             WorkItem.use_case,
-            WorkItem.posting_key,
-            Posting.title,
+            WorkItem.subject_key,
             WorkItem.attempts,
             WorkItem.last_error,
             WorkItem.updated_at,
         )
-        .outerjoin(Posting, Posting.key == WorkItem.posting_key)
         .where(WorkItem.status == "failed")
-        .order_by(WorkItem.updated_at, WorkItem.use_case, WorkItem.posting_key)
+        .order_by(WorkItem.updated_at, WorkItem.use_case, WorkItem.subject_key)
     )
     if use_case is not None:
         query = query.where(WorkItem.use_case == use_case)
@@ -324,18 +321,18 @@ def list_failures(session: Session, use_case: str | None = None) -> list[ParkedI
 
 
 def requeue_failed(
-    session: Session, *, use_case: str | None = None, posting_keys: Sequence[str] | None = None
+    session: Session, *, use_case: str | None = None, subject_keys: Sequence[str] | None = None
 ) -> int:
     """Give parked items a fresh set of attempts; returns how many were re-queued.
 
-    With neither filter, every parked item; `use_case` and `posting_keys` narrow it down
-    (both together: those postings of that use case). `last_error` stays for history.
+    With neither filter, every parked item; `use_case` and `subject_keys` narrow it down
+    (both together: those subjects of that use case). `last_error` stays for history.
     """
-    if posting_keys is not None and not posting_keys:
+    if subject_keys is not None and not subject_keys:
         return 0
     chunks = (
-        [list(posting_keys[start : start + CHUNK]) for start in range(0, len(posting_keys), CHUNK)]
-        if posting_keys is not None
+        [list(subject_keys[start : start + CHUNK]) for start in range(0, len(subject_keys), CHUNK)]
+        if subject_keys is not None
         else [None]
     )
     now = utcnow()
@@ -345,7 +342,7 @@ def requeue_failed(
         if use_case is not None:
             statement = statement.where(WorkItem.use_case == use_case)
         if chunk is not None:
-            statement = statement.where(WorkItem.posting_key.in_(chunk))
+            statement = statement.where(WorkItem.subject_key.in_(chunk))
         result = session.execute(
             statement.values(
                 status="pending", attempts=0, next_attempt_at=None, updated_at=now
@@ -360,9 +357,9 @@ def earlier_failures(session: Session, use_case: str, keys: Sequence[str]) -> di
     found: dict[str, tuple[int, str]] = {}
     for start in range(0, len(keys), CHUNK):
         rows = session.execute(
-            select(WorkItem.posting_key, WorkItem.attempts, WorkItem.last_error).where(
+            select(WorkItem.subject_key, WorkItem.attempts, WorkItem.last_error).where(
                 WorkItem.use_case == use_case,
-                WorkItem.posting_key.in_(list(keys[start : start + CHUNK])),
+                WorkItem.subject_key.in_(list(keys[start : start + CHUNK])),
                 WorkItem.attempts > 0,
                 WorkItem.last_error.is_not(None),
             )

@@ -227,7 +227,7 @@ def read_only_session(url: str) -> Iterator[Session]:
     """
     parsed = make_url(normalize_url(url))
     if parsed.get_backend_name() == "sqlite" and parsed.database and not Path(parsed.database).is_file():
-        raise ValueError(f"no application database at {url} (ingest postings first)")
+        raise ValueError(f"no application database at {url} (nothing has been loaded yet)")
     with get_engine(url).connect() as connection:
         current = MigrationContext.configure(connection).get_current_revision()
         head = ScriptDirectory.from_config(alembic_config(url)).get_current_head()

@@ -118,13 +118,10 @@ def record_silent_death(session: Session, run_id: str, job: str, reason: str) ->
     return result.rowcount == 1
 
 
-def stale_heartbeats(session: Session, timeout_seconds: float) -> list[Heartbeat]:
-    """Runs still called alive whose last beat is older than `timeout_seconds`: they died."""
-    cutoff = utcnow() - timedelta(seconds=timeout_seconds)
+def alive_heartbeats(session: Session) -> list[Heartbeat]:
+    """Every run still called alive, the oldest beat first (the reaper decides which died)."""
     rows = session.scalars(
-        select(RunHeartbeat)
-        .where(RunHeartbeat.state == "alive", RunHeartbeat.beat_at < cutoff)
-        .order_by(RunHeartbeat.beat_at)
+        select(RunHeartbeat).where(RunHeartbeat.state == "alive").order_by(RunHeartbeat.beat_at)
     )
     return [_heartbeat(row) for row in rows]
 

@@ -39,8 +39,8 @@ def latest_run_interactions(
     rows = session.scalars(
         select(Interaction)
         .where(
-            Interaction.use_case == use_case, Interaction.run_id == run_id, Interaction.posting_key.in_(keys)
+            Interaction.use_case == use_case, Interaction.run_id == run_id, Interaction.subject_key.in_(keys)
         )
         .order_by(Interaction.id)
     )
-    return {row.posting_key: row for row in rows}
+    return {row.subject_key: row for row in rows}

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, DateTime, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 KEY_LENGTH = 255
@@ -22,32 +22,11 @@ class Base(DeclarativeBase):
     type_annotation_map = {dict[str, Any]: JSON, datetime: DateTime()}
 
 
-class Posting(Base):
-    """One job posting, upserted by its key; `content_hash` changes when any field changes."""
-
-    __tablename__ = "postings"
-    # Discovery's change marker reads max(updated_at) every sensor tick: without this index a full
-    # scan (0.1-0.3 s at 100,000 postings). (Migration 0004.)
-    __table_args__ = (Index("ix_postings_updated_at", "updated_at"),)
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    key: Mapped[str] = mapped_column(String(KEY_LENGTH), unique=True)
-    title: Mapped[str] = mapped_column(Text)
-    company: Mapped[str | None] = mapped_column(Text)
-    location: Mapped[str | None] = mapped_column(Text)
-    description: Mapped[str] = mapped_column(Text)
-    url: Mapped[str | None] = mapped_column(Text)
-    posted_at: Mapped[datetime | None]
-    content_hash: Mapped[str] = mapped_column(String(64))
-    ingested_at: Mapped[datetime] = mapped_column(default=utcnow)
-    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
-
-
 class UseCaseOutput(Base):
     """The current output of one use case for one posting.
 
     It is current while `use_case_version` equals the declaration's version and
-    `posting_hash` equals the posting's content hash (and no upstream output is newer).
+    `subject_hash` equals the posting's content hash (and no upstream output is newer).
     Every earlier attempt stays in `interactions`.
     """
 
@@ -56,13 +35,13 @@ class UseCaseOutput(Base):
     __table_args__ = (Index("ix_outputs_updated_at", "updated_at"),)
 
     use_case: Mapped[str] = mapped_column(String(100), primary_key=True)
-    posting_key: Mapped[str] = mapped_column(String(KEY_LENGTH), primary_key=True)
+    subject_key: Mapped[str] = mapped_column(String(KEY_LENGTH), primary_key=True)
     value: Mapped[dict[str, Any]]
     model: Mapped[str] = mapped_column(String(200))
     backend: Mapped[str] = mapped_column(String(50))
     use_case_version: Mapped[str] = mapped_column(String(50))
     input_hash: Mapped[str] = mapped_column(String(64))
-    posting_hash: Mapped[str] = mapped_column(String(64))
+    subject_hash: Mapped[str] = mapped_column(String(64))
     run_id: Mapped[str | None] = mapped_column(String(64))
     interaction_id: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
@@ -73,12 +52,12 @@ class Interaction(Base):
     """One LLM call, exactly as sent and as answered."""
 
     __tablename__ = "interactions"
-    __table_args__ = (Index("ix_interactions_posting", "posting_key", "use_case"),)
+    __table_args__ = (Index("ix_interactions_subject", "subject_key", "use_case"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     use_case: Mapped[str] = mapped_column(String(100))
     use_case_version: Mapped[str] = mapped_column(String(50))
-    posting_key: Mapped[str] = mapped_column(String(KEY_LENGTH))
+    subject_key: Mapped[str] = mapped_column(String(KEY_LENGTH))
     backend: Mapped[str] = mapped_column(String(50))
     model: Mapped[str] = mapped_column(String(200))
     prompt: Mapped[str] = mapped_column(Text)
@@ -117,7 +96,7 @@ class WorkItem(Base):
     )
 
     use_case: Mapped[str] = mapped_column(String(100), primary_key=True)
-    posting_key: Mapped[str] = mapped_column(String(KEY_LENGTH), primary_key=True)
+    subject_key: Mapped[str] = mapped_column(String(KEY_LENGTH), primary_key=True)
     status: Mapped[str] = mapped_column(String(20), default="pending")  # pending | claimed | done | failed
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     last_error: Mapped[str | None] = mapped_column(Text)
@@ -142,55 +121,6 @@ class ReferenceData(Base):
     content_hash: Mapped[str] = mapped_column(String(64))
     source: Mapped[str] = mapped_column(Text)
     row_count: Mapped[int] = mapped_column(Integer, default=0)
-    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
-
-
-class TaxonomyConcept(Base):
-    """One concept of the loaded skills taxonomy (ESCO's skills_en.csv columns)."""
-
-    __tablename__ = "taxonomy_concepts"
-
-    concept_uri: Mapped[str] = mapped_column(String(KEY_LENGTH), primary_key=True)
-    preferred_label: Mapped[str] = mapped_column(Text)
-    alt_labels: Mapped[list[str]] = mapped_column(JSON, default=list)
-    skill_type: Mapped[str | None] = mapped_column(String(100))
-    description: Mapped[str | None] = mapped_column(Text)
-
-
-class TaxonomyLabel(Base):
-    """One preferred or alternative label of a concept, normalized and indexed for exact lookup."""
-
-    __tablename__ = "taxonomy_labels"
-    __table_args__ = (Index("ix_taxonomy_labels_normalized", "normalized_label"),)
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    concept_uri: Mapped[str] = mapped_column(
-        String(KEY_LENGTH), ForeignKey("taxonomy_concepts.concept_uri", ondelete="CASCADE")
-    )
-    label: Mapped[str] = mapped_column(Text)
-    normalized_label: Mapped[str] = mapped_column(String(KEY_LENGTH))
-    is_preferred: Mapped[bool] = mapped_column(default=False)
-
-
-class PostingSkillConcept(Base):
-    """One resolved skill mention of a posting, so postings can be queried by concept.
-
-    Rewritten with each current `skill_entities` output of the posting; `concept_uri`
-    is NULL for a mention left `unmatched`.
-    """
-
-    __tablename__ = "posting_skill_concepts"
-    __table_args__ = (Index("ix_posting_skill_concepts_concept", "concept_uri"),)
-
-    posting_key: Mapped[str] = mapped_column(
-        String(KEY_LENGTH), ForeignKey("postings.key", ondelete="CASCADE"), primary_key=True
-    )
-    mention: Mapped[str] = mapped_column(String(KEY_LENGTH), primary_key=True)
-    kind: Mapped[str | None] = mapped_column(String(20))
-    concept_uri: Mapped[str | None] = mapped_column(String(KEY_LENGTH))
-    concept_label: Mapped[str | None] = mapped_column(Text)
-    confidence: Mapped[float] = mapped_column(default=0.0)
-    stage: Mapped[str] = mapped_column(String(20))  # exact | alt_label | fuzzy | semantic | unmatched
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
@@ -219,7 +149,7 @@ class OutputGrade(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     use_case: Mapped[str] = mapped_column(String(100))
-    posting_key: Mapped[str] = mapped_column(String(KEY_LENGTH))
+    subject_key: Mapped[str] = mapped_column(String(KEY_LENGTH))
     use_case_version: Mapped[str] = mapped_column(String(50))
     input_hash: Mapped[str] = mapped_column(String(64))
     judge_model: Mapped[str] = mapped_column(String(200))
@@ -243,7 +173,7 @@ class ReviewItem(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     use_case: Mapped[str] = mapped_column(String(100))
-    posting_key: Mapped[str] = mapped_column(String(KEY_LENGTH))
+    subject_key: Mapped[str] = mapped_column(String(KEY_LENGTH))
     use_case_version: Mapped[str] = mapped_column(String(50))
     reason: Mapped[str] = mapped_column(Text)
     check_name: Mapped[str | None] = mapped_column(String(100))  # None when the judge flagged it
@@ -265,11 +195,11 @@ class Correction(Base):
     """
 
     __tablename__ = "corrections"
-    __table_args__ = (Index("ix_corrections_use_case", "use_case", "posting_key"),)
+    __table_args__ = (Index("ix_corrections_use_case", "use_case", "subject_key"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     use_case: Mapped[str] = mapped_column(String(100))
-    posting_key: Mapped[str] = mapped_column(String(KEY_LENGTH))
+    subject_key: Mapped[str] = mapped_column(String(KEY_LENGTH))
     use_case_version: Mapped[str] = mapped_column(String(50))
     verdict: Mapped[str] = mapped_column(String(20))  # accepted | corrected
     original: Mapped[dict[str, Any] | None] = mapped_column(JSON)
@@ -336,39 +266,6 @@ class Subject(Base):
     content_hash: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
-
-
-class AutodoItem(Base):
-    """autodo's own state of one work item (its text is the `subjects` row of kind ``autodo``):
-    status, priority, parent, where it was last seen, notes. (Migration 0006.)"""
-
-    __tablename__ = "autodo_items"
-    __table_args__ = (Index("ix_autodo_items_fingerprint", "fingerprint"),)
-
-    key: Mapped[str] = mapped_column(String(KEY_LENGTH), primary_key=True)
-    status: Mapped[str] = mapped_column(String(20), default="open")  # open | done | wontfix | stale
-    priority: Mapped[str] = mapped_column(String(2), default="P2")
-    parent_key: Mapped[str | None] = mapped_column(String(KEY_LENGTH))
-    file: Mapped[str | None] = mapped_column(Text)
-    line: Mapped[int | None] = mapped_column(Integer)
-    fingerprint: Mapped[str | None] = mapped_column(String(64))
-    anchor: Mapped[str | None] = mapped_column(String(100))
-    unseen_scans: Mapped[int] = mapped_column(Integer, default=0)
-    notes: Mapped[list[Any]] = mapped_column(JSON, default=list)
-    created_at: Mapped[datetime] = mapped_column(default=utcnow)
-    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
-    closed_at: Mapped[datetime | None]
-
-
-class AutodoDependency(Base):
-    """`item_key` waits for `depends_on` (never a cycle: `plugins/autodo/planning.py`)."""
-
-    __tablename__ = "autodo_dependencies"
-
-    item_key: Mapped[str] = mapped_column(String(KEY_LENGTH), primary_key=True)
-    depends_on: Mapped[str] = mapped_column(String(KEY_LENGTH), primary_key=True)
-    reason: Mapped[str] = mapped_column(Text, default="")
-    created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class RunHeartbeat(Base):

@@ -1,4 +1,4 @@
-"""Read-only questions the command line asks: counts, a posting's whole record, outputs for display."""
+"""Read-only questions the command line asks: counts, a subject's outputs and calls, outputs for display."""
 
 from __future__ import annotations
 
@@ -9,11 +9,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from appdb.events import usage_columns
-from appdb.models import Interaction, Posting, ReviewItem, Subject, UseCaseOutput, WorkItem
-
-
-def posting_count(session: Session) -> int:
-    return session.scalar(select(func.count(Posting.id))) or 0
+from appdb.models import Interaction, ReviewItem, UseCaseOutput, WorkItem
 
 
 def work_state_counts(session: Session, use_case: str) -> dict[str, int]:
@@ -30,50 +26,32 @@ def output_counts(session: Session) -> dict[str, int]:
     return dict(rows.all())
 
 
-def get_posting(session: Session, key: str) -> Posting | None:
-    return session.scalar(select(Posting).where(Posting.key == key))
-
-
-def get_subject(session: Session, key: str) -> Subject | None:
-    """A subject of a kind other than postings by its key (the first kind that has it)."""
-    return session.scalars(select(Subject).where(Subject.key == key).order_by(Subject.id)).first()
-
-
-def postings_in_order(session: Session, keys: Sequence[str]) -> list[Posting]:
-    """The postings with these keys, in ingest order."""
-    return list(session.scalars(select(Posting).where(Posting.key.in_(keys)).order_by(Posting.id)))
-
-
-def posting_titles(session: Session, keys: Sequence[str]) -> dict[str, str]:
-    return dict(session.execute(select(Posting.key, Posting.title).where(Posting.key.in_(set(keys)))).all())
-
-
 def output_values(session: Session, keys: Sequence[str]) -> dict[tuple[str, str], dict[str, Any]]:
-    """Every current output value of these postings, by (posting key, use case)."""
-    rows = session.scalars(select(UseCaseOutput).where(UseCaseOutput.posting_key.in_(keys)))
-    return {(row.posting_key, row.use_case): row.value for row in rows}
+    """Every current output value of these subjects, by (subject key, use case)."""
+    rows = session.scalars(select(UseCaseOutput).where(UseCaseOutput.subject_key.in_(keys)))
+    return {(row.subject_key, row.use_case): row.value for row in rows}
 
 
 def waiting_work(session: Session, use_case: str, keys: Sequence[str]) -> dict[str, WorkItem]:
-    """The work items of these postings whose last attempt failed (parked or waiting for a retry), by key."""
+    """The work items of these subjects whose last attempt failed (parked or waiting for a retry), by key."""
     rows = session.scalars(
         select(WorkItem).where(
-            WorkItem.use_case == use_case, WorkItem.posting_key.in_(keys), WorkItem.last_error.is_not(None)
+            WorkItem.use_case == use_case, WorkItem.subject_key.in_(keys), WorkItem.last_error.is_not(None)
         )
     )
-    return {row.posting_key: row for row in rows}
+    return {row.subject_key: row for row in rows}
 
 
-def posting_outputs(session: Session, key: str) -> dict[str, UseCaseOutput]:
-    """The current outputs of one posting, by use case."""
-    rows = session.scalars(select(UseCaseOutput).where(UseCaseOutput.posting_key == key))
+def subject_outputs(session: Session, key: str) -> dict[str, UseCaseOutput]:
+    """The current outputs of one subject, by use case."""
+    rows = session.scalars(select(UseCaseOutput).where(UseCaseOutput.subject_key == key))
     return {row.use_case: row for row in rows}
 
 
-def posting_interactions(session: Session, key: str) -> list[Interaction]:
-    """Every call recorded for one posting, oldest first."""
+def subject_interactions(session: Session, key: str) -> list[Interaction]:
+    """Every call recorded for one subject, oldest first."""
     return list(
-        session.scalars(select(Interaction).where(Interaction.posting_key == key).order_by(Interaction.id))
+        session.scalars(select(Interaction).where(Interaction.subject_key == key).order_by(Interaction.id))
     )
 
 
@@ -82,7 +60,7 @@ def llm_usage(session: Session, key: str) -> list[tuple[str, int, int, float]]:
     included: what its outputs cost so far (scripts are not LLM calls)."""
     rows = session.execute(
         select(Interaction.use_case, *usage_columns())
-        .where(Interaction.posting_key == key, Interaction.backend != "script")
+        .where(Interaction.subject_key == key, Interaction.backend != "script")
         .group_by(Interaction.use_case)
         .order_by(Interaction.use_case)
     ).all()
@@ -93,11 +71,11 @@ def llm_usage(session: Session, key: str) -> list[tuple[str, int, int, float]]:
 
 
 def mean_llm_latency(session: Session, keys: Sequence[str]) -> list[tuple[str, float, int]]:
-    """(use case, mean latency in ms, calls) of the LLM calls that made these postings' current outputs."""
+    """(use case, mean latency in ms, calls) of the LLM calls that made these subjects' current outputs."""
     rows = session.execute(
         select(UseCaseOutput.use_case, func.avg(Interaction.latency_ms), func.count(Interaction.id))
         .join(Interaction, Interaction.id == UseCaseOutput.interaction_id)
-        .where(UseCaseOutput.posting_key.in_(keys), Interaction.backend != "script")
+        .where(UseCaseOutput.subject_key.in_(keys), Interaction.backend != "script")
         .group_by(UseCaseOutput.use_case)
     ).all()
     return [(use_case, float(mean or 0.0), count) for use_case, mean, count in rows]
@@ -105,25 +83,3 @@ def mean_llm_latency(session: Session, keys: Sequence[str]) -> list[tuple[str, f
 
 def get_review_item(session: Session, item_id: int) -> ReviewItem | None:
     return session.get(ReviewItem, item_id)
-
-
-def stale_output_facts(session: Session, use_case: str, keys: Sequence[str]) -> dict[str, Any]:
-    """For these postings' outputs: what made them (version, model, posting hash) and the posting's
-    hash now, by posting key."""
-    facts: dict[str, Any] = {}
-    for start in range(0, len(keys), 500):
-        rows = session.execute(
-            select(
-                UseCaseOutput.posting_key,
-                UseCaseOutput.use_case_version,
-                UseCaseOutput.model,
-                UseCaseOutput.posting_hash,
-                Posting.content_hash,
-            )
-            .join(Posting, Posting.key == UseCaseOutput.posting_key)
-            .where(
-                UseCaseOutput.use_case == use_case, UseCaseOutput.posting_key.in_(keys[start : start + 500])
-            )
-        )
-        facts.update((row.posting_key, row) for row in rows)
-    return facts

@@ -1,4 +1,4 @@
-"""Retention: which postings are finished, so their Dagster partitions can go (outputs and traces stay)."""
+"""Retention: which subjects are finished, so their Dagster partitions can go (outputs and traces stay)."""
 
 from __future__ import annotations
 
@@ -13,19 +13,19 @@ from appdb.models import UseCaseOutput, WorkItem
 UNFINISHED_STATUSES = ("pending", "claimed", "failed")
 
 
-def finished_postings(session: Session, use_cases: Sequence[str], before: datetime) -> list[str]:
-    """Postings with an output of every use case, the last one written before `before`, and no work
-    item still pending, claimed or parked. (Whether each output is still *current* is discovery's
-    question: the caller drops the postings it finds pending.)"""
+def finished_subjects(session: Session, use_cases: Sequence[str], before: datetime) -> list[str]:
+    """Subjects with an output of every one of `use_cases` (those of one kind), the last one written
+    before `before`, and no work item still pending, claimed or parked. (Whether each output is still
+    *current* is discovery's question: the caller drops the subjects it finds pending.)"""
     names = sorted(set(use_cases))
-    unfinished = select(WorkItem.posting_key).where(
+    unfinished = select(WorkItem.subject_key).where(
         WorkItem.use_case.in_(names), WorkItem.status.in_(UNFINISHED_STATUSES)
     )
     query = (
-        select(UseCaseOutput.posting_key)
-        .where(UseCaseOutput.use_case.in_(names), UseCaseOutput.posting_key.not_in(unfinished))
-        .group_by(UseCaseOutput.posting_key)
+        select(UseCaseOutput.subject_key)
+        .where(UseCaseOutput.use_case.in_(names), UseCaseOutput.subject_key.not_in(unfinished))
+        .group_by(UseCaseOutput.subject_key)
         .having(func.count(UseCaseOutput.use_case) == len(names), func.max(UseCaseOutput.updated_at) < before)
-        .order_by(UseCaseOutput.posting_key)
+        .order_by(UseCaseOutput.subject_key)
     )
     return list(session.scalars(query))

@@ -22,14 +22,13 @@ from appdb.dialects import CHUNK
 from appdb.models import (
     Correction,
     OutputGrade,
-    Posting,
     ReferenceData,
     ReviewItem,
-    TaxonomyConcept,
     UseCaseOutput,
     WorkItem,
     utcnow,
 )
+from appdb.subject_tables import SubjectTable
 
 REVIEW_STATUSES = ("open", "accepted", "rejected", "corrected")
 REVIEW_BACKEND = "review"
@@ -82,11 +81,11 @@ def current_grade_summary(session: Session, use_case: str) -> GradeSummary:
         .join(
             UseCaseOutput,
             (UseCaseOutput.use_case == OutputGrade.use_case)
-            & (UseCaseOutput.posting_key == OutputGrade.posting_key)
+            & (UseCaseOutput.subject_key == OutputGrade.subject_key)
             & (UseCaseOutput.input_hash == OutputGrade.input_hash),
         )
         .where(OutputGrade.use_case == use_case)
-        .group_by(OutputGrade.posting_key)
+        .group_by(OutputGrade.subject_key)
     )
     grades = list(session.scalars(select(OutputGrade).where(OutputGrade.id.in_(latest))))
     return summarize_grades(grades)
@@ -111,7 +110,7 @@ def flag_for_review(
     session: Session,
     *,
     use_case: str,
-    posting_key: str,
+    subject_key: str,
     use_case_version: str,
     reason: str,
     check_name: str | None = None,
@@ -120,7 +119,7 @@ def flag_for_review(
     interaction_id: int | None = None,
     run_id: str | None = None,
 ) -> int:
-    """Open a review item, or update the open one of this (use case, posting); returns its id.
+    """Open a review item, or update the open one of this (use case, subject); returns its id.
 
     One open item per output keeps the queue short: a second finding (another check, a
     low grade) is added to the item's reason rather than queued again.
@@ -129,7 +128,7 @@ def flag_for_review(
         select(ReviewItem)
         .where(
             ReviewItem.use_case == use_case,
-            ReviewItem.posting_key == posting_key,
+            ReviewItem.subject_key == subject_key,
             ReviewItem.status == "open",
         )
         .with_for_update()
@@ -137,7 +136,7 @@ def flag_for_review(
     if item is None:
         item = ReviewItem(
             use_case=use_case,
-            posting_key=posting_key,
+            subject_key=subject_key,
             use_case_version=use_case_version,
             reason=reason,
             check_name=check_name,
@@ -218,7 +217,7 @@ def add_correction(
     session: Session,
     *,
     use_case: str,
-    posting_key: str,
+    subject_key: str,
     use_case_version: str,
     verdict: str,
     original: dict[str, Any] | None,
@@ -231,7 +230,7 @@ def add_correction(
         raise ValueError(f"a correction's verdict is accepted or corrected, not {verdict!r}")
     correction = Correction(
         use_case=use_case,
-        posting_key=posting_key,
+        subject_key=subject_key,
         use_case_version=use_case_version,
         verdict=verdict,
         original=original,
@@ -246,44 +245,46 @@ def add_correction(
     return correction.id
 
 
-def current_output(session: Session, use_case: str, posting_key: str) -> UseCaseOutput | None:
-    return session.get(UseCaseOutput, (use_case, posting_key))
+def current_output(session: Session, use_case: str, subject_key: str) -> UseCaseOutput | None:
+    return session.get(UseCaseOutput, (use_case, subject_key))
 
 
 def apply_reviewed_output(
     session: Session,
     *,
     use_case: str,
-    posting_key: str,
+    subject_key: str,
+    subjects: SubjectTable,
     value: dict[str, Any],
     model: str,
     use_case_version: str,
     interaction_id: int,
 ) -> None:
-    """Deliver a reviewer's value as the current output (until the output is remade).
+    """Deliver a reviewer's value as the current output (until the output is remade); `subjects` is
+    where the subject is stored.
 
     The output keeps its version and model, so it stays current; its `updated_at` moves,
     so downstream use cases that read it become stale and redo their part. When there
     was no output (the model's answer was blocked by a check), one is written and the
-    posting's parked work item is marked done.
+    subject's parked work item is marked done.
     """
     now = utcnow()
-    output = current_output(session, use_case, posting_key)
+    output = current_output(session, use_case, subject_key)
     if output is None:
-        posting_hash = session.scalar(select(Posting.content_hash).where(Posting.key == posting_key))
-        if posting_hash is None:
-            raise ReviewError(f"posting {posting_key!r} no longer exists")
+        subject_hash = subjects.content_hashes(session, [subject_key]).get(subject_key)
+        if subject_hash is None:
+            raise ReviewError(f"{subjects.kind} {subject_key!r} no longer exists")
         digest = hashlib.sha256(json.dumps([use_case, value], sort_keys=True).encode("utf-8")).hexdigest()
         session.add(
             UseCaseOutput(
                 use_case=use_case,
-                posting_key=posting_key,
+                subject_key=subject_key,
                 value=value,
                 model=model,
                 backend=REVIEW_BACKEND,
                 use_case_version=use_case_version,
                 input_hash=digest,
-                posting_hash=posting_hash,
+                subject_hash=subject_hash,
                 interaction_id=interaction_id,
                 created_at=now,
                 updated_at=now,
@@ -291,7 +292,7 @@ def apply_reviewed_output(
         )
         session.execute(
             update(WorkItem)
-            .where(WorkItem.use_case == use_case, WorkItem.posting_key == posting_key)
+            .where(WorkItem.use_case == use_case, WorkItem.subject_key == subject_key)
             .where(WorkItem.status != "claimed")
             .values(status="done", attempts=0, next_attempt_at=None, updated_at=now)
             .execution_options(synchronize_session=False)
@@ -307,14 +308,14 @@ def apply_reviewed_output(
 class GoldPair:
     """One corpus entry and the model's current answer for the same output (None: no current answer)."""
 
-    posting_key: str
+    subject_key: str
     verdict: str
     gold: dict[str, Any]
     answer: dict[str, Any] | None
 
 
 def gold_pairs(session: Session, use_case: str, version: str) -> list[GoldPair]:
-    """The newest corpus entry per posting, with the model's current answer of version `version`.
+    """The newest corpus entry per subject, with the model's current answer of version `version`.
 
     Where the current output is the reviewer's own value (a correction delivered), the
     model's answer is the one the reviewer saw (`original`), so the evaluation measures
@@ -323,37 +324,37 @@ def gold_pairs(session: Session, use_case: str, version: str) -> list[GoldPair]:
     newest = (
         select(func.max(Correction.id))
         .where(Correction.use_case == use_case)
-        .group_by(Correction.posting_key)
+        .group_by(Correction.subject_key)
     )
     corrections = session.scalars(
-        select(Correction).where(Correction.id.in_(newest)).order_by(Correction.posting_key)
+        select(Correction).where(Correction.id.in_(newest)).order_by(Correction.subject_key)
     ).all()
     outputs = {
-        row.posting_key: row
+        row.subject_key: row
         for row in session.scalars(
             select(UseCaseOutput).where(
                 UseCaseOutput.use_case == use_case,
-                UseCaseOutput.posting_key.in_([c.posting_key for c in corrections]),
+                UseCaseOutput.subject_key.in_([c.subject_key for c in corrections]),
             )
         )
     }
     pairs = []
     for correction in corrections:
-        output = outputs.get(correction.posting_key)
+        output = outputs.get(correction.subject_key)
         answer: dict[str, Any] | None = None
         if output is not None and output.use_case_version == version:
             if output.backend != REVIEW_BACKEND:
                 answer = output.value
             elif correction.use_case_version == version:
                 answer = correction.original
-        pairs.append(GoldPair(correction.posting_key, correction.verdict, correction.corrected, answer))
+        pairs.append(GoldPair(correction.subject_key, correction.verdict, correction.corrected, answer))
     return pairs
 
 
 def rejected_keys(session: Session, use_case: str, version: str) -> list[str]:
-    """Postings whose output of this version a reviewer rejected (and did not correct since)."""
+    """Subjects whose output of this version a reviewer rejected (and did not correct since)."""
     rejected = session.scalars(
-        select(ReviewItem.posting_key).where(
+        select(ReviewItem.subject_key).where(
             ReviewItem.use_case == use_case,
             ReviewItem.status == "rejected",
             ReviewItem.use_case_version == version,
@@ -361,8 +362,8 @@ def rejected_keys(session: Session, use_case: str, version: str) -> list[str]:
     ).all()
     later = set(
         session.scalars(
-            select(Correction.posting_key).where(
-                Correction.use_case == use_case, Correction.posting_key.in_(rejected)
+            select(Correction.subject_key).where(
+                Correction.use_case == use_case, Correction.subject_key.in_(rejected)
             )
         )
     )
@@ -376,11 +377,11 @@ def current_values(
     values: dict[str, dict[str, Any]] = {}
     for start in range(0, len(keys), CHUNK):
         rows = session.execute(
-            select(UseCaseOutput.posting_key, UseCaseOutput.value).where(
+            select(UseCaseOutput.subject_key, UseCaseOutput.value).where(
                 UseCaseOutput.use_case == use_case,
                 UseCaseOutput.use_case_version == version,
                 UseCaseOutput.backend != REVIEW_BACKEND,
-                UseCaseOutput.posting_key.in_(list(keys[start : start + CHUNK])),
+                UseCaseOutput.subject_key.in_(list(keys[start : start + CHUNK])),
             )
         )
         values.update(rows.all())
@@ -399,20 +400,6 @@ def gym_marker(session: Session) -> str:
         )
     ).one()
     return "|".join(str(value) for value in row)
-
-
-def posting_fields(session: Session, key: str) -> dict[str, Any] | None:
-    """What a correction is checked against: the posting's title, description and company."""
-    row = session.scalar(select(Posting).where(Posting.key == key))
-    if row is None:
-        return None
-    return {"title": row.title, "description": row.description, "company": row.company}
-
-
-def concept_label(session: Session, uri: str) -> str | None:
-    """The preferred label of a concept of the loaded taxonomy; None when the URI is not one."""
-    concept = session.get(TaxonomyConcept, uri)
-    return concept.preferred_label if concept is not None else None
 
 
 def judge_verdict(session: Session, judge: str, rubric_version: str) -> tuple[bool, str] | None:

@@ -1,15 +1,15 @@
-"""The batch loop every declared use case runs: one run processes a batch of postings.
+"""The batch loop every declared use case runs: one run processes a batch of subjects.
 
-A run covers a range of posting partitions. Within it, the use case's asset:
-1. asks discovery which postings still need this use case (current ones are skipped),
-2. claims them, so no other run works on the same posting at the same time,
-3. processes them: one call per posting (`single_call.py`) or a chain of steps in waves
+A run covers a range of subject partitions. Within it, the use case's asset:
+1. asks discovery which subjects still need this use case (current ones are skipped),
+2. claims them, so no other run works on the same subject at the same time,
+3. processes them: one call per subject (`single_call.py`) or a chain of steps in waves
    (`chain_runner.py`), the model loaded once, each output stored with its exact interaction and
-   logged as a materialization of that posting's partition (only postings actually done),
+   logged as a materialization of that subject's partition (only subjects actually done),
 4. reports the declared checks over the batch, and lets the gym flag and judge (`gym_checks.py`).
 
 An unreachable backend or a missing model ends the run early, gives the claims back, spends no attempts
-and pauses the use case (the circuit breaker); a bad output counts against that posting only.
+and pauses the use case (the circuit breaker); a bad output counts against that subject only.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from assets.run_tags import run_source
 from assets.single_call import run_single_calls
 from domain.language.declaration import UseCase, code_version
 from domain.language.llm_types import BackendUnavailable
-from domain.language.output_parsing import blocked_postings
+from domain.language.output_parsing import blocked_subjects
 from resources.app_database import AppDatabase
 from resources.llm import LLMResource
 
@@ -55,7 +55,7 @@ def process_batch(
     *,
     force: bool = False,
 ) -> Iterator[Any]:
-    """Process the run's postings; yields Dagster events, returns the outcome."""
+    """Process the run's subjects; yields Dagster events, returns the outcome."""
     run = BatchRun(context, use_case, app_db, llm, context.run.run_id, run_source(context.run.tags), force)
     keys = list(context.partition_keys)
     with app_db.session() as session:
@@ -72,7 +72,7 @@ def process_batch(
         )
     skipped_current, skipped_held_elsewhere = len(keys) - len(todo), len(todo) - len(held)
     context.log.info(
-        f"{use_case.name}: {len(keys)} postings in this run: {len(held)} to do, "
+        f"{use_case.name}: {len(keys)} {use_case.subject.plural} in this run: {len(held)} to do, "
         f"{skipped_current} skipped (already current, waiting for upstream, or backing off), "
         f"{skipped_held_elsewhere} skipped (held by another run)"
     )
@@ -88,7 +88,8 @@ def process_batch(
         yield from _recorded_current(run, keys, todo)
         raise Failure(
             description=(
-                f"{use_case.name}: {len(outcome.parked)} postings failed {use_case.retry.max_attempts} times "
+                f"{use_case.name}: {len(outcome.parked)} {use_case.subject.plural} failed "
+                f"{use_case.retry.max_attempts} times "
                 "and are parked: `pipeline failures` lists them, `pipeline retry` re-queues them"
             ),
             metadata={"parked": MetadataValue.json(outcome.parked), "done": len(outcome.done)},
@@ -97,7 +98,7 @@ def process_batch(
 
 
 def _process_held(run: BatchRun, held: list[str]) -> Iterator[AssetMaterialization]:
-    """Single calls or a chain over the held postings, with the claims given back if the run stops."""
+    """Single calls or a chain over the held subjects, with the claims given back if the run stops."""
     run.remaining = set(held)
     for check in run.use_case.checks:
         if check.warm_up is not None:  # loads beside the first calls, before the first output needs it
@@ -121,7 +122,7 @@ def _process_held(run: BatchRun, held: list[str]) -> Iterator[AssetMaterializati
 def _trip_breaker(run: BatchRun, exc: BackendUnavailable) -> Failure:
     """The circuit breaker: stop at the first infrastructure error, spend no attempts, and pause the
     use case so the sensor requests no runs until the resume time. With several hosts only the run's
-    host is paused: the sensor gives its postings to the others."""
+    host is paused: the sensor gives its subjects to the others."""
     name = run.use_case.name
     host = run.llm.pinned_host if run.llm is not None and run.llm.several_hosts else None
     paused = host.pause_key if host is not None else name
@@ -134,7 +135,7 @@ def _trip_breaker(run: BatchRun, exc: BackendUnavailable) -> Failure:
         description=(
             f"{name}: the LLM backend is unavailable, run stopped and {paused} paused "
             f"until {resume_at:%Y-%m-%d %H:%M:%S} UTC (`pipeline resume` to retry sooner)"
-            + (": its postings go to the other hosts" if host is not None else "")
+            + (f": its {run.use_case.subject.plural} go to the other hosts" if host is not None else "")
             + f": {exc}"
         ),
         metadata={
@@ -149,8 +150,8 @@ def _trip_breaker(run: BatchRun, exc: BackendUnavailable) -> Failure:
 def _recorded_current(
     run: BatchRun, keys: Sequence[str], todo: Sequence[str]
 ) -> Iterator[AssetMaterialization]:
-    """Failing the step is how Dagster marks parked postings failed in the UI; the outputs and check
-    results are already recorded. Postings of the range that were already current are re-recorded first,
+    """Failing the step is how Dagster marks parked subjects failed in the UI; the outputs and check
+    results are already recorded. Subjects of the range that were already current are re-recorded first,
     or the failed run would mark them failed too."""
     skipped = set(keys) - set(todo)
     with run.app_db.session() as session:
@@ -168,7 +169,7 @@ def _recorded_current(
 
 
 def check_results(use_case: UseCase, outcome: BatchOutcome) -> Iterator[AssetCheckResult]:
-    """Evaluate the built-in and declared checks over this run's outputs, naming failing postings."""
+    """Evaluate the built-in and declared checks over this run's outputs, naming failing subjects."""
     yield AssetCheckResult(
         check_name=ITEMS_OK_CHECK,
         passed=not outcome.failed,
@@ -186,11 +187,11 @@ def check_results(use_case: UseCase, outcome: BatchOutcome) -> Iterator[AssetChe
     for check in use_case.checks:
         failing = {}
         for key, value in outcome.outputs.items():
-            reason = check.check(value, outcome.postings.get(key, {}))
+            reason = check.check(value, outcome.subjects.get(key, {}))
             if reason:
                 failing[key] = reason
         if check.blocking:
-            failing.update(blocked_postings(check.name, outcome.failed))
+            failing.update(blocked_subjects(check.name, outcome.failed))
         outcome.check_failures[check.name] = failing  # the gym turns them into review items
         yield AssetCheckResult(
             check_name=check.name,
@@ -199,7 +200,7 @@ def check_results(use_case: UseCase, outcome: BatchOutcome) -> Iterator[AssetChe
             metadata={
                 "checked": len(outcome.outputs),
                 "failing": len(failing),
-                "failing_postings": MetadataValue.json(dict(list(failing.items())[:50])),
+                f"failing_{use_case.subject_kind}": MetadataValue.json(dict(list(failing.items())[:50])),
             },
         )
 

@@ -28,7 +28,7 @@ class BatchOutcome:
     unchanged: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
-    postings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    subjects: dict[str, dict[str, Any]] = field(default_factory=dict)
     inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
     skipped_current: int = 0
     skipped_held_elsewhere: int = 0
@@ -36,10 +36,10 @@ class BatchOutcome:
     calls: int = 0  # the run's calls, tokens and cost (at the configured prices): `record_run_cost`
     tokens: int = 0
     cost: float = 0.0
-    check_failures: dict[str, dict[str, str]] = field(default_factory=dict)  # check -> posting -> reason
+    check_failures: dict[str, dict[str, str]] = field(default_factory=dict)  # check -> subject -> reason
 
     def record_stored(self, key: str, value: dict[str, Any], stored: bool) -> bool:
-        """Count a posting done, or failed when its claim was lost before the output was written."""
+        """Count a subject done, or failed when its claim was lost before the output was written."""
         if not stored:
             self.failed[key] = CLAIM_LOST
             return False

@@ -1,17 +1,17 @@
-"""Runs a multi-step use case (`domain/language/steps.py`) over the postings a run holds.
+"""Runs a multi-step use case (`domain/language/steps.py`) over the subjects a run holds.
 
-Batching stays by step ("waves"): all postings currently at the same step are
+Batching stays by step ("waves"): all subjects currently at the same step are
 processed together, with that step's model loaded once, before the chain moves on;
-never one posting through the whole chain at a time. The next wave is the earliest
-declared step that has postings waiting, so postings that finish a loop early wait at
+never one subject through the whole chain at a time. The next wave is the earliest
+declared step that has subjects waiting, so subjects that finish a loop early wait at
 a later step and join the others in one wave. Consecutive calls of one step also
 share their few-shot prefix, which llama.cpp evaluates once.
 
 Every step call is a row in `interactions` (use_case = the use case's name); its
 `options` hold, under "chain", the step, its visit number, the route taken and the
 rule that chose it, the budget state and, on the last step, why the chain ended.
-`pipeline trace` reads them back as the posting's path. A posting's chain state lives
-for one run: a posting whose run died starts its chain again in the next one.
+`pipeline trace` reads them back as the subject's path. A subject's chain state lives
+for one run: a subject whose run died starts its chain again in the next one.
 """
 
 import hashlib
@@ -38,8 +38,8 @@ from domain.language.templates import TemplateVariableError
 
 
 @dataclass
-class PostingChain:
-    """One posting's way through the chain in this run: where it is, what it has, what it spent."""
+class SubjectChain:
+    """One subject's way through the chain in this run: where it is, what it has, what it spent."""
 
     key: str
     input_hash: str
@@ -49,7 +49,7 @@ class PostingChain:
     state: dict[str, Any] = field(default_factory=dict)  # output_name -> latest value
     history: list[StepRecord] = field(default_factory=list)
     path: list[str] = field(default_factory=list)
-    ending: str | None = None  # set when a budget ran out and the posting went to the fallback
+    ending: str | None = None  # set when a budget ran out and the subject went to the fallback
     prompt_tokens: int = 0
     completion_tokens: int = 0
     latency_ms: float = 0.0
@@ -66,7 +66,7 @@ class _StepCall:
 
 
 def chain_input_hash(use_case: UseCase, values: Mapping[str, Any]) -> str:
-    """Identity of a chain's input: its version, models, the posting's fields and upstream outputs."""
+    """Identity of a chain's input: its version, models, the subject's fields and upstream outputs."""
     payload = json.dumps(
         [
             use_case.name,
@@ -81,50 +81,50 @@ def chain_input_hash(use_case: UseCase, values: Mapping[str, Any]) -> str:
 
 
 def run_chain(run: BatchRun, held: Sequence[str]) -> Iterator[AssetMaterialization]:
-    """Take every held posting through the chain, wave by wave; yields materializations.
+    """Take every held subject through the chain, wave by wave; yields materializations.
 
-    `run.remaining` (the keys still held) shrinks as postings finish, so the caller can give the rest
+    `run.remaining` (the keys still held) shrinks as subjects finish, so the caller can give the rest
     back if the backend goes away mid-run.
     """
     use_case, outcome = run.use_case, run.outcome
     chain = use_case.steps
     with run.app_db.session() as session:
-        postings, values = inputs.load_inputs(
-            session, use_case.subject_kind, held, use_case.subject_variables, use_case.upstream
+        subjects, values = inputs.load_inputs(
+            session, use_case.subject.table, held, use_case.subject_variables, use_case.upstream
         )
         existing = inputs.existing_outputs(session, use_case.name, held)
-    outcome.postings, outcome.inputs = postings, values
-    active: dict[str, PostingChain] = {}
+    outcome.subjects, outcome.inputs = subjects, values
+    active: dict[str, SubjectChain] = {}
     for key in held:
         input_hash = chain_input_hash(use_case, values[key])
         previous = existing.get(key)
         if previous is not None and previous.input_hash == input_hash and not run.force:
             keep_unchanged(run, key, previous)
             continue
-        active[key] = PostingChain(key, input_hash, chain.start)
+        active[key] = SubjectChain(key, input_hash, chain.start)
 
     script_context = ScriptContext(resources=run.context.resources, app_db=run.app_db, log=run.log)
     wave = 0
     while active:
         step = next(step for step in chain.steps if any(p.at == step.name for p in active.values()))
-        batch = [posting for posting in active.values() if posting.at == step.name]
+        batch = [subject for subject in active.values() if subject.at == step.name]
         wave += 1
         started = time.perf_counter()
         if not step.is_script:
             run.load_model(step.model)
-        for posting, call in _call_step(run, step, batch, values, script_context):
+        for subject, call in _call_step(run, step, batch, values, script_context):
             if isinstance(call.error, BackendUnavailable):
                 raise call.error
-            event = _finish_step(run, step, posting, call, values)
-            if posting.at == END:
-                del active[posting.key]
-                run.finished(posting.key)
+            event = _finish_step(run, step, subject, call, values)
+            if subject.at == END:
+                del active[subject.key]
+                run.finished(subject.key)
             if event is not None:
                 run.note_served()
                 yield event
             run.renew_claims_if_due()
         run.log.info(
-            f"{use_case.name}: wave {wave}: step {step.name} for {len(batch)} postings in "
+            f"{use_case.name}: wave {wave}: step {step.name} for {len(batch)} {use_case.subject.plural} in "
             f"{time.perf_counter() - started:.1f}s; {len(outcome.done)} done, {len(outcome.failed)} failed, "
             f"{len(active)} still in the chain"
         )
@@ -133,53 +133,53 @@ def run_chain(run: BatchRun, held: Sequence[str]) -> Iterator[AssetMaterializati
 def _call_step(
     run: BatchRun,
     step: Step,
-    batch: Sequence[PostingChain],
+    batch: Sequence[SubjectChain],
     values: Mapping[str, Mapping[str, Any]],
     script_context: ScriptContext,
-) -> Iterator[tuple[PostingChain, _StepCall]]:
-    """Run one step for every posting of the wave; yields (posting, call) in order."""
+) -> Iterator[tuple[SubjectChain, _StepCall]]:
+    """Run one step for every subject of the wave; yields (subject, call) in order."""
     if step.is_script:
-        for posting in batch:
-            yield posting, _call_script(step, posting, values[posting.key], script_context)
+        for subject in batch:
+            yield subject, _call_script(step, subject, values[subject.key], script_context)
         return
-    ready: list[tuple[tuple[PostingChain, _StepCall], LLMRequest]] = []
-    for posting in batch:
+    ready: list[tuple[tuple[SubjectChain, _StepCall], LLMRequest]] = []
+    for subject in batch:
         try:
-            prompt, system_prompt, truncated = step.render(_inputs(values[posting.key], posting))
+            prompt, system_prompt, truncated = step.render(_inputs(values[subject.key], subject))
         except TemplateVariableError as exc:  # never send a prompt with a literal {placeholder}
-            yield posting, _StepCall("", "", {}, error=ItemError(f"step {step.name}: {exc}"))
+            yield subject, _StepCall("", "", {}, error=ItemError(f"step {step.name}: {exc}"))
             continue
         request = LLMRequest(step.model, prompt, system_prompt, step.output_schema, step.options)
-        ready.append(((posting, _StepCall(prompt, system_prompt, truncated)), request))
-    for (posting, call), result in generate_in_order(run.llm, ready):
+        ready.append(((subject, _StepCall(prompt, system_prompt, truncated)), request))
+    for (subject, call), result in generate_in_order(run.llm, ready):
         if isinstance(result, Generation):
-            yield posting, _StepCall(call.prompt, call.system_prompt, call.truncated, generation=result)
+            yield subject, _StepCall(call.prompt, call.system_prompt, call.truncated, generation=result)
         else:
-            yield posting, _StepCall(call.prompt, call.system_prompt, call.truncated, error=result)
+            yield subject, _StepCall(call.prompt, call.system_prompt, call.truncated, error=result)
 
 
-def _inputs(values: Mapping[str, Any], posting: PostingChain) -> dict[str, Any]:
-    """Template variables by precedence: chain state, then upstream outputs, then posting fields."""
-    return {**values, **posting.state}
+def _inputs(values: Mapping[str, Any], subject: SubjectChain) -> dict[str, Any]:
+    """Template variables by precedence: chain state, then upstream outputs, then subject fields."""
+    return {**values, **subject.state}
 
 
 def _call_script(
-    step: Step, posting: PostingChain, values: Mapping[str, Any], script_context: ScriptContext
+    step: Step, subject: SubjectChain, values: Mapping[str, Any], script_context: ScriptContext
 ) -> _StepCall:
     step_context = StepContext(
         resources=script_context.resources,
         app_db=script_context.app_db,
         log=script_context.log,
-        history=tuple(posting.history),
-        visits=dict(posting.visits),
-        ending=posting.ending,
+        history=tuple(subject.history),
+        visits=dict(subject.visits),
+        ending=subject.ending,
     )
-    prompt = json.dumps(posting.state, ensure_ascii=False, sort_keys=True, default=str)
+    prompt = json.dumps(subject.state, ensure_ascii=False, sort_keys=True, default=str)
     started = time.perf_counter()
     try:
-        value = step.function(_inputs(values, posting), step_context)
+        value = step.function(_inputs(values, subject), step_context)
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    except Exception as exc:  # a failing script is this posting's error, never a crashed run
+    except Exception as exc:  # a failing script is this subject's error, never a crashed run
         return _StepCall(prompt, "", {}, error=ItemError(f"step {step.name}: {type(exc).__name__}: {exc}"))
     generation = Generation(text, None, None, (time.perf_counter() - started) * 1000)
     return _StepCall(prompt, "", {}, generation=generation, value=value)
@@ -208,22 +208,22 @@ def _parse(step: Step, call: _StepCall, inputs: Mapping[str, Any]) -> Any:
 def _finish_step(
     run: BatchRun,
     step: Step,
-    posting: PostingChain,
+    subject: SubjectChain,
     call: _StepCall,
     values: Mapping[str, Mapping[str, Any]],
 ) -> AssetMaterialization | None:
-    """Record the step's interaction, route the posting, and store the output when the chain ends."""
+    """Record the step's interaction, route the subject, and store the output when the chain ends."""
     use_case, outcome, llm = run.use_case, run.outcome, run.llm
     chain = use_case.steps
-    posting.visits[step.name] += 1
-    posting.steps_taken += 1
-    posting.path.append(step.name)
-    visit = posting.visits[step.name]
+    subject.visits[step.name] += 1
+    subject.steps_taken += 1
+    subject.path.append(step.name)
+    visit = subject.visits[step.name]
     generation = call.generation
     if generation is not None:
-        posting.latency_ms += generation.latency_ms
-        posting.prompt_tokens += generation.prompt_tokens or 0
-        posting.completion_tokens += generation.completion_tokens or 0
+        subject.latency_ms += generation.latency_ms
+        subject.prompt_tokens += generation.prompt_tokens or 0
+        subject.completion_tokens += generation.completion_tokens or 0
         if not step.is_script:
             outcome.llm_ms += generation.latency_ms
 
@@ -239,14 +239,14 @@ def _finish_step(
         )
     else:
         try:
-            value = _parse(step, call, _inputs(values[posting.key], posting))
+            value = _parse(step, call, _inputs(values[subject.key], subject))
         except ItemError as exc:
             step_error = str(exc)
     failure = step_error
     if step_error is None:
-        posting.state[step.output_name] = value
-        posting.history.append(StepRecord(step.name, step.output_name, visit, value))
-        decision = chain.decide(step, posting.state, generation.text, posting.visits, posting.steps_taken)
+        subject.state[step.output_name] = value
+        subject.history.append(StepRecord(step.name, step.output_name, visit, value))
+        decision = chain.decide(step, subject.state, generation.text, subject.visits, subject.steps_taken)
         if decision.failed:
             failure = (
                 f"budget exhausted after step {step.name}: {decision.fallback_reason} "
@@ -255,16 +255,16 @@ def _finish_step(
     final: dict[str, Any] | None = None
     if decision is not None and decision.to == END and failure is None:
         try:
-            final = final_output(use_case, value, values[posting.key])
+            final = final_output(use_case, value, values[subject.key])
         except ItemError as exc:
             failure = str(exc)
-    ended = _ending(step, posting, decision, failure)
+    ended = _ending(step, subject, decision, failure)
     chain_record = {
         "step": step.name,
         "visit": visit,
         "max_visits": step.max_visits,
-        "step_number": posting.steps_taken,
-        "max_steps": chain.max_steps_per_posting,
+        "step_number": subject.steps_taken,
+        "max_steps": chain.max_steps_per_subject,
         "route": decision.to if decision is not None and not decision.failed else None,
         "rule": decision.rule if decision is not None else None,
         "budget_exhausted": decision.fallback_reason if decision is not None else None,
@@ -278,7 +278,7 @@ def _finish_step(
         interaction_id = record_call(
             session,
             run,
-            posting.key,
+            subject.key,
             use_case=use_case.name,
             model=step.model,
             backend=backend,
@@ -291,52 +291,52 @@ def _finish_step(
             status="ok" if step_error is None else "item_error",
         )
         if failure is not None:
-            posting.at = END
-            record_failure(session, run, posting.key, failure)
+            subject.at = END
+            record_failure(session, run, subject.key, failure)
             return None
         if decision.fallback_reason is not None:
-            posting.ending = decision.fallback_reason
-        posting.at = decision.to
+            subject.ending = decision.fallback_reason
+        subject.at = decision.to
         if decision.to != END:
             return None
         stored = store_output(
             session,
             use_case,
-            posting.key,
+            subject.key,
             run.run_id,
             final,
             backend=run.backend,
-            input_hash=posting.input_hash,
-            posting_hash=outcome.postings[posting.key]["content_hash"],
+            input_hash=subject.input_hash,
+            subject_hash=outcome.subjects[subject.key]["content_hash"],
             interaction_id=interaction_id,
         )
-    if not outcome.record_stored(posting.key, final, stored):
+    if not outcome.record_stored(subject.key, final, stored):
         return None
     return output_materialization(
         run,
-        posting.key,
+        subject.key,
         final,
-        input_hash=posting.input_hash,
+        input_hash=subject.input_hash,
         interaction_id=interaction_id,
-        prompt_tokens=posting.prompt_tokens,
-        completion_tokens=posting.completion_tokens,
-        latency_ms=posting.latency_ms,
+        prompt_tokens=subject.prompt_tokens,
+        completion_tokens=subject.completion_tokens,
+        latency_ms=subject.latency_ms,
         extra={
-            "chain_path": " → ".join([*posting.path, END]),
-            "chain_steps": posting.steps_taken,
+            "chain_path": " → ".join([*subject.path, END]),
+            "chain_steps": subject.steps_taken,
             "chain_end": ended,
         },
     )
 
 
-def _ending(step: Step, posting: PostingChain, decision: Decision | None, failure: str | None) -> str | None:
+def _ending(step: Step, subject: SubjectChain, decision: Decision | None, failure: str | None) -> str | None:
     """Why the chain ends after this step (None while it goes on)."""
     if failure is not None:
         return f"failed: {failure}"
     if decision.to != END:
         return None
-    if posting.ending is not None:
-        return f"fallback {step.name} after the budget ran out: {posting.ending}"
+    if subject.ending is not None:
+        return f"fallback {step.name} after the budget ran out: {subject.ending}"
     if decision.rule == "no routes":
         return f"{step.name} is a last step"
     return f"route {decision.rule} to END"

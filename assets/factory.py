@@ -43,6 +43,7 @@ from assets.run_tags import USE_CASE_TAG, WORK_GROUP_TAG
 from domain.language.declaration import UseCase, code_version, model_label
 from domain.language.declaration_parts import DeclarationError
 from domain.language.output_parsing import describe_check
+from domain.language.subject_kinds import SubjectKind
 from resources.app_database import AppDatabase
 
 # BackfillPolicy is beta in Dagster 1.13; we rely on it on purpose (UI backfills run in batches).
@@ -53,7 +54,7 @@ STEP_PRIORITY_TAG = "dagster/priority"  # op tag: higher runs first among a run'
 
 
 class UseCaseRunConfig(Config):
-    """force: redo postings whose output is already current (and retry parked ones)."""
+    """force: redo the subjects whose output is already current (and retry parked ones)."""
 
     force: bool = False
 
@@ -86,9 +87,13 @@ class WorkGroup:
         return [member.use_case.name for member in self.members]
 
     @property
-    def subject_kind(self) -> str:
+    def subject(self) -> SubjectKind:
         """Every member runs on the same kind of subject (groups are split by kind)."""
-        return self.members[0].use_case.subject_kind
+        return self.members[0].use_case.subject
+
+    @property
+    def subject_kind(self) -> str:
+        return self.subject.name
 
 
 def job_name(use_case: UseCase) -> str:
@@ -113,7 +118,7 @@ def work_spec(use_case: UseCase, registry: Mapping[str, UseCase], _path: tuple[s
         upstream_specs={
             name: work_spec(registry[name], registry, (*_path, use_case.name)) for name in use_case.upstream
         },
-        subject_kind=use_case.subject_kind,
+        subjects=use_case.subject.table,
     )
 
 
@@ -129,7 +134,7 @@ def build_use_case(
         job_name(use_case),
         selection=batch_selection([asset]),
         description=(
-            f"Materialize {use_case.name} for a batch of {use_case.subject_kind} "
+            f"Materialize {use_case.name} for a batch of {use_case.subject.plural} "
             f"({use_case.model or 'no model'})."
         ),
         tags={USE_CASE_TAG: use_case.name},
@@ -145,7 +150,9 @@ def build_use_case_asset(use_case: UseCase, spec: WorkSpec, first_in_run: bool =
         AssetCheckSpec(
             ITEMS_OK_CHECK,
             asset=use_case.name,
-            description="Every posting in the batch produced a valid output (names the failures).",
+            description=(
+                f"Every {use_case.subject.noun} in the batch produced a valid output (names the failures)."
+            ),
         ),
         *(
             # A blocking check gates each output (a failing one is rejected, not stored), so it is
@@ -161,7 +168,7 @@ def build_use_case_asset(use_case: UseCase, spec: WorkSpec, first_in_run: bool =
         description=use_case.description,
         partitions_def=partitions_for(use_case.subject_kind),
         deps=[
-            AssetKey(use_case.subject_kind),  # the plugin's source asset: `postings`, `autodo`
+            AssetKey(use_case.subject_kind),  # its subjects' source asset (`postings`, `autodo`)
             *(AssetKey(name) for name in (*use_case.upstream, *use_case.reference_inputs)),
         ],
         code_version=code_version(use_case),
@@ -197,12 +204,12 @@ def build_use_case_asset(use_case: UseCase, spec: WorkSpec, first_in_run: bool =
 
 
 def group_name_for(use_case: UseCase) -> str:
-    """LLM use cases group by model (`gemma3:270m` -> `gemma3_270m`) and subject kind (postings keep
-    the bare model name; `gemma3_270m_autodo`); a script is its own group."""
+    """LLM use cases group by model (`gemma3:270m` -> `gemma3_270m`) and kind of subject (the kind's
+    suffix: `gemma3_270m_autodo`; a kind may keep the bare model name); a script is its own group."""
     if not use_case.uses_llm:  # a script, or a chain of script steps only
         return use_case.name
     base = re.sub(r"[^a-z0-9]+", "_", use_case.model.lower()).strip("_")
-    return base if use_case.subject_kind == "postings" else f"{base}_{use_case.subject_kind}"
+    return f"{base}{use_case.subject.suffix}"
 
 
 def build_work_groups(built: Sequence[UseCaseDefinitions]) -> list[WorkGroup]:
@@ -213,7 +220,7 @@ def build_work_groups(built: Sequence[UseCaseDefinitions]) -> list[WorkGroup]:
     group_of: dict[str, str] = {}
     for item in upstream_first(built):
         # Dagster skips a step whose upstream step in the same run yielded no output (ours yield
-        # per-posting materializations only), so a use case reading another of its own group
+        # per-subject materializations only), so a use case reading another of its own group
         # runs in a later stage: a group and job of its own (e.g. a fan-in synthesizer).
         upstream = [name for name in item.use_case.upstream if name in stage]
         base = group_name_for(item.use_case)
@@ -236,7 +243,7 @@ def build_work_groups(built: Sequence[UseCaseDefinitions]) -> list[WorkGroup]:
             f"{name}_batch_job",
             selection=batch_selection([member.asset for member in members]),
             description=(
-                f"One batch of {members[0].use_case.subject_kind} through "
+                f"One batch of {members[0].use_case.subject.plural} through "
                 f"{', '.join(m.use_case.name for m in members)}"
                 + (f", with {model} loaded once." if model else " (no model).")
             ),

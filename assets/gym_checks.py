@@ -50,11 +50,10 @@ from domain.quality.judge_rubric import (
     JUDGE_OPTIONS,
     JUDGE_SUFFIX,
     Rubric,
-    judge_text,
+    llm_grader,
+    needs_review,
     overall,
 )
-from plugins.postings.quality.judge_calibration import calibrate_judge, llm_grader
-from plugins.postings.quality.quality_signals import needs_review
 from resources.app_database import AppDatabase
 from resources.gym_resource import GymResource
 
@@ -76,8 +75,9 @@ def gym_check_specs(use_case: UseCase) -> list[AssetCheckSpec]:
             JUDGE_CHECK,
             asset=use_case.name,
             description=(
-                "A judge model grades a sample of each run's outputs (faithful, complete, concise: 1-5); "
-                "outputs graded below the review threshold go to review."
+                "A judge grades each run's new outputs (a model: a sample of them)"
+                + (f" ({', '.join(use_case.judge_rubric.criteria)}: 1-5)" if use_case.judge_rubric else "")
+                + "; outputs graded below the review threshold go to review."
             ),
         )
     ]
@@ -114,7 +114,7 @@ def flag_check_failures(run: BatchRun) -> int:
                 review.flag_for_review(
                     session,
                     use_case=use_case.name,
-                    posting_key=key,
+                    subject_key=key,
                     use_case_version=use_case.version,
                     reason=f"check {check_name}: {reason}",
                     check_name=check_name,
@@ -128,12 +128,12 @@ def flag_check_failures(run: BatchRun) -> int:
 def judge_batch(run: BatchRun, gym: GymResource) -> AssetCheckResult:
     """Grade the outputs this run made; the `judge_grades` check result.
 
-    The deterministic judge (the default: quality signals, `plugins/postings/quality/quality_signals.py`)
-    grades every new output; an LLM judge (PIPELINE_JUDGE_MODEL) grades a sample, and only once it
-    passed its calibration set; a refused judge falls back to the deterministic one.
+    The deterministic judge (the default: the use case's `quality_grade`) grades every new output; an
+    LLM judge (PIPELINE_JUDGE_MODEL) grades a sample under the use case's rubric, and only once it
+    passed the use case's calibration set; a refused judge falls back to the deterministic one.
     """
     use_case, outcome = run.use_case, run.outcome
-    rubric = gym.rubric()
+    rubric = gym.rubric_for(use_case.judge_rubric) or Rubric({})
     judge, refusal = _choose_judge(run, gym, rubric)
     with run.app_db.session() as session:
         rows = inputs.existing_outputs(session, use_case.name, outcome.done)
@@ -182,7 +182,7 @@ def judge_batch(run: BatchRun, gym: GymResource) -> AssetCheckResult:
             review.record_grade(
                 session,
                 use_case=use_case.name,
-                posting_key=key,
+                subject_key=key,
                 use_case_version=row.use_case_version,
                 input_hash=row.input_hash,
                 judge_model=judge,
@@ -197,7 +197,7 @@ def judge_batch(run: BatchRun, gym: GymResource) -> AssetCheckResult:
                 review.flag_for_review(
                     session,
                     use_case=use_case.name,
-                    posting_key=key,
+                    subject_key=key,
                     use_case_version=use_case.version,
                     reason=f"judge {judge} graded {score:.1f} (a criterion below {gym.review_below:g}): "
                     + ", ".join(f"{name} {grade}" for name, grade in graded_result["grades"].items()),
@@ -219,19 +219,25 @@ def judge_batch(run: BatchRun, gym: GymResource) -> AssetCheckResult:
 
 def _choose_judge(run: BatchRun, gym: GymResource, rubric: Rubric) -> tuple[str | None, str | None]:
     """(the judge to use, or None for none; why the configured LLM judge was refused, if it was)."""
-    deterministic = DETERMINISTIC_JUDGE if run.use_case.quality_grade is not None else None
+    use_case = run.use_case
+    deterministic = DETERMINISTIC_JUDGE if use_case.quality_grade is not None else None
     if gym.judge_model == DETERMINISTIC_JUDGE or run.llm is None:
         return deterministic, None
-    if not gym.calibrate_judge:
+    if not rubric.criteria:
+        verdict = (False, f"judge {gym.judge_model} refused: {use_case.name} declares no rubric to grade by")
+    elif not gym.calibrate_judge:
         return gym.judge_model, None
-    with run.app_db.session() as session:
-        verdict = review.judge_verdict(session, gym.judge_model, rubric.version)
-    if verdict is None:
-        calibration = calibrate_judge(gym.judge_model, _llm_grader(run, gym, rubric))
-        verdict = (calibration.passed, calibration.message())
+    elif use_case.judge_calibration is None:
+        verdict = (False, f"judge {gym.judge_model} refused: {use_case.name} has no calibration set")
+    else:
         with run.app_db.session() as session:
-            review.record_judge_verdict(session, gym.judge_model, rubric.version, *verdict)
-        run.log.info(f"judge {gym.judge_model}: {verdict[1]}")
+            verdict = review.judge_verdict(session, gym.judge_model, rubric.version)
+        if verdict is None:
+            calibration = use_case.judge_calibration(gym.judge_model, _llm_grader(run, gym, rubric))
+            verdict = (calibration.passed, calibration.message())
+            with run.app_db.session() as session:
+                review.record_judge_verdict(session, gym.judge_model, rubric.version, *verdict)
+            run.log.info(f"judge {gym.judge_model}: {verdict[1]}")
     passed, message = verdict
     if passed:
         return gym.judge_model, None
@@ -248,19 +254,19 @@ def _llm_grader(run: BatchRun, gym: GymResource, rubric: Rubric) -> Any:
             raise result
         return result.text
 
-    return llm_grader(generate, rubric, run.use_case.name)
+    return llm_grader(generate, rubric, run.use_case.name, run.use_case.subject.describe)
 
 
 def _judgements(
     run: BatchRun, judge: str | None, rubric: Rubric, outputs: Sequence[tuple[str, Any]]
 ) -> Iterator[tuple[str, str, Generation | Exception | dict[str, Any]]]:
     """(key, what the judge was shown, its answer) per output: deterministic grades, or LLM answers."""
-    use_case, postings = run.use_case, run.outcome.postings
+    use_case, subjects = run.use_case, run.outcome.subjects
     if judge == DETERMINISTIC_JUDGE:
         for key, value in outputs:
             shown = use_case.judge_view(value)
             try:
-                yield key, shown, {"status": "ok", "grades": use_case.quality_grade(postings[key], value)}
+                yield key, shown, {"status": "ok", "grades": use_case.quality_grade(subjects[key], value)}
             except Exception as exc:  # a bug in a grader is this grade's error, never a failed run
                 yield key, shown, {"status": "item_error", "error": f"{type(exc).__name__}: {exc}"}
         return
@@ -269,7 +275,9 @@ def _judgements(
             key,
             LLMRequest(
                 judge,
-                rubric.prompt(use_case.name, judge_text(postings[key]), use_case.judge_view(value)),
+                rubric.prompt(
+                    use_case.name, use_case.subject.describe(subjects[key]), use_case.judge_view(value)
+                ),
                 "",
                 rubric.schema,
                 JUDGE_OPTIONS,
@@ -324,7 +332,7 @@ def judge_check_result(
         "current_outputs_graded": current.graded,
     }
     if grades:
-        for name in rubric.criteria:
+        for name in rubric.criteria or next(iter(grades.values())):
             metadata[name] = MetadataValue.float(
                 round(sum(g[name] for g in grades.values()) / len(grades), 3)
             )

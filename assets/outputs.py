@@ -43,7 +43,7 @@ def record_call(
         session,
         use_case=use_case,
         use_case_version=run.use_case.version,
-        posting_key=key,
+        subject_key=key,
         backend=backend,
         model=model,
         prompt=prompt,
@@ -72,12 +72,12 @@ def store_output(
     *,
     backend: str,
     input_hash: str,
-    posting_hash: str,
+    subject_hash: str,
     interaction_id: int | None,
 ) -> bool:
     """Write the current output while this run still holds the claim, then the use case's
     `after_store` hook in the same transaction. False: the claim was lost, nothing written."""
-    row = output_row(use_case, value, backend, input_hash, posting_hash, interaction_id)
+    row = output_row(use_case, value, backend, input_hash, subject_hash, interaction_id)
     stored = claims.complete_item(session, use_case.name, key, run_id, row)
     if stored and use_case.after_store is not None:
         use_case.after_store(session, key, value)
@@ -89,23 +89,23 @@ def output_row(
     value: dict[str, Any],
     backend: str,
     input_hash: str,
-    posting_hash: str,
+    subject_hash: str,
     interaction_id: int | None,
 ) -> dict[str, Any]:
-    """An output as `claims.complete_item` stores it: this version and model, from this posting content."""
+    """An output as `claims.complete_item` stores it: this version and model, from this subject content."""
     return {
         "value": value,
         "model": model_label(use_case),
         "backend": backend,
         "use_case_version": use_case.version,
         "input_hash": input_hash,
-        "posting_hash": posting_hash,
+        "subject_hash": subject_hash,
         "interaction_id": interaction_id,
     }
 
 
 def record_failure(session: Any, run: BatchRun, key: str, error: str) -> None:
-    """Spend one attempt (the last one parks the posting) and report the error in the run."""
+    """Spend one attempt (the last one parks the subject) and report the error in the run."""
     status = claims.fail_item(session, run.use_case.name, key, run.run_id, error, policy=run.use_case.retry)
     events.record_event(
         session,
@@ -150,7 +150,7 @@ def record_run_cost(run: BatchRun) -> None:
 
 
 def fail(run: BatchRun, key: str, error: str) -> None:
-    """`record_failure` in a transaction of its own, and the posting is finished for this run."""
+    """`record_failure` in a transaction of its own, and the subject is finished for this run."""
     with run.app_db.session() as session:
         record_failure(session, run, key, error)
     run.finished(key)
@@ -158,7 +158,7 @@ def fail(run: BatchRun, key: str, error: str) -> None:
 
 def keep_unchanged(run: BatchRun, key: str, previous: UseCaseOutput) -> None:
     """The input is byte-identical to the one that made the stored output: mark it current, call nothing."""
-    posting = run.outcome.postings[key]
+    subject = run.outcome.subjects[key]
     with run.app_db.session() as session:
         # same input hash: same model (a script may be renamed); its after_store already ran
         row = output_row(
@@ -166,7 +166,7 @@ def keep_unchanged(run: BatchRun, key: str, previous: UseCaseOutput) -> None:
             previous.value,
             previous.backend,
             previous.input_hash,
-            posting["content_hash"],
+            subject["content_hash"],
             previous.interaction_id,
         )
         held = claims.complete_item(session, run.use_case.name, key, run.run_id, row)

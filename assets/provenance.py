@@ -1,15 +1,15 @@
 """Data-version provenance on each posting's materialization, so Dagster's staleness follows ours.
 
-A use case's asset logs one `AssetMaterialization` per posting it made. Dagster decides
+A use case's asset logs one `AssetMaterialization` per subject it made. Dagster decides
 whether a partition is stale from tags on its latest materialization: the code version
 it was made with, its data version, and the data version (and event) of each input it
 read. Without them it falls back to timestamps and calls every partition stale whose
-`postings` asset was never materialized (the CLI and the sensors never do). With them:
+subjects' source asset was never materialized (the CLI and the sensors never do). With them:
 
 - bumping a use case's version (or changing its model: both are its code version)
   marks its partitions "has a new code version" in the UI;
-- a new taxonomy (a new data version of `skills_taxonomy`) or a new upstream output of
-  the same posting marks the reading partition stale;
+- new reference data (a new data version of, say, `skills_taxonomy`) or a new upstream output of
+  the same subject marks the reading partition stale;
 - anything else stays fresh, as in the application database.
 
 The data version of an output is its input hash: same inputs, same model and version,
@@ -31,7 +31,6 @@ from dagster._core.definitions.data_version import (
     get_input_event_pointer_tag,
 )
 
-POSTINGS = AssetKey("postings")
 NULL_VERSION = (NULL_DATA_VERSION.value, NULL_EVENT_POINTER)
 
 
@@ -39,7 +38,7 @@ class Provenance:
     """Builds the provenance tags of one run's materializations of one use case.
 
     The inputs' versions are read in a few queries per run (per upstream asset: the latest
-    materialization of each of the run's partitions), not one query per posting per input.
+    materialization of each of the run's partitions), not one query per subject per input.
     """
 
     def __init__(
@@ -49,7 +48,7 @@ class Provenance:
         upstream: Sequence[str],
         reference_inputs: Sequence[str],
         partitions: Sequence[str],
-        source: AssetKey = POSTINGS,
+        source: AssetKey,
     ) -> None:
         self.instance, self.code_version = instance, code_version
         self.upstream = [AssetKey(name) for name in upstream]
@@ -119,7 +118,7 @@ def with_provenance(events: Iterator[Any], tag: Callable[[Any], Any]) -> Iterato
 def provenance_for(
     instance: DagsterInstance, code_version: str, use_case: Any, partitions: Sequence[str]
 ) -> Provenance:
-    source = AssetKey(getattr(use_case, "subject_kind", "postings"))  # the plugin's source asset
+    source = AssetKey(use_case.subject_kind)  # its subjects' source asset
     return Provenance(
         instance, code_version, use_case.upstream, use_case.reference_inputs, partitions, source
     )

@@ -1,12 +1,12 @@
-"""A use case of one call per posting (an LLM prompt, or a script function) over the postings a run holds.
+"""A use case of one call per subject (an LLM prompt, or a script function) over the subjects a run holds.
 
-For each held posting: render the prompt (or gather the script's inputs) and its input hash; a posting
+For each held subject: render the prompt (or gather the script's inputs) and its input hash; a subject
 whose input is byte-identical to the one that made its stored output is kept as it is (nothing called);
 the rest go to the LLM (`assets/llm_calls.py`, in order, several in flight) or the script, and each
 result is parsed, checked and stored with its exact interaction. An LLM's output is committed as soon
-as it is made (one transaction per posting); a script's come milliseconds apart, so up to
+as it is made (one transaction per subject); a script's come milliseconds apart, so up to
 `SCRIPT_WRITES_PER_TRANSACTION` of them share a transaction (on PostgreSQL the commit and the
-connection's round trips cost more than resolving a posting).
+connection's round trips cost more than resolving a subject).
 """
 
 from __future__ import annotations
@@ -52,18 +52,18 @@ class PreparedCall:
 
 
 def run_single_calls(run: BatchRun, held: Sequence[str]) -> Iterator[AssetMaterialization]:
-    """Process every held posting; yields one materialization per stored output."""
+    """Process every held subject; yields one materialization per stored output."""
     use_case = run.use_case
     if run.llm is not None:
         run.load_model(use_case.model)
     with run.app_db.session() as session:
-        postings, values = inputs.load_inputs(
-            session, use_case.subject_kind, held, use_case.subject_variables, use_case.upstream
+        subjects, values = inputs.load_inputs(
+            session, use_case.subject.table, held, use_case.subject_variables, use_case.upstream
         )
         existing = inputs.existing_outputs(session, use_case.name, held)
         references = inputs.reference_hashes(session, use_case.reference_inputs)
         failed_before = claims.earlier_failures(session, use_case.name, held) if use_case.uses_llm else {}
-    run.outcome.postings, run.outcome.inputs = postings, values
+    run.outcome.subjects, run.outcome.inputs = subjects, values
     prepared: list[PreparedCall] = []
     for key in held:
         try:
@@ -78,7 +78,8 @@ def run_single_calls(run: BatchRun, held: Sequence[str]) -> Iterator[AssetMateri
         options = dict(use_case.options)
         if key in failed_before:  # a retry varies: the earlier error in the prompt, another seed
             attempts, error = failed_before[key]
-            prompt, options = retry_prompt(prompt, error), retry_options(options, attempts)
+            prompt = retry_prompt(prompt, error, use_case.subject.noun)
+            options = retry_options(options, attempts)
         prepared.append(PreparedCall(key, prompt, system_prompt, input_hash, truncated, options))
 
     progress = Progress(run, len(prepared))
@@ -136,7 +137,7 @@ def _generate_all(
 def _call_script_all(
     run: BatchRun, prepared: Sequence[PreparedCall], references: dict[str, str]
 ) -> Iterator[tuple[PreparedCall, Generation | Exception]]:
-    """Call a script use case's function per posting; its output goes through the same parsing."""
+    """Call a script use case's function per subject; its output goes through the same parsing."""
     script_context = ScriptContext(
         resources=run.context.resources, app_db=run.app_db, log=run.log, references=references
     )
@@ -145,7 +146,7 @@ def _call_script_all(
         try:
             output = run.use_case.function(run.outcome.inputs[item.key], script_context)
             text = json.dumps(output, ensure_ascii=False)
-        except Exception as exc:  # a failing script is this posting's error, never a crashed run
+        except Exception as exc:  # a failing script is this subject's error, never a crashed run
             yield item, ItemError(f"{type(exc).__name__}: {exc}")
             continue
         yield item, Generation(text, None, None, (time.perf_counter() - started) * 1000)
@@ -208,7 +209,7 @@ def _store_result(
         parsed,
         backend=run.backend,
         input_hash=item.input_hash,
-        posting_hash=outcome.postings[item.key]["content_hash"],
+        subject_hash=outcome.subjects[item.key]["content_hash"],
         interaction_id=interaction_id,
     )
     return _Written(parsed, stored, interaction_id, generation)
@@ -234,10 +235,11 @@ def _materialization(
 
 
 class Progress:
-    """Logs done/total, seconds per posting and ETA every few seconds."""
+    """Logs done/total, seconds per subject and ETA every few seconds."""
 
     def __init__(self, run: BatchRun, total: int) -> None:
         self.log, self.name, self.total, self.llm = run.log, run.use_case.name, total, run.llm
+        self.noun, self.plural = run.use_case.subject.noun, run.use_case.subject.plural
         self.done = 0
         self.started = self.last_log = time.perf_counter()
 
@@ -251,7 +253,8 @@ class Progress:
         eta = per_item * (self.total - self.done)
         paced = self.llm.paced_seconds if self.llm is not None else 0.0
         self.log.info(
-            f"{self.name}: {self.done}/{self.total} postings ({failed} failed), {per_item:.1f}s per posting, "
+            f"{self.name}: {self.done}/{self.total} {self.plural} ({failed} failed), "
+            f"{per_item:.1f}s per {self.noun}, "
             f"ETA {eta:.0f}s" + (f", {paced:.1f}s waited for the pacer" if paced else "")
         )
 

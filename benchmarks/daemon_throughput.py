@@ -444,7 +444,7 @@ def _integrity(app_url: str, postings: int) -> dict[str, Any]:
         with engine.connect() as conn:
             answered = conn.execute(
                 select(
-                    Interaction.use_case, Interaction.posting_key, Interaction.backend, Interaction.options
+                    Interaction.use_case, Interaction.subject_key, Interaction.backend, Interaction.options
                 ).where(Interaction.status == "ok")
             ).all()
             attempts = conn.execute(select(func.coalesce(func.sum(WorkItem.attempts), 0))).scalar_one()
@@ -455,9 +455,9 @@ def _integrity(app_url: str, postings: int) -> dict[str, Any]:
         engine.dispose()
     seen: dict[tuple[Any, ...], int] = {}
     llm_use_cases: set[str] = set()
-    for use_case, posting_key, backend, options in answered:
+    for use_case, subject_key, backend, options in answered:
         chain = (options or {}).get("chain") or {}
-        key = (use_case, posting_key, chain.get("step"), chain.get("visit"))
+        key = (use_case, subject_key, chain.get("step"), chain.get("visit"))
         seen[key] = seen.get(key, 0) + 1
         if backend != SCRIPT_BACKEND:
             llm_use_cases.add(use_case)

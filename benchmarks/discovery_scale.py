@@ -79,8 +79,9 @@ def populate(url: str, config: ScaleConfig, use_cases: list[Any]) -> tuple[list[
     """Bulk insert the postings, their outputs and work items; returns (done keys, pending keys,
     indexes the models declare ahead of the migrations, created here)."""
     from appdb.database import get_engine, migrate
-    from appdb.models import Posting, ReferenceData, UseCaseOutput, WorkItem, utcnow
+    from appdb.models import ReferenceData, UseCaseOutput, WorkItem, utcnow
     from plugins.postings.store.ingest import content_hash
+    from plugins.postings.store.tables import Posting
 
     migrate(url)
     indexes_added = ensure_model_indexes(url)
@@ -130,7 +131,7 @@ def populate(url: str, config: ScaleConfig, use_cases: list[Any]) -> tuple[list[
                     items.append(
                         {
                             "use_case": use_case.name,
-                            "posting_key": key,
+                            "subject_key": key,
                             "status": "done",
                             "attempts": 0,
                             "created_at": earlier,
@@ -229,7 +230,6 @@ def measure(config: ScaleConfig) -> dict[str, Any]:
 
     from appdb.database import dispose, get_engine
     from assets.factory import build_work_groups
-    from assets.partitions import POSTING_PARTITIONS
     from pipeline_defs.dagster_home import ensure_dagster_home
     from pipeline_defs.settings import Settings
     from pipeline_defs.wiring import build_use_cases
@@ -259,7 +259,7 @@ def measure(config: ScaleConfig) -> dict[str, Any]:
         ensure_dagster_home(settings)
         instance = DagsterInstance.get()
         started = time.perf_counter()
-        instance.add_dynamic_partitions(POSTING_PARTITIONS.name, done)
+        instance.add_dynamic_partitions("postings", done)
         partitions_seconds = time.perf_counter() - started
         engine = get_engine(app_url)
         log = StatementLog(engine)
@@ -338,19 +338,19 @@ def _tick(sensor: Any, instance: Any, app_db: Any, cursor: str | None, log: Stat
     return result, seconds, list(statements), context.cursor
 
 
-def _current_output(use_case: Any, use_cases: list[Any], key: str, posting_hash: str, at: Any) -> dict:
+def _current_output(use_case: Any, use_cases: list[Any], key: str, subject_hash: str, at: Any) -> dict:
     """An output row that discovery counts as current (same version, model and posting content)."""
     from domain.language.declaration import model_label
 
     return {
         "use_case": use_case.name,
-        "posting_key": key,
+        "subject_key": key,
         "value": {},
         "model": model_label(use_case),  # part of an output's identity
         "backend": "bench",
         "use_case_version": use_case.version,
         "input_hash": "x",
-        "posting_hash": posting_hash,
+        "subject_hash": subject_hash,
         "run_id": "bench",
         "interaction_id": None,
         "created_at": at,
@@ -362,7 +362,8 @@ def _current_output(use_case: Any, use_cases: list[Any], key: str, posting_hash:
 def _complete_all(url: str, keys: list[str], use_cases: list[Any]) -> None:
     """Give the pending postings current outputs, so the next ticks find nothing to do."""
     from appdb.database import get_engine
-    from appdb.models import Posting, UseCaseOutput, utcnow
+    from appdb.models import UseCaseOutput, utcnow
+    from plugins.postings.store.tables import Posting
 
     engine = get_engine(url)
     now = utcnow()

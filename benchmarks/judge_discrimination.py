@@ -47,7 +47,7 @@ from benchmarks.report import DEFAULT_RESULTS_DIR, write_report
 from domain.language.declaration import UseCase
 from domain.language.llm_types import ItemError
 from domain.language.output_parsing import BlockedOutput, parse_output
-from domain.quality.judge_rubric import JUDGE_OPTIONS, load_rubric, overall
+from domain.quality.judge_rubric import JUDGE_OPTIONS, Grader, llm_grader, load_rubric, needs_review, overall
 from pipeline_defs.cli.run_commands import DEMO_POSTINGS
 from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import build_llm_resource
@@ -58,9 +58,11 @@ from plugins.postings.quality.faithfulness import (
     FaithfulnessChecker,
     default_checker,
 )
-from plugins.postings.quality.judge_calibration import Grader, calibrate_judge, llm_grader
+from plugins.postings.quality.judge_calibration import calibrate_judge
 from plugins.postings.quality.planted import plant_detail, plant_invented, plant_looping
-from plugins.postings.quality.quality_signals import needs_review, quality_grade
+from plugins.postings.quality.postings_rubric import POSTINGS_RUBRIC
+from plugins.postings.quality.quality_signals import quality_grade
+from plugins.postings.store.postings_kind import describe_posting
 from plugins.postings.use_cases.posting_summary import POSTING_SUMMARY
 from resources.llm import LLMResource
 
@@ -196,12 +198,13 @@ def deterministic_grader(checker: FaithfulnessChecker) -> Grader:
 
 
 def llm_judge(generate: CachedGenerator, settings: Settings) -> Grader:
-    rubric = load_rubric(settings.judge_rubric_path or None)
+    path = settings.judge_rubric_path
+    rubric = load_rubric(path, like=POSTINGS_RUBRIC) if path else POSTINGS_RUBRIC
 
     def ask(prompt: str, schema: dict[str, Any]) -> str:
         return generate(settings.judge_model, prompt, schema, JUDGE_OPTIONS)
 
-    return llm_grader(ask, rubric, POSTING_SUMMARY.name)
+    return llm_grader(ask, rubric, POSTING_SUMMARY.name, describe_posting)
 
 
 def judge_cases(grade: Grader, cases: list[tuple[str, Mapping[str, Any], str]], review_below: float) -> dict:

@@ -3,11 +3,12 @@ dagster-daemon's own arguments (what `pipeline ui` runs in place of `python -m d
 a service runs through `pipeline daemon`).
 
 Dagster's sensor daemon looks at its sensors once every 5 s (`MIN_INTERVAL_LOOP_TIME`, not
-configurable), so postings ingested just after a look waited up to 5 s before a run was requested.
+configurable), so subjects stored just after a look waited up to 5 s before a run was requested.
 Looking every second instead costs a third of a core on an idle machine (each tick is a call to the code
 server and a stored tick: about 0.1 CPU s). Here a thread watches the application database's
-`arrival_marker` (new or replaced postings and subjects, pauses ended, LLM steps and runs ended: one indexed
-query every quarter second) and, when it changes, ends the loop's wait at once; the sensors then tick if their
+`arrival_marker` (new or replaced subjects of the declared kinds, pauses ended, LLM steps and runs
+ended: one indexed query every quarter second) and, when it changes, ends the loop's wait at once; the
+sensors then tick if their
 own interval (`PIPELINE_SENSOR_INTERVAL_SECONDS`) has passed, and the watcher ends the wait once more after
 that interval for those that were not due. Idle, the daemon looks every 5 s as before.
 
@@ -21,13 +22,15 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
 from appdb.database import session_scope
 from appdb.discovery import arrival_marker
+from appdb.subject_tables import SubjectTable
+from pipeline_defs.catalog import declared_kinds
 from pipeline_defs.settings import Settings
 
 WATCH_SECONDS = 0.25
@@ -70,7 +73,11 @@ def wake_on(wake: threading.Event, loop: Callable[..., Iterator[Any]]) -> Callab
 
 
 def watch_arrivals(
-    database_url: str, wake: threading.Event, stop: threading.Event, again_after: float = 0.0
+    database_url: str,
+    tables: Sequence[SubjectTable],
+    wake: threading.Event,
+    stop: threading.Event,
+    again_after: float = 0.0,
 ) -> None:
     """Set `wake` whenever the arrival marker changes, and once more `again_after` seconds later; a
     database that cannot be read is tried again.
@@ -87,7 +94,7 @@ def watch_arrivals(
             again_at = None
         try:
             with session_scope(database_url) as session:
-                marker = arrival_marker(session)
+                marker = arrival_marker(session, tables)
         except SQLAlchemyError:
             continue  # not migrated yet, or briefly unreachable: the 5 s loop still looks
         if last is not None and marker != last:
@@ -109,9 +116,10 @@ def install_wake(settings: Settings) -> threading.Event | None:
     wake, stop = threading.Event(), threading.Event()
     daemon_module.execute_sensor_iteration_loop = wake_on(wake, loop)
     again_after = settings.sensor_interval_seconds + WATCH_SECONDS  # every sensor due by then
+    tables = [kind.table for kind in declared_kinds(settings)]
     watcher = threading.Thread(
         target=watch_arrivals,
-        args=(settings.database_url, wake, stop, again_after),
+        args=(settings.database_url, tables, wake, stop, again_after),
         name="arrival-watch",
         daemon=True,
     )

@@ -1,6 +1,8 @@
-"""The code location: `defs` is what `dagster dev` and workspace.yaml load. It only merges: the assets,
-checks and jobs the factory makes of each declared use case, each work group's discovery sensor, the
-reference-data and gym parts, and the resources the settings configure (`wiring.py`)."""
+"""The code location: `defs` is what `dagster dev` and workspace.yaml load. It only merges: the engine's
+part (each declared use case's asset, checks and job; each work group's batch job and discovery sensor;
+the liveness and gym sensors; the retirement of each kind's finished partitions) and each declared
+plugin's own part (its source asset, reference data, their sensors and resources), with the resources
+the settings configure (`wiring.py`)."""
 
 from __future__ import annotations
 
@@ -11,24 +13,21 @@ from dagster import Definitions
 from assets.factory import UseCaseDefinitions, WorkGroup, build_work_groups
 from assets.gym_checks import build_gold_check, build_gym_job
 from assets.retention import build_retirement
-from assets.subjects_asset import build_subject_asset
+from domain.core.plugins import DomainPlugin, PluginContext
 from domain.language.declaration import UseCase
-from pipeline_defs.catalog import declared_plugins
+from pipeline_defs.catalog import declared_plugins, plugin_settings
 from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import (
     build_gym_resource,
     build_llm_resource,
-    build_taxonomy_resource,
     build_use_cases,
     from_env,
 )
-from plugins.postings.postings_asset import postings
-from plugins.postings.taxonomy_asset import skills_taxonomy
-from plugins.postings.taxonomy_sensor import skills_taxonomy_job, skills_taxonomy_sensor
 from resources.app_database import AppDatabase
 from resources.llm import LLMResource
 from sensors.discovery_sensor import build_discovery_sensor
 from sensors.gym_sensor import build_gym_sensor
+from sensors.liveness_sensor import build_liveness_sensor
 
 
 def build_definitions(
@@ -43,27 +42,34 @@ def build_definitions(
     settings = settings or Settings.from_env()
     built = built if built is not None else build_use_cases(settings, use_cases)
     groups = groups if groups is not None else build_work_groups(built)
+    engine = engine_definitions(settings, built, groups, llm)
+    plugins = [plugin_definitions(settings, plugin, built) for plugin in declared_plugins(settings)]
+    return Definitions.merge(engine, *plugins)
+
+
+def engine_definitions(
+    settings: Settings,
+    built: Sequence[UseCaseDefinitions],
+    groups: Sequence[WorkGroup],
+    llm: LLMResource | None,
+) -> Definitions:
+    """What the engine makes of the declared use cases, and its resources."""
     gold_checks = [build_gold_check(item.use_case) for item in built]
     gym_job = build_gym_job(gold_checks)
-    plugins = declared_plugins(settings)
-    # The postings plugin brings its source asset and the skills taxonomy; other plugins their source asset.
-    with_postings = any(plugin.kind == "postings" for plugin in plugins)
-    domain_assets = [postings, skills_taxonomy] if with_postings else []
-    domain_assets += [build_subject_asset(p.kind, p.description) for p in plugins if p.kind != "postings"]
-    retirement = (
-        build_retirement([item.spec for item in built], settings.retire_after_days) if with_postings else None
-    )
+    retirements = [
+        build_retirement(kind.name, kind.noun, [item.spec for item in items], settings.retire_after_days)
+        for kind, items in _by_kind(built).items()
+    ]
     return Definitions(
-        assets=[*domain_assets, *(item.asset for item in built)],
+        assets=[item.asset for item in built],
         asset_checks=gold_checks,
         jobs=[
             *(item.job for item in built),
             *(group.job for group in groups),
-            *([skills_taxonomy_job] if with_postings else []),
             gym_job,
-            *([retirement[0]] if retirement else []),
+            *(job for job, _ in retirements),
         ],
-        schedules=[retirement[1]] if retirement else [],
+        schedules=[schedule for _, schedule in retirements],
         sensors=[
             *(
                 build_discovery_sensor(
@@ -71,7 +77,7 @@ def build_definitions(
                 )
                 for group in groups
             ),
-            *([skills_taxonomy_sensor] if with_postings else []),
+            build_liveness_sensor(groups, settings.heartbeat_seconds),
             build_gym_sensor(gym_job, [group.job.name for group in groups]),
         ],
         resources={
@@ -80,10 +86,31 @@ def build_definitions(
                 heartbeat_seconds=settings.heartbeat_seconds,
             ),
             "llm": llm or build_llm_resource(settings, env_vars=True),
-            "taxonomy": build_taxonomy_resource(settings, env_vars=True),
             "gym": build_gym_resource(settings),
         },
     )
+
+
+def plugin_definitions(
+    settings: Settings, plugin: DomainPlugin, built: Sequence[UseCaseDefinitions]
+) -> Definitions:
+    """The plugin's own part of the code location."""
+    if plugin.definitions is None:
+        return Definitions()
+    context = PluginContext(
+        settings=plugin_settings(settings, plugin),
+        core=settings,
+        use_cases=tuple(item.use_case for item in built if item.use_case.subject_kind == plugin.name),
+        configured=from_env,
+    )
+    return plugin.definitions(context)
+
+
+def _by_kind(built: Sequence[UseCaseDefinitions]) -> dict:
+    kinds: dict = {}
+    for item in built:
+        kinds.setdefault(item.use_case.subject, []).append(item)
+    return kinds
 
 
 defs = build_definitions()

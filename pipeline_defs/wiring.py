@@ -15,7 +15,6 @@ from assets.factory import UseCaseDefinitions, build_use_case
 from domain.language.declaration import UseCase
 from pipeline_defs.catalog import declared_use_cases
 from pipeline_defs.settings import Settings
-from plugins.postings.taxonomy_resource import TaxonomyResource
 from resources.embedded_backend import EmbeddedLLMResource
 from resources.gym_resource import GymResource
 from resources.llm import LLMResource
@@ -135,17 +134,6 @@ def paid_backend_fields(settings: Settings, bucket: str, env_vars: bool = False)
         "pace_database_url": config_value(settings.database_url, "PIPELINE_DATABASE_URL"),
         "prices": {model: [prompt, completion] for model, prompt, completion in settings.model_prices},
     }
-
-
-def build_taxonomy_resource(settings: Settings, env_vars: bool = False) -> TaxonomyResource:
-    config_value = _config_value(env_vars)
-    return TaxonomyResource(
-        path=settings.taxonomy_path,
-        embedding_backend=settings.embedding_backend,
-        ollama_host=config_value(settings.ollama_host or "", "OLLAMA_HOST"),
-        embedding_model=settings.embedding_model,
-        embedding_cache_dir=str(settings.data_dir / "embedding_cache"),
-    )
 
 
 def build_gym_resource(settings: Settings) -> GymResource:

@@ -28,5 +28,7 @@ class GymResource(ConfigurableResource):
     public_gold_paths: dict[str, str] = {}
     gold_min_f1: float = Field(default=0.5, ge=0.0, le=1.0)
 
-    def rubric(self) -> Rubric:
-        return load_rubric(self.rubric_path or None)
+    def rubric_for(self, declared: Rubric | None) -> Rubric | None:
+        """The rubric to judge a use case by: the file at `rubric_path` (PIPELINE_JUDGE_RUBRIC) when
+        given, else the use case's own (`declared`; None: it declares none)."""
+        return load_rubric(self.rubric_path, like=declared) if self.rubric_path else declared

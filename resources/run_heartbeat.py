@@ -25,7 +25,7 @@ from appdb import heartbeats
 from appdb.database import get_engine, session_scope
 
 DEFAULT_HEARTBEAT_SECONDS = 10.0
-DEAD_AFTER_BEATS = 6  # a run whose last beat is older than this many intervals is dead
+DEAD_AFTER_BEATS = 5  # a run whose last beat is older than this many intervals is dead (50 s by default)
 
 log = logging.getLogger(__name__)
 

@@ -1,15 +1,13 @@
 """Work discovery: each work group's sensor pulls its own work from the application database.
 
-A work group is the use cases that share a model (or one script use case); see
-`assets/factory.py`. Every tick the sensor frees dead claims (and marks the
-Dagster runs that held them failed, so their postings stop counting as in flight), runs each member's
-discovery query, registers the new postings as partitions, leaves out postings
-already covered by a queued or running run of the group, and requests runs of at most
-`batch_size` postings each: one run per contiguous range of posting partitions, which
-materializes every member for that batch with the model loaded once. A paused use
-case (the circuit breaker tripped) contributes no work until its resume time. The
-cursor remembers a fingerprint of the database; an idle tick where nothing changed
-skips the queries.
+A work group is the use cases that share a model (or one script use case); see `assets/factory.py`.
+Every tick the sensor runs each member's discovery query, registers the new subjects as partitions,
+leaves out subjects already covered by a queued or running run of the group, and requests runs of at
+most `batch_size` subjects each: one run per contiguous range of partitions, which materializes every
+member for that batch with the model loaded once. A paused use case (the circuit breaker tripped)
+contributes no work until its resume time. The cursor remembers a fingerprint of the database; an idle
+tick where nothing changed skips the queries. Freeing dead runs' work is the liveness sensor's job
+(`sensors/liveness_sensor.py`), not discovery's.
 
 `plan_runs` is shared with the `pipeline run` command, so both find the same work.
 """
@@ -18,6 +16,7 @@ import json
 from bisect import bisect_left, bisect_right
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from dagster import (
     DagsterInstance,
@@ -35,9 +34,9 @@ from dagster._core.storage.event_log.schema import DynamicPartitionsTable
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from appdb import claims, discovery, events, pauses
+from appdb import discovery, events, pauses
 from assets.factory import WorkGroup
-from assets.partitions import POSTING_PARTITIONS, partitions_for
+from assets.partitions import partitions_for
 from assets.run_tags import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
@@ -49,12 +48,10 @@ from assets.run_tags import (
 )
 from resources.app_database import AppDatabase
 from resources.llm_hosts import LLMHost
-from resources.run_heartbeat import dead_after_seconds
 from sensors.host_pinning import pin_requests, usable_hosts
-from sensors.run_liveness import fail_run, reap_dead_runs, stuck_work
 
 DEFAULT_INTERVAL_SECONDS = 30
-SPREAD_FLOOR = 25  # postings: below this a run's start costs more than it spreads
+SPREAD_FLOOR = 25  # subjects: below this a run's start costs more than it spreads
 _LOOKUP_CHUNK = 500  # partition keys per lookup query on SQLite
 ACTIVE_STATUSES = [
     DagsterRunStatus.QUEUED,
@@ -75,7 +72,7 @@ class RunPlan:
 
     @property
     def to_request(self) -> int:
-        """Postings the batches hold: pending, less those already in queued or running runs."""
+        """Subjects the batches hold: pending, less those already in queued or running runs."""
         return len(self.pending) - self.in_flight
 
     def run_requests(self, group: WorkGroup, source: str | None = None) -> list[RunRequest]:
@@ -93,10 +90,10 @@ class RunPlan:
 
 
 def plan_runs(session: Session, instance: DagsterInstance, group: WorkGroup, spread: int = 1) -> RunPlan:
-    """Which postings need this group's use cases now, and how they split into runs.
+    """Which subjects need this group's use cases now, and how they split into runs.
 
-    Runs hold at most `batch_size` postings; with `spread` hosts to serve them, into a multiple of that
-    many runs of equal size (`run_size`): 300 postings with three hosts are three runs of 100 and 900
+    Runs hold at most `batch_size` subjects; with `spread` hosts to serve them, into a multiple of that
+    many runs of equal size (`run_size`): 300 subjects with three hosts are three runs of 100 and 900
     are six of 150, not runs of 250 that leave two hosts idle while one does the rest."""
     active = pauses.active_pauses(session)
     paused = {
@@ -141,24 +138,22 @@ def plan_runs(session: Session, instance: DagsterInstance, group: WorkGroup, spr
     )
 
 
-def run_size(postings: int, batch_size: int, hosts: int = 1) -> int:
-    """Postings per run: at most `batch_size`; with several hosts, as many runs as a multiple of the
+def run_size(subjects: int, batch_size: int, hosts: int = 1) -> int:
+    """Subjects per run: at most `batch_size`; with several hosts, as many runs as a multiple of the
     hosts, of equal size (not below `SPREAD_FLOOR`), so no host is left alone with the last one."""
-    if hosts <= 1 or postings == 0:
+    if hosts <= 1 or subjects == 0:
         return batch_size
-    runs = -(-postings // batch_size)
+    runs = -(-subjects // batch_size)
     runs = -(-runs // hosts) * hosts
-    return min(batch_size, max(SPREAD_FLOOR, -(-postings // runs)))
+    return min(batch_size, max(SPREAD_FLOOR, -(-subjects // runs)))
 
 
-def partition_positions(
-    instance: DagsterInstance, keys: Collection[str], kind: str = POSTING_PARTITIONS.name
-) -> dict[str, int]:
-    """Dagster's position of each of `keys` that is a posting partition (absent: not one yet).
+def partition_positions(instance: DagsterInstance, keys: Collection[str], kind: str) -> dict[str, int]:
+    """Dagster's position of each of `keys` that is a partition of `kind` (absent: not one yet).
 
     A run over a partition range covers every partition between its first and last key in
     this order (the order partitions were added). Looking up only the keys at hand keeps a
-    tick fast: listing all partitions took a third of a second at 100,000 postings.
+    tick fast: listing all partitions took a third of a second at 100,000 subjects.
     """
     storage = instance.event_log_storage
     if not hasattr(storage, "index_connection"):  # not a SQL storage: list them all
@@ -183,9 +178,9 @@ def partition_positions(
 
 
 def _keys_in_active_runs(
-    instance: DagsterInstance, job_name: str, positions: dict[str, int], kind: str = POSTING_PARTITIONS.name
+    instance: DagsterInstance, job_name: str, positions: dict[str, int], kind: str
 ) -> set[str]:
-    """The known pending postings inside the partition range of a queued or running run of the job."""
+    """The known pending subjects inside the partition range of a queued or running run of the job."""
     ranges = []
     for run in instance.get_runs(RunsFilter(job_name=job_name, statuses=ACTIVE_STATUSES)):
         single = run.tags.get(DAGSTER_PARTITION_TAG, "")
@@ -206,31 +201,6 @@ def _keys_in_active_runs(
             low, high = bisect_left(ordered, bounds[first]), bisect_right(ordered, bounds[last])
             covered.update(key for _, key in by_position[low:high])
     return covered
-
-
-def fail_dead_runs(instance: DagsterInstance, run_ids: Sequence[str]) -> list[str]:
-    """Mark failed the Dagster runs that let their claims expire, and return their ids.
-
-    Their worker died (killed, out of memory, host lost): the default run launcher cannot
-    tell, so the run would stay STARTED, and its postings would count as in flight forever.
-    """
-    failed = []
-    for run_id in run_ids:
-        run = instance.get_run_by_id(run_id)
-        if run is not None and run.status in ACTIVE_STATUSES:
-            fail_run(
-                instance,
-                run_id,
-                "the run stopped renewing its claims (lease expired): its worker died; "
-                "its postings are pending again and the sensor requests them anew",
-            )
-            failed.append(run_id)
-    return failed
-
-
-def group_lease_seconds(group: WorkGroup) -> int:
-    """The longest claim lease among the group's use cases: the stuck detector's patience."""
-    return max(member.use_case.retry.lease_seconds for member in group.members)
 
 
 def feeding_jobs(group: WorkGroup, groups: Sequence[WorkGroup]) -> list[str]:
@@ -281,6 +251,111 @@ def more_input_coming(
     return last_inputs_under_way and any_run_active(instance, [own_job])
 
 
+@dataclass(frozen=True)
+class DiscoveryScope:
+    """What one group's sensor looks at: the group, the hosts its LLM runs go to, and (a script group)
+    the jobs and use cases of other groups that write what it reads."""
+
+    group: WorkGroup
+    hosts: Sequence[LLMHost]
+    feeders: Sequence[str]
+    feeder_specs: Sequence[discovery.WorkSpec]
+
+    @classmethod
+    def of(cls, group: WorkGroup, hosts: Sequence[LLMHost], groups: Sequence[WorkGroup]) -> "DiscoveryScope":
+        feeders = feeding_jobs(group, groups) if group.model is None else []
+        return cls(
+            group,
+            hosts if group.model else (),  # a script group calls no model server
+            feeders,
+            feeding_specs(group) if feeders else [],
+        )
+
+
+def discover(context: SensorEvaluationContext, app_db: AppDatabase, scope: DiscoveryScope) -> Any:
+    """One tick of a group's sensor: plan, hold back part-filled batches while upstream runs still
+    write, pin to hosts, request; a `SkipReason` that says why when nothing is requested."""
+    group = scope.group
+    noun = group.subject.plural
+    with app_db.session() as session:
+        versions = ",".join(member.use_case.version for member in group.members)
+        marker = f"{versions}|{discovery.change_marker(session, group.subject.table)}"
+        previous = json.loads(context.cursor) if context.cursor else {}
+        if previous.get("marker") == marker and previous.get("pending") == 0:
+            return SkipReason(f"{group.name}: no change since the last tick, and no work then")
+        paused_now = pauses.active_pauses(session)
+        open_hosts = usable_hosts(scope.hosts, group.model, paused_now) if scope.hosts else []
+        plan = plan_runs(session, context.instance, group, spread=len(open_hosts))
+    for name, why in plan.paused.items():
+        context.log.warning(f"{name} is paused, no runs requested for it: {why}")
+    cursor = json.dumps({"marker": marker, "pending": len(plan.pending)})
+    requests, waiting = _full_batches_while_upstream_writes(context, app_db, scope, plan)
+    if scope.hosts and not open_hosts:
+        context.log.warning(f"{group.name}: every host serving {group.model} is paused or lists other models")
+        requests = []
+    requests = pin_requests(requests, open_hosts, context.instance, ACTIVE_STATUSES)
+    per_use_case = ", ".join(f"{name} {count}" for name, count in plan.pending_by_use_case.items())
+    context.log.info(
+        f"{group.name}: {len(plan.pending)} {noun} pending ({per_use_case}), {plan.in_flight} already "
+        f"in queued or running runs, {len(plan.new_partitions)} new partitions; "
+        f"requesting {len(requests)} runs"
+    )
+    if not requests and not plan.new_partitions:
+        context.update_cursor(cursor)
+        return SkipReason(_why_nothing_requested(group, plan, waiting))
+    with app_db.session() as session:  # the event log keeps discovery counts across runs
+        events.record_event(
+            session,
+            "discovery",
+            use_case=group.name,
+            source="sensor",
+            count=len(plan.pending),
+            detail={"by_use_case": plan.pending_by_use_case, "runs_requested": len(requests)},
+        )
+    return SensorResult(
+        run_requests=requests,
+        dynamic_partitions_requests=(
+            [partitions_for(group.subject_kind).build_add_request(plan.new_partitions)]
+            if plan.new_partitions
+            else []
+        ),
+        cursor=cursor,
+    )
+
+
+def _full_batches_while_upstream_writes(
+    context: SensorEvaluationContext, app_db: AppDatabase, scope: DiscoveryScope, plan: RunPlan
+) -> tuple[list[RunRequest], str]:
+    """The run requests to make now, and why the rest waits ("" when nothing waits): while upstream runs
+    still write, only full batches go (the rest joins a later batch)."""
+    group = scope.group
+    requests = plan.run_requests(group)
+    full = sum(len(batch) >= group.batch_size for batch in plan.batches)
+    if not requests or full == len(requests):
+        return requests, ""
+    if not more_input_coming(context.instance, app_db, scope.feeders, scope.feeder_specs, group.job.name):
+        return requests, ""
+    ready = plan.to_request
+    waiting = (
+        f"{group.name}: {ready} {group.subject.plural} ready; {ready - full * group.batch_size} of them, "
+        f"fewer than a batch ({group.batch_size}), wait while upstream runs ({', '.join(scope.feeders)}) "
+        "still write more: for a full batch, the last of their inputs, or the end of its running run"
+    )
+    context.log.info(waiting)
+    return requests[:full], waiting
+
+
+def _why_nothing_requested(group: WorkGroup, plan: RunPlan, waiting: str) -> str:
+    if waiting:
+        return waiting
+    if plan.paused and not plan.pending:
+        return f"{group.name}: paused: {'; '.join(plan.paused.values())}"
+    if not plan.pending:
+        every = f"every {group.subject.noun}"
+        return f"{group.name}: no work: {every} has a current output or is held by a running run"
+    return f"{group.name}: {len(plan.pending)} pending, all in queued or running runs"
+
+
 def build_discovery_sensor(
     group: WorkGroup,
     interval_seconds: int = DEFAULT_INTERVAL_SECONDS,
@@ -288,136 +363,40 @@ def build_discovery_sensor(
     groups: Sequence[WorkGroup] = (),
 ) -> SensorDefinition:
     """The group's sensor; it ticks at most every `interval_seconds` (PIPELINE_SENSOR_INTERVAL_SECONDS): at
-    the daemon's 5 s look, or sooner when postings arrive (`pipeline_defs/daemon.py`). With
+    the daemon's 5 s look, or sooner when subjects arrive (`pipeline_defs/daemon.py`). With
     `hosts` (a server backend) each LLM run is pinned to one of them (`sensors/host_pinning.py`).
 
     A script group (no model) whose inputs are still being written by runs of other `groups` waits
     until it has a full batch or those inputs are all written: otherwise it starts a run for every few
-    postings the upstream runs finish (each run a process loading the code and the resolver: 11 runs
+    subjects the upstream runs finish (each run a process loading the code and the resolver: 11 runs
     where 2 would do, measured with three hosts, on the CPU the other runs need)."""
-    hosts = hosts if group.model else ()  # a script group calls no model server
-    feeders = feeding_jobs(group, groups) if group.model is None else []
-    feeder_specs = feeding_specs(group) if feeders else []
+    scope = DiscoveryScope.of(group, hosts, groups)
     members = ", ".join(group.use_case_names)
-    interval = interval_seconds
 
     @sensor(
         name=f"{group.name}_discovery",
         job=group.job,
-        minimum_interval_seconds=interval,
+        minimum_interval_seconds=interval_seconds,
         default_status=DefaultSensorStatus.RUNNING,
         description=(
-            f"Finds postings lacking a current {members}; requests runs of up to {group.batch_size} "
-            f"postings{f' with {group.model} loaded once per run' if group.model else ''}."
+            f"Finds {group.subject.plural} lacking a current {members}; requests runs of up to "
+            f"{group.batch_size} {group.subject.plural}"
+            f"{f' with {group.model} loaded once per run' if group.model else ''}."
         ),
     )
     def _discovery(context: SensorEvaluationContext, app_db: AppDatabase) -> SensorResult | SkipReason:
-        dead_after = dead_after_seconds(app_db.heartbeat_seconds)
-        for dead in reap_dead_runs(context.instance, app_db, dead_after, [group.job.name]):
-            context.log.warning(
-                f"{group.name}: run {dead.run_id} ({dead.job}) is dead, its heartbeat stopped "
-                f"{dead.heartbeat_age_seconds:.0f}s ago: marked failed (was {dead.dagster_status_was}), "
-                f"its pool slots freed, {dead.claims_released} claims given back"
-            )
-        with app_db.session() as session:
-            dead_runs = claims.expired_claim_holders(session)
-            freed = claims.release_expired_claims(session)
-        if freed:
-            context.log.warning(f"{group.name}: freed {freed} claims whose lease expired (their run died)")
-            fail_dead_runs(context.instance, dead_runs)
-        with app_db.session() as session:
-            versions = ",".join(member.use_case.version for member in group.members)
-            marker = f"{versions}|{discovery.change_marker(session)}"
-            previous = json.loads(context.cursor) if context.cursor else {}
-            if previous.get("marker") == marker and previous.get("pending") == 0:
-                return SkipReason(f"{group.name}: no change since the last tick, and no work then")
-            open_hosts = usable_hosts(hosts, group.model, pauses.active_pauses(session)) if hosts else []
-            plan = plan_runs(session, context.instance, group, spread=len(open_hosts))
-        for name, why in plan.paused.items():
-            context.log.warning(f"{name} is paused, no runs requested for it: {why}")
-        cursor = json.dumps({"marker": marker, "pending": len(plan.pending)})
-        requests = plan.run_requests(group)
-        waiting = ""
-        ready = plan.to_request
-        full = sum(len(batch) >= group.batch_size for batch in plan.batches)
-        if (
-            requests
-            and full < len(requests)
-            and more_input_coming(context.instance, app_db, feeders, feeder_specs, group.job.name)
-        ):
-            # Only full batches while upstream runs still write: the rest joins a later batch.
-            waiting = (
-                f"{group.name}: {ready} postings ready; {ready - full * group.batch_size} of them, fewer "
-                f"than a batch ({group.batch_size}), wait while upstream runs ({', '.join(feeders)}) "
-                "still write more: for a full batch, the last of their inputs, or the end of its running run"
-            )
-            context.log.info(waiting)
-            requests = requests[:full]
-        if hosts and not open_hosts:
-            context.log.warning(
-                f"{group.name}: every host serving {group.model} is paused or lists other models"
-            )
-            requests = []
-        requests = pin_requests(requests, open_hosts, context.instance, ACTIVE_STATUSES)
-        per_use_case = ", ".join(f"{name} {count}" for name, count in plan.pending_by_use_case.items())
-        context.log.info(
-            f"{group.name}: {len(plan.pending)} postings pending ({per_use_case}), {plan.in_flight} already "
-            f"in queued or running runs, {len(plan.new_partitions)} new partitions; "
-            f"requesting {len(requests)} runs"
-        )
-        if not requests and not plan.new_partitions:
-            context.update_cursor(cursor)
-            if waiting:
-                return SkipReason(waiting)
-            if plan.paused and not plan.pending:
-                return SkipReason(f"{group.name}: paused: {'; '.join(plan.paused.values())}")
-            if not plan.pending:
-                return SkipReason(
-                    f"{group.name}: no work: every posting has a current output or is held by a running run"
-                )
-            stuck = stuck_work(
-                lambda: context.instance,
-                app_db,
-                group.use_case_names,
-                len(plan.pending),
-                group_lease_seconds(group),
-                uses_pool=group.model is not None,
-            )
-            if stuck:
-                context.log.warning(f"stuck: {stuck}")
-            return SkipReason(
-                f"{group.name}: {len(plan.pending)} pending, all in queued or running runs"
-                + (f"; stuck: {stuck}" if stuck else "")
-            )
-        with app_db.session() as session:  # the event log keeps discovery counts across runs
-            events.record_event(
-                session,
-                "discovery",
-                use_case=group.name,
-                source="sensor",
-                count=len(plan.pending),
-                detail={"by_use_case": plan.pending_by_use_case, "runs_requested": len(requests)},
-            )
-        return SensorResult(
-            run_requests=requests,
-            dynamic_partitions_requests=(
-                [partitions_for(group.subject_kind).build_add_request(plan.new_partitions)]
-                if plan.new_partitions
-                else []
-            ),
-            cursor=cursor,
-        )
+        return discover(context, app_db, scope)
 
     return _discovery
 
 
 __all__ = [
+    "DiscoveryScope",
     "RunPlan",
     "build_discovery_sensor",
+    "discover",
     "feeding_jobs",
     "feeding_specs",
-    "fail_dead_runs",
-    "group_lease_seconds",
     "partition_positions",
     "plan_runs",
 ]

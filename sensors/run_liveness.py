@@ -1,20 +1,26 @@
-"""Liveness: fail the runs whose heartbeat stopped, and say what blocks work that does not move.
+"""Liveness: fail the runs whose heartbeat stopped, free expired claims, and say what blocks stuck work.
 
-Every run that can hold the `llm` pool or claims beats in the application database
-(`resources/run_heartbeat.py`). `reap_dead_runs` (each sensor tick, and a thread of `pipeline run`)
-takes the runs whose beat is older than `dead_after_seconds`, and for each: marks it dead (one reaper
-wins), gives its claims back without spending attempts, reports the Dagster run failed and frees its
-pool slots and pending pool claims. That last part matters for a run that died while *waiting* on the
-pool: it holds no claims, so the lease sweep never sees it, and a freed slot would otherwise be
-assigned to it and stay taken forever.
+The one liveness mechanism, used by the liveness sensor (`sensors/liveness_sensor.py`) and by a thread
+of `pipeline run` (`pipeline_defs/cli/run_watch.py`):
 
-`stuck_work` is the detector: work pending and nothing stored for longer than a lease; it names what
-holds the pool and the claims, with their heartbeats' age, so an operator sees why.
+- Every run that can hold the `llm` pool or claims beats in the application database
+  (`resources/run_heartbeat.py`). `reap_dead_runs` takes the runs that are dead: whose beat is older
+  than `dead_after_seconds`, or whose process on this host is gone (a killed worker is seen at the next
+  look, not a minute later), and for each: marks it dead (one reaper wins), gives its claims back
+  without spending attempts, reports the Dagster run failed and frees its pool slots and pending pool
+  claims, whatever Dagster already marked it. Freeing the pool matters for a run that died while
+  *waiting* on it: it holds no claims, and a freed slot would otherwise be assigned to it forever.
+- `sweep_expired_leases` gives back claims whose lease ran out (a run that never beat at all) and
+  fails the Dagster runs that held them.
+- `stuck_work` is the detector: work pending and nothing stored for longer than a lease; it names what
+  holds the pool and the claims, with their heartbeats' age, so an operator sees why.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
@@ -46,23 +52,30 @@ def reap_dead_runs(
     dead_after_seconds: float,
     job_names: Collection[str] = (),
 ) -> list[ReapedRun]:
-    """Fail every run whose heartbeat is older than `dead_after_seconds`, and every run that died before
-    its first beat (`_reap_silent_runs`); return what was reaped."""
+    """Fail every run whose heartbeat is older than `dead_after_seconds` or whose process on this host is
+    gone, and every run that died before its first beat (`_reap_silent_runs`); return what was reaped.
+
+    A run Dagster already reports finished is reaped too when its heartbeat did not end: it died (a run
+    that ends normally ends its heartbeat), and its claims must come back now, not when their lease
+    runs out."""
     with app_db.session() as session:
-        stale = heartbeats.stale_heartbeats(session, dead_after_seconds)
+        beats = heartbeats.alive_heartbeats(session)
     reaped = []
-    for beat in stale:
+    for beat in beats:
         age = beat.age_seconds()
-        run = instance.get_run_by_id(beat.run_id)
-        if run is not None and run.is_finished:  # it ended before its heartbeat did: nothing to free
-            with app_db.session() as session:
-                heartbeats.end_heartbeat(session, beat.run_id)
+        if age > dead_after_seconds:
+            reason = f"heartbeat stopped {age:.0f}s ago (pid {beat.pid} on {beat.host})"
+        elif process_gone(beat):
+            reason = f"its process (pid {beat.pid} on {beat.host}) is gone"
+        else:
             continue
-        reason = f"heartbeat stopped {age:.0f}s ago (pid {beat.pid} on {beat.host})"
+        run = instance.get_run_by_id(beat.run_id)
         with app_db.session() as session:
             if not heartbeats.mark_dead(session, beat.run_id, reason):
                 continue  # another reaper got it first
             released = claims.release_claims_of_runs(session, [beat.run_id])
+        if run is not None and run.is_finished and not released:
+            continue  # it ended before its heartbeat did and holds nothing: nothing to say
         status = fail_run(
             instance, beat.run_id, f"the run's process died: {reason}; {released} claims given back"
         )
@@ -72,6 +85,53 @@ def reap_dead_runs(
         with app_db.session() as session:
             heartbeats.prune_dead(session)
     return reaped
+
+
+THIS_HOST = socket.gethostname()
+PROCESS_CHECK_AFTER_SECONDS = 2.0  # a beat this young is trusted: its process wrote it a moment ago
+
+
+def process_gone(beat: heartbeats.Heartbeat) -> bool:
+    """Whether the run's process is known to be gone: it ran on this host and its pid no longer exists.
+    (A reused pid reads as alive: then the heartbeat's age decides, a minute later.)"""
+    if beat.host != THIS_HOST or beat.pid <= 0 or beat.age_seconds() < PROCESS_CHECK_AFTER_SECONDS:
+        return False
+    try:
+        os.kill(beat.pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # another user's process with that pid: alive
+        return False
+    return False
+
+
+def sweep_expired_leases(instance: DagsterInstance, app_db: AppDatabase) -> tuple[int, list[str]]:
+    """Give back the claims whose lease ran out and fail the Dagster runs that held them (their worker
+    died before it could beat, or beat against another database); (claims freed, runs failed)."""
+    with app_db.session() as session:
+        holders = claims.expired_claim_holders(session)
+        freed = claims.release_expired_claims(session)
+    return freed, fail_dead_runs(instance, holders) if freed else []
+
+
+def fail_dead_runs(instance: DagsterInstance, run_ids: Sequence[str]) -> list[str]:
+    """Mark failed the Dagster runs that let their claims expire, and return their ids.
+
+    Their worker died (killed, out of memory, host lost): the default run launcher cannot
+    tell, so the run would stay STARTED, and its subjects would count as in flight forever.
+    """
+    failed = []
+    for run_id in run_ids:
+        run = instance.get_run_by_id(run_id)
+        if run is not None and not run.is_finished:
+            fail_run(
+                instance,
+                run_id,
+                "the run stopped renewing its claims (lease expired): its worker died; "
+                "its work is pending again and the sensor requests it anew",
+            )
+            failed.append(run_id)
+    return failed
 
 
 def _reap_silent_runs(
@@ -166,21 +226,24 @@ def stuck_work(
     instance_for: Callable[[], DagsterInstance | None],
     app_db: AppDatabase,
     use_cases: Sequence[str],
-    pending: int,
+    pending: int | Callable[[], int],
     lease_seconds: float,
     *,
     uses_pool: bool = True,
 ) -> str | None:
     """None while work moves; else one line: how long nothing moved, and what holds the pool and claims.
 
-    `instance_for` gives Dagster's instance (None: not known here); it is asked only when work is stuck."""
-    if not pending:
-        return None
+    `instance_for` gives Dagster's instance (None: not known here) and `pending` the work waiting (or a
+    function that counts it); both are asked only when nothing moved for longer than a lease."""
     now = utcnow()
     with app_db.session() as session:
         since = heartbeats.last_progress(session, use_cases)
-        if since is None or (now - since).total_seconds() <= lease_seconds:
-            return None
+    if since is None or (now - since).total_seconds() <= lease_seconds:
+        return None
+    pending = pending() if callable(pending) else pending
+    if not pending:
+        return None
+    with app_db.session() as session:
         held = heartbeats.claims_by_run(session, use_cases)
         beats = heartbeats.heartbeats_of(session, held)
     minutes = (now - since).total_seconds() / 60

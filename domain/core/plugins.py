@@ -1,47 +1,61 @@
-"""Domain plugins: what a kind of subject brings to the work core.
+"""Domain plugins: what a kind of subject brings to the work engine.
 
-The core (discovery, claims and leases, retries and parking, versions and staleness, traces, checks and
+The engine (discovery, claims and leases, retries and parking, versions and staleness, traces, checks and
 review, the Dagster assets with a dynamic partition per subject) knows subjects only as a kind, a key,
-content and a content hash. A plugin supplies the rest:
+fields and a content hash. A plugin supplies the rest:
 
-- `kind`: the subject kind, also the name of its Dagster dynamic partitions and of its source asset;
-- `template_variables`: the fields its use cases' prompts may name;
-- `merge`: what an upsert does with a subject already stored (`domain/core/merge.py`);
-- `use_cases`: the use cases it declares over its subjects (each with `subject_kind=kind`);
-- its ingest or scan, in its own module (`plugins/postings/store/ingest.py`,
-  `plugins/autodo/service.py`).
+- `kind`: its subjects (`domain.language.subject_kinds.SubjectKind`: name, noun, fields, table);
+- `use_cases(settings)`: the use cases it declares over them, chosen by its settings section;
+- `definitions(context)`: its own Dagster objects beside the engine's (source assets, reference data,
+  their sensors and resources), merged by the entry (`pipeline_defs/definitions.py`);
+- `settings`: its section of the configuration (a dataclass of `domain.core.configuration.setting`s);
+- its ingest or scan, in its own modules.
 
-Postings are the first plugin (`POSTINGS_PLUGIN`; their use cases are chosen by the settings in
-`pipeline_defs/catalog.py`), autodo the second (`plugins/autodo/autodo_use_cases.py`).
+The plugins live in `plugins/`; the entry lists them (`pipeline_defs/catalog.py`) and PIPELINE_DOMAINS
+chooses which a deployment loads. This module only declares what a plugin is.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
-from domain.core.merge import MergeStrategy, replace
 from domain.language.declaration import UseCase
-from domain.language.templates import POSTING_VARIABLES
+from domain.language.subject_kinds import SubjectKind
+
+
+@dataclass(frozen=True)
+class PluginContext:
+    """What a plugin's Dagster part is built from: its settings section, the core settings (data
+    directory, LLM server), its declared use cases, and `configured(value, variable)`, which writes a
+    value read from an environment variable as that variable (Dagster's `EnvVar`), so the UI shows
+    the variable's name, not a password in it."""
+
+    settings: Any
+    core: Any
+    use_cases: tuple[UseCase, ...]
+    configured: Callable[..., Any]
 
 
 @dataclass(frozen=True)
 class DomainPlugin:
-    kind: str
+    kind: SubjectKind
     description: str
-    template_variables: tuple[str, ...]
-    merge: MergeStrategy = replace
-    use_cases: tuple[UseCase, ...] = field(default_factory=tuple)
+    use_cases: Callable[[Any], tuple[UseCase, ...]]
+    definitions: Callable[[PluginContext], Any] | None = None
+    settings: type | None = None
 
-    def __post_init__(self) -> None:
-        for use_case in self.use_cases:
-            if use_case.subject_kind != self.kind:
+    @property
+    def name(self) -> str:
+        return self.kind.name
+
+    def declared_use_cases(self, section: Any) -> tuple[UseCase, ...]:
+        """Its use cases for this settings section; each must run on its kind."""
+        use_cases = self.use_cases(section)
+        for use_case in use_cases:
+            if use_case.subject.name != self.kind.name:
                 raise ValueError(
-                    f"plugin {self.kind}: use case {use_case.name} runs on {use_case.subject_kind} subjects"
+                    f"plugin {self.kind.name}: use case {use_case.name} runs on {use_case.subject_kind}"
                 )
-
-
-POSTINGS_PLUGIN = DomainPlugin(
-    kind="postings",
-    description="Job postings, ingested from JSONL or CSV (`pipeline ingest`).",
-    template_variables=POSTING_VARIABLES,
-)
+        return use_cases

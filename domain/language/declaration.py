@@ -1,13 +1,13 @@
 """What a use case is: a declaration (data), turned into Dagster objects by `assets/factory.py`.
 
-Adding a use case means a module with a `UseCase(...)` in `plugins/postings/use_cases/`, listed in
-`shipped.py`; no engine code (docs/adding-a-use-case.md).
+Adding a use case means a `UseCase(...)` in a plugin (for postings, a module in
+`plugins/postings/use_cases/`, listed in `shipped.py`); no engine code (docs/adding-a-use-case.md).
 
 A use case is either an LLM use case (model, prompt, output schema) or a script use
 case (a Python `function`, no model), such as entity resolution.
 
-Prompt templates name their variables as `{name}`. A variable is a posting field
-(`{title}`, `{description}`, ...) or the output of a declared upstream use case
+Prompt templates name their variables as `{name}`. A variable is a field of the use case's subject
+(a posting's `{title}`, `{description}`, ...) or the output of a declared upstream use case
 (`{posting_summary}`, or one field of it: `{posting_summary.summary}`). Braces that
 do not hold an identifier (such as JSON in few-shot examples) are left alone, and a
 template that names an unknown variable is rejected when the declaration is made.
@@ -27,7 +27,8 @@ import jsonschema
 from appdb.retry_policy import DEFAULT_RETRY_POLICY, RetryPolicy
 from domain.language.declaration_parts import DeclarationError, OutputCheck, ScriptContext, validate_json
 from domain.language.steps import Chain
-from domain.language.templates import POSTING_VARIABLES, render_templates, template_variables
+from domain.language.subject_kinds import SubjectKind
+from domain.language.templates import render_templates, template_variables
 
 _VERSION = re.compile(r"^\d{4}-\d{2}-\d{2}\.\d+$")
 SCRIPT_BACKEND = "script"
@@ -46,22 +47,21 @@ class UseCase:
     generation_schema: JSON schema the model fills (the grammar / Ollama `format`) when
         it differs from output_schema, e.g. when postprocess adds derived fields.
     function: makes this a script use case: `function(inputs, ScriptContext) -> output`;
-        inputs are the posting fields and upstream outputs. No model is loaded.
+        inputs are the subject's fields and upstream outputs. No model is loaded.
     resources: resource keys the function needs (e.g. `taxonomy`).
-    reference_inputs: non-posting assets this use case reads (e.g. `skills_taxonomy`);
+    reference_inputs: assets other than its subjects that this use case reads (e.g. `skills_taxonomy`);
         they become asset dependencies, and outputs older than them are stale.
     upstream: use cases whose outputs this one reads; they become asset dependencies.
-    discovery_where: optional extra SQL condition on the subject (alias `subject`: a row of
-        `postings`, or of `subjects` for other kinds; for postings `postings` works too)
-        narrowing which subjects this use case takes on, e.g. "subject.key LIKE 'src/%'".
+    discovery_where: optional extra SQL condition on the subject (alias `subject`: a row of its kind's
+        table) narrowing which subjects this use case takes on, e.g. "subject.key LIKE 'src/%'".
     priority: higher runs first when runs queue (Dagster's `dagster/priority` tag).
-    batch_size: postings per run; the model is loaded once per run.
+    batch_size: subjects per run; the model is loaded once per run.
     options: generation options (temperature, max_tokens, repeat_penalty, stop, seed).
     input_limits: maximum characters per variable; longer values are cut, and the
         cut is recorded in the interaction's options.
     postprocess: `postprocess(output, inputs)` normalizes a parsed output (dedupe,
-        trim, ground against the posting); may raise ValueError (an item error).
-    after_store: `after_store(session, posting_key, output)` writes derived rows in the
+        trim, ground against the subject's text); may raise ValueError (an item error).
+    after_store: `after_store(session, subject_key, output)` writes derived rows in the
         same transaction as the output (e.g. resolved concepts, queryable by concept).
     judge_view: `judge_view(output) -> text` shows an output to the judge model, which
         grades a sample of each run's outputs (the gym); None: not judged.
@@ -71,14 +71,19 @@ class UseCase:
         its model (and so its work group) is its first LLM step's model.
     retry: attempts before an item is parked, backoff, claim lease and outage pause
         (`appdb.retry_policy.RetryPolicy`); the default suits most use cases.
-    subject_kind: which subjects the use case runs on: a domain plugin's kind (`domain/core/plugins.py`);
-        ``postings`` by default. subject_variables: the fields a prompt may name for that kind
-        (a posting's fields by default).
+    subject: the kind of subject the use case runs on (`domain.language.subject_kinds.SubjectKind`,
+        declared by its plugin): its table, and the fields a prompt may name.
     display: `display(output) -> text`: an output in one line, as review lists show it (default: JSON).
-    review_edits: the corrections a reviewer may make, by kind ("summary", "skills", "concepts"):
-        `hook(output, Edits, CorrectionContext) -> corrected output` (`domain/quality/corrections.py`).
-    quality_grade: `quality_grade(posting, output) -> {criterion: 1..5}`: the deterministic judge's
+    review_edits: the corrections a reviewer may make (`domain.quality.corrections.ReviewEdit`: the
+        options of `pipeline review correct` and the hook that applies them).
+    quality_grade: `quality_grade(subject, output) -> {criterion: 1..5}`: the deterministic judge's
         grades of one output (the gym's default judge; an LLM judge grades through `judge_view`).
+    judge_rubric: the rubric an LLM judge grades `judge_view` against (`domain.quality.judge_rubric`);
+        PIPELINE_JUDGE_RUBRIC replaces it. judge_calibration: `calibration(judge, grade)` runs a judge
+        over known good and bad outputs and returns a verdict (`.passed`, `.message()`); without one an
+        LLM judge grades this use case only when calibration is turned off.
+    public_gold: a public gold set (`domain.quality.gold.PublicGold`) the gold check also scores against,
+        once its path is configured.
     run_figures: `run_figures(outputs) -> {name: number}` over the outputs one run made: numeric
         metadata of the run's `outputs_valid` check, which the UI plots over runs.
     """
@@ -109,12 +114,13 @@ class UseCase:
     steps: Chain | None = None
     retry: RetryPolicy = DEFAULT_RETRY_POLICY
     display: Callable[[dict[str, Any]], str] | None = None
-    review_edits: Mapping[str, Callable[..., dict[str, Any]]] = field(default_factory=dict)
+    review_edits: tuple[Any, ...] = ()  # domain.quality.corrections.ReviewEdit (above this layer)
     run_figures: Callable[[Sequence[dict[str, Any]]], Mapping[str, float | int]] | None = None
     quality_grade: Callable[[Mapping[str, Any], dict[str, Any]], dict[str, int]] | None = None
-    subject_kind: str = "postings"
-    subject_variables: tuple[str, ...] = POSTING_VARIABLES
-    public_gold: Any = None  # a `domain.quality.gold.PublicGold` its gold check scores too
+    judge_rubric: Any = None  # a domain.quality.judge_rubric.Rubric (the language knows no quality logic)
+    judge_calibration: Callable[[str, Callable[..., Any]], Any] | None = None
+    public_gold: Any = None  # a domain.quality.gold.PublicGold
+    subject: SubjectKind = field(kw_only=True)
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z][a-z0-9_]*", self.name):
@@ -131,9 +137,7 @@ class UseCase:
                     f"{self.name}: a multi-step use case has steps, not a model, prompt or function"
                 )
             object.__setattr__(self, "model", self.steps.model)
-            self.steps.validate(
-                self.name, self.upstream, self.subject_variables, _field_kind(self.subject_kind)
-            )
+            self.steps.validate(self.name, self.upstream, self.subject.variables, self.subject.field_kind)
         elif self.function is None and not (self.model and self.prompt):
             raise DeclarationError(f"{self.name}: an LLM use case needs a model and a prompt")
         if self.function is not None and (self.model or self.prompt):
@@ -154,12 +158,21 @@ class UseCase:
                     f"{self.name}: {{{variable}}} goes deeper than one field; use {{name}} or {{name.field}}"
                 )
             root = variable.split(".", 1)[0]
-            if root not in self.subject_variables and root not in self.upstream:
+            if root not in self.subject.variables and root not in self.upstream:
                 raise DeclarationError(
                     f"{self.name}: the prompt uses {{{variable}}}, which is neither "
-                    f"{_field_kind(self.subject_kind)} field "
-                    f"({', '.join(self.subject_variables)}) nor a declared upstream use case"
+                    f"{self.subject.field_kind} field "
+                    f"({', '.join(self.subject.variables)}) nor a declared upstream use case"
                 )
+
+    @property
+    def subject_kind(self) -> str:
+        """The name of its subjects' kind (its partitions and source asset)."""
+        return self.subject.name
+
+    @property
+    def subject_variables(self) -> tuple[str, ...]:
+        return self.subject.variables
 
     @property
     def is_script(self) -> bool:
@@ -248,9 +261,3 @@ def model_label(use_case: UseCase) -> str:
 def code_version(use_case: UseCase) -> str:
     """An output's code identity: the use case's version and its model (Dagster's code version too)."""
     return f"{use_case.version}@{model_label(use_case)}"
-
-
-def _field_kind(subject_kind: str) -> str:
-    """How errors name a subject's field: "a posting", "an autodo" (field)."""
-    kind = "posting" if subject_kind == "postings" else subject_kind
-    return f"{'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind}"

@@ -25,7 +25,8 @@ from domain.language.declaration_parts import DeclarationError
 
 
 def fan_in(experts: Sequence[UseCase], **synthesizer: Any) -> tuple[UseCase, ...]:
-    """The experts, then a synthesizer `UseCase(**synthesizer)` that reads all of them."""
+    """The experts, then a synthesizer `UseCase(**synthesizer)` that reads all of them (on the experts'
+    kind of subject unless it says)."""
     names = [expert.name for expert in experts]
     if len(experts) < 2:
         raise DeclarationError(f"fan_in needs at least two experts, got {names}")
@@ -38,5 +39,9 @@ def fan_in(experts: Sequence[UseCase], **synthesizer: Any) -> tuple[UseCase, ...
                 f"fan_in: expert {expert.name} reads {', '.join(reads)}; experts run side by side, "
                 "so none may read another"
             )
+    kinds = {expert.subject.name for expert in experts}
+    if len(kinds) > 1:
+        raise DeclarationError(f"fan_in: experts run on different kinds of subject: {sorted(kinds)}")
+    synthesizer.setdefault("subject", experts[0].subject)
     upstream = tuple(dict.fromkeys((*synthesizer.pop("upstream", ()), *names)))
     return (*experts, UseCase(upstream=upstream, **synthesizer))

@@ -29,12 +29,12 @@ class BlockedOutput(ItemError):
 
 
 def first_blocking_failure(
-    declared: Sequence[Any], output: dict[str, Any], posting: Mapping[str, Any]
+    declared: Sequence[Any], output: dict[str, Any], subject: Mapping[str, Any]
 ) -> BlockedOutput | None:
     """The first blocking `OutputCheck` among `declared` that `output` fails, as the error to raise."""
     for check in declared:
         if check.blocking:
-            reason = check.check(output, posting)
+            reason = check.check(output, subject)
             if reason:
                 return BlockedOutput(check.name, reason, output)
     return None
@@ -47,8 +47,8 @@ def describe_check(check: Any) -> str:
     return check.description
 
 
-def blocked_postings(check_name: str, failed: Mapping[str, str]) -> dict[str, str]:
-    """The postings of a batch whose output this blocking check rejected, with the reason."""
+def blocked_subjects(check_name: str, failed: Mapping[str, str]) -> dict[str, str]:
+    """The subjects of a batch whose output this blocking check rejected, with the reason."""
     prefix = f"{BlockedOutput.PREFIX}{check_name}: "
     return {key: error[len(prefix) :] for key, error in failed.items() if error.startswith(prefix)}
 
@@ -58,8 +58,8 @@ def parse_output(
 ) -> dict[str, Any]:
     """Parse, validate and postprocess one raw response; raises ItemError saying what is wrong.
 
-    `inputs` are the posting fields and upstream outputs the prompt was made from
-    (postprocess uses them, e.g. to check that mentions are grounded in the posting).
+    `inputs` are the subject fields and upstream outputs the prompt was made from
+    (postprocess uses them, e.g. to check that mentions are grounded in the subject).
     """
     if not text.strip():
         raise ItemError("the model returned an empty response")

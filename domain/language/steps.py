@@ -15,7 +15,7 @@ schema) and script steps (a Python callable); `assets/chain_runner.py` runs it. 
                     output_name="current_summary", max_visits=3, routes=(Route("grade"),)),
             ScriptStep("final", keep_best_summary),     # no routes: the chain ends here
         ),
-        max_steps_per_posting=10,
+        max_steps_per_subject=10,
         fallback="final",
     )
 
@@ -32,7 +32,7 @@ or a "string"); `when=Marker("[SKIP]")` matches a marker in the step's raw respo
 A field that is missing from the output never matches.
 
 Budgets. A step runs at most `max_visits` times per posting, and a posting takes at
-most `max_steps_per_posting` steps per run. A route into a spent step, or any route
+most `max_steps_per_subject` steps per run. A route into a spent step, or any route
 once the step budget is spent, goes to the chain's `fallback` step instead (which
 then ends the chain, e.g. keeping the best-graded version); the interaction records
 why. Without a fallback, exhausting a budget is the posting's item error.
@@ -55,7 +55,7 @@ from typing import Any
 import jsonschema
 
 from domain.language.declaration_parts import DeclarationError, ScriptContext
-from domain.language.templates import POSTING_VARIABLES, render_templates, template_variables
+from domain.language.templates import render_templates, template_variables
 
 END = "END"
 """Route target that ends the chain: `Route(END, when=Marker("[SKIP]"))`."""
@@ -328,14 +328,14 @@ class Decision:
 class Chain:
     """The steps of a multi-step use case, where it starts, and its budgets.
 
-    max_steps_per_posting: steps one posting may take in one run (the fallback step may
+    max_steps_per_subject: steps one posting may take in one run (the fallback step may
         run beyond it). fallback: the step that ends the chain when a budget is spent; it
         must not route anywhere but END.
     """
 
     steps: tuple[Step, ...]
     start: str = ""
-    max_steps_per_posting: int = 10
+    max_steps_per_subject: int = 10
     fallback: str | None = None
 
     def __post_init__(self) -> None:
@@ -391,8 +391,8 @@ class Chain:
         reason = None
         if visits.get(target.name, 0) >= target.max_visits:
             reason = f"{target.name} reached its limit of {target.max_visits} visits"
-        elif steps_taken >= self.max_steps_per_posting:
-            reason = f"the posting reached the limit of {self.max_steps_per_posting} steps"
+        elif steps_taken >= self.max_steps_per_subject:
+            reason = f"the limit of {self.max_steps_per_subject} steps per run was reached"
         if reason is None:
             return Decision(target.name, route.rule)
         if self.fallback is None:
@@ -405,13 +405,13 @@ class Chain:
         self,
         use_case: str,
         upstream: Sequence[str],
-        subject_variables: Sequence[str] = POSTING_VARIABLES,
-        field_kind: str = "a posting",
+        subject_variables: Sequence[str],
+        field_kind: str,
     ) -> None:
         """Raise DeclarationError for unknown targets, unreachable steps and unresolvable variables.
 
-        subject_variables: the fields of the use case's subjects a step may name (a posting's by
-        default; a domain plugin's kind has its own), named `field_kind` field in errors."""
+        subject_variables: the fields of the use case's subjects a step may name, named `field_kind`
+        field in errors ("a posting field")."""
         names = [step.name for step in self.steps]
         duplicates = sorted({name for name in names if names.count(name) > 1})
         if duplicates:
@@ -422,8 +422,8 @@ class Chain:
             raise DeclarationError(
                 f"{use_case}: the chain starts at {self.start!r}, which is not one of its steps"
             )
-        if self.max_steps_per_posting < 1:
-            raise DeclarationError(f"{use_case}: max_steps_per_posting must be at least 1")
+        if self.max_steps_per_subject < 1:
+            raise DeclarationError(f"{use_case}: max_steps_per_subject must be at least 1")
         for step in self.steps:
             for route in step.routes:
                 if route.to != END and route.to not in names:

@@ -1,12 +1,13 @@
 """Prompt templates: the `{variables}` they name and how values are put in.
 
-A variable is a posting field (`{title}`, `{description}`, ...), the output of a declared upstream use
-case (`{posting_summary}`, or one field of it: `{posting_summary.summary}`), or in a chain an earlier
-step's output. Braces that do not hold an identifier (such as JSON in few-shot examples) are left alone.
+A variable is a field of the subject (a posting's `{title}`, `{description}`, ...), the output of a
+declared upstream use case (`{posting_summary}`, or one field of it: `{posting_summary.summary}`), or in
+a chain an earlier step's output. Braces that do not hold an identifier (such as JSON in few-shot
+examples) are left alone.
 A variable with no value for an item is that item's error (`TemplateVariableError`), never a prompt
 with a literal `{placeholder}`.
 
-Every value is put in through `neutralize_markers`: a posting's text cannot imitate the template's
+Every value is put in through `neutralize_markers`: a subject's text cannot imitate the template's
 structure (close its `<posting>` block, start a line with one of its `Field:` labels, or write its JSON
 answer shape), so a description cannot end its own record and open a forged one (docs/prompt-injection.md).
 """
@@ -19,7 +20,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-POSTING_VARIABLES = ("key", "title", "company", "location", "description", "url", "posted_at")
 _VARIABLE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)\}")
 _TEMPLATE_TAG = re.compile(r"</?([A-Za-z][\w-]*)>")
 _TEMPLATE_LABEL = re.compile(r"^[ \t]*([A-Za-z][A-Za-z ]{0,30}?)[ \t]*:", re.MULTILINE)
@@ -29,7 +29,7 @@ _LINE_BREAKS = re.compile(r"\r\n?|[\v\f\x1c-\x1e\x85\u2028\u2029]")
 
 
 class TemplateVariableError(ValueError):
-    """A variable that has no value for this posting (an item error, never a literal placeholder)."""
+    """A variable that has no value for this subject (an item error, never a literal placeholder)."""
 
 
 def template_variables(prompt: str, system_prompt: str) -> tuple[str, ...]:
@@ -115,11 +115,11 @@ def _lookup(values: Mapping[str, Any], variable: str) -> tuple[str, bool]:
     """(the variable's text, whether it is text rather than JSON we made of a value)."""
     root, _, attribute = variable.partition(".")
     if root not in values or values[root] is None:
-        raise TemplateVariableError(f"template variable {{{variable}}} has no value for this posting")
+        raise TemplateVariableError(f"template variable {{{variable}}} has no value for this subject")
     value = values[root]
     if attribute:
         if not isinstance(value, Mapping) or value.get(attribute) is None:
-            raise TemplateVariableError(f"template variable {{{variable}}} has no value for this posting")
+            raise TemplateVariableError(f"template variable {{{variable}}} has no value for this subject")
         value = value[attribute]
     if isinstance(value, str):
         return value, True
@@ -130,13 +130,13 @@ RETRY_NOTE_CHARS = 300
 RETRY_MIN_TEMPERATURE = 0.4
 
 
-def retry_prompt(prompt: str, error: str) -> str:
+def retry_prompt(prompt: str, error: str, noun: str = "subject") -> str:
     """The prompt of a retry: the earlier answer's error, right before the answer's cue (the last line,
     such as `Summary:`), so the model does not make the same mistake; at temperature 0 with the same
     seed it otherwise answers the same again."""
     head, _, cue = prompt.rstrip("\n").rpartition("\n")
     note = (
-        f"(An earlier answer for this posting was rejected: {' '.join(error.split())[:RETRY_NOTE_CHARS]}. "
+        f"(An earlier answer for this {noun} was rejected: {' '.join(error.split())[:RETRY_NOTE_CHARS]}. "
         "Answer again without that mistake.)"
     )
     return f"{head}\n{note}\n{cue}" if head else f"{note}\n{cue}"

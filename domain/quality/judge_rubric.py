@@ -1,11 +1,10 @@
 """The judge: a second model grades outputs against a rubric (the gym's sampled scoring).
 
-The rubric is configuration: criteria with one-line descriptions, and few-shot examples
-per use case (posting, output, grades). The default suits a base model such as the
-embedded Gemma 3 270M: a completion prompt (instructions, then examples, then the
-output to grade) whose answer is forced by a JSON-schema grammar to
-`{"faithful": 1-5, "complete": 1-5, "concise": 1-5}`. A file given by
-PIPELINE_JUDGE_RUBRIC (JSON: `criteria`, `examples`) replaces it.
+A rubric is criteria with one-line descriptions and few-shot examples per use case (subject, output,
+grades); a use case declares its own (`UseCase.judge_rubric`), and a file given by PIPELINE_JUDGE_RUBRIC
+(JSON: `criteria`, `examples`) replaces it. The prompt is a completion (instructions, then examples,
+then the output to grade) whose answer is forced by a JSON-schema grammar to one grade 1-5 per
+criterion, so it suits a base model such as the embedded Gemma 3 270M.
 
 A tiny base model mostly echoes the examples' grades; point PIPELINE_JUDGE_MODEL at a
 larger model (through Ollama) for grades worth acting on.
@@ -15,13 +14,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 GRADES = (1, 2, 3, 4, 5)
-POSTING_CHARS = 1500
+SUBJECT_CHARS = 1500
 JUDGE_SUFFIX = ":judge"
 DETERMINISTIC_JUDGE = "deterministic"
 """The default judge: grades from quality signals (`quality_signals.py`), no model; see docs/gym.md."""
@@ -34,17 +33,20 @@ class RubricError(ValueError):
 
 @dataclass(frozen=True)
 class Example:
-    posting: str
+    subject: str
     output: str
     grades: Mapping[str, int]
 
 
 @dataclass(frozen=True)
 class Rubric:
-    """Criteria (name -> description) and few-shot examples per use case."""
+    """Criteria (name -> description) and few-shot examples per use case; `made_from` says what the
+    outputs are made from ("job postings") and `label` how a subject is introduced ("Posting")."""
 
     criteria: Mapping[str, str]
     examples: Mapping[str, tuple[Example, ...]] = field(default_factory=dict)
+    made_from: str = "subjects"
+    label: str = "Subject"
 
     @property
     def version(self) -> str:
@@ -53,7 +55,7 @@ class Rubric:
             {
                 "criteria": dict(self.criteria),
                 "examples": {
-                    name: [[e.posting, e.output, dict(e.grades)] for e in examples]
+                    name: [[e.subject, e.output, dict(e.grades)] for e in examples]
                     for name, examples in self.examples.items()
                 },
             },
@@ -77,25 +79,25 @@ class Rubric:
             "additionalProperties": False,
         }
 
-    def prompt(self, use_case: str, posting: str, output: str) -> str:
-        """The completion prompt grading `output` (made from `posting`) under this rubric."""
+    def prompt(self, use_case: str, subject: str, output: str) -> str:
+        """The completion prompt grading `output` (made from `subject`) under this rubric."""
         examples = self.examples.get(use_case) or next(iter(self.examples.values()), ())
         lines = [
-            "Outputs made from job postings, each graded from 1 (poor) to 5 (excellent) on:",
+            f"Outputs made from {self.made_from}, each graded from 1 (poor) to 5 (excellent) on:",
             *(f"- {name}: {description}" for name, description in self.criteria.items()),
             "",
         ]
         for example in examples:
             lines += [
-                f"Posting: {example.posting}",
+                f"{self.label}: {example.subject}",
                 f"Output: {example.output}",
                 f"Grades: {json.dumps({name: example.grades[name] for name in self.answer_order})}",
                 "",
             ]
-        posting = " ".join(posting.split())
-        if len(posting) > POSTING_CHARS:
-            posting = posting[:POSTING_CHARS].rstrip() + " [...]"
-        lines += [f"Posting: {posting}", f"Output: {' '.join(output.split())}", "Grades:"]
+        subject = " ".join(subject.split())
+        if len(subject) > SUBJECT_CHARS:
+            subject = subject[:SUBJECT_CHARS].rstrip() + " [...]"
+        lines += [f"{self.label}: {subject}", f"Output: {' '.join(output.split())}", "Grades:"]
         return "\n".join(lines)
 
     def parse(self, text: str) -> dict[str, int]:
@@ -115,63 +117,9 @@ class Rubric:
         return grades
 
 
-DEFAULT_CRITERIA = {
-    "faithful": "everything the output says is stated in the posting",
-    "complete": "nothing important in the posting is missing from the output",
-    "concise": "no repetition, filler or irrelevant detail",
-}
-
-_BAKER = (
-    "Brightline Bakery in Leeds needs a baker for early shifts (4am-12pm). You bake bread and "
-    "pastries, keep the kitchen clean and order flour. A food hygiene certificate is required."
-)
-_ANALYST = (
-    "Harbor Insurance is hiring a Data Analyst in Rotterdam to build Power BI dashboards and "
-    "write SQL for the claims team. Two years of experience and fluent Dutch are required."
-)
-
-# The last example weighs most with a small base model (it tends to echo it), so the good one
-# comes last: a weak judge then flags little rather than flooding the review queue.
-DEFAULT_EXAMPLES: dict[str, tuple[Example, ...]] = {
-    "posting_summary": (
-        Example(
-            _ANALYST,
-            "Harbor Insurance offers a remote senior analyst role in London with a high salary and "
-            "stock options.",
-            {"faithful": 1, "complete": 2, "concise": 4},
-        ),
-        Example(
-            _BAKER,
-            "Brightline Bakery needs a baker. The baker bakes bread. The baker bakes bread and "
-            "pastries. The baker bakes bread.",
-            {"faithful": 4, "complete": 2, "concise": 1},
-        ),
-        Example(
-            _BAKER,
-            "Brightline Bakery in Leeds is hiring a baker for early shifts to bake bread and pastries; "
-            "a food hygiene certificate is required.",
-            {"faithful": 5, "complete": 5, "concise": 5},
-        ),
-    ),
-    "posting_skills": (
-        Example(_BAKER, "Python; project management", {"faithful": 1, "complete": 1, "concise": 3}),
-        Example(_ANALYST, "SQL", {"faithful": 5, "complete": 2, "concise": 5}),
-        Example(
-            _ANALYST,
-            "Power BI; SQL; build dashboards; fluent Dutch",
-            {"faithful": 5, "complete": 5, "concise": 5},
-        ),
-    ),
-}
-
-DEFAULT_RUBRIC = Rubric(DEFAULT_CRITERIA, DEFAULT_EXAMPLES)
-
-
-def load_rubric(path: str | Path | None) -> Rubric:
+def load_rubric(path: str | Path, like: Rubric | None = None) -> Rubric:
     """The rubric in a JSON file (`criteria`: name -> description; `examples`: use case -> list of
-    {posting, output, grades}), or the default one when no path is given."""
-    if not path:
-        return DEFAULT_RUBRIC
+    {subject, output, grades}); it introduces subjects as `like` does (a use case's own)."""
     path = Path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -193,9 +141,14 @@ def load_rubric(path: str | Path | None) -> Rubric:
                 raise RubricError(
                     f"{path}: example {number} of {use_case} needs a grade 1-5 for each of {sorted(criteria)}"
                 )
-            parsed.append(Example(str(item.get("posting", "")), str(item.get("output", "")), grades))
+            # the subject: `subject`, or the one other field (a rubric for postings may say `posting`)
+            others = [value for name, value in item.items() if name not in ("output", "grades")]
+            subject = item.get("subject", others[0] if len(others) == 1 else "")
+            parsed.append(Example(str(subject), str(item.get("output", "")), grades))
         examples[use_case] = tuple(parsed)
-    return Rubric(criteria, examples)
+    if like is None:
+        return Rubric(criteria, examples)
+    return Rubric(criteria, examples, made_from=like.made_from, label=like.label)
 
 
 def overall(grades: Mapping[str, int]) -> float:
@@ -203,7 +156,25 @@ def overall(grades: Mapping[str, int]) -> float:
     return sum(grades.values()) / len(grades)
 
 
-def judge_text(posting: Mapping[str, Any]) -> str:
-    """The posting as the judge sees it: title, company, location, then the text."""
-    head = " · ".join(str(posting[name]) for name in ("title", "company", "location") if posting.get(name))
-    return f"{head}. {posting.get('description') or ''}"
+def needs_review(grades: Mapping[str, int], review_below: float) -> bool:
+    """Any criterion graded below the threshold (which includes a mean below it)."""
+    return min(grades.values()) < review_below
+
+
+Grader = Callable[[Mapping[str, Any], str], Mapping[str, int]]
+"""`grade(subject fields, output text) -> {criterion: 1..5}`: a judge, by rules or by a model."""
+
+
+def llm_grader(
+    generate: Callable[[str, dict[str, Any]], str],
+    rubric: Rubric,
+    use_case: str,
+    describe: Callable[[Mapping[str, Any]], str],
+) -> Grader:
+    """A grader that asks an LLM: `generate(prompt, schema) -> text`, parsed under the rubric; `describe`
+    shows it the subject (its kind's `describe`)."""
+
+    def grade(subject: Mapping[str, Any], output: str) -> Mapping[str, int]:
+        return rubric.parse(generate(rubric.prompt(use_case, describe(subject), output), rubric.schema))
+
+    return grade

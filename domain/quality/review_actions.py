@@ -4,15 +4,15 @@
   (rejected by a check, never stored) is delivered as the current output.
 - reject: the output is wrong, with no better value given. It counts as a
   disagreement in the gold evaluation until the output is remade.
-- correct: the reviewer's value (an edited summary, skills added or removed, another
-  concept for a mention) joins the corpus and is delivered as the current output, so
-  downstream use cases redo their part from it. It keeps the use case's version, so it
-  stays until the output is remade (a new version or a changed posting); the corpus
-  keeps it for every later evaluation.
+- correct: the reviewer's value (made by the use case's correction hooks from the options given:
+  an edited summary, skills added or removed, another concept for a mention) joins the corpus and
+  is delivered as the current output, so downstream use cases redo their part from it. It keeps the
+  use case's version, so it stays until the output is remade (a new version or a changed subject);
+  the corpus keeps it for every later evaluation.
 
-A correction must still be a valid output: the output schema, the blocking checks, and
-for skills, mentions that appear in the posting. Every delivered value is recorded in
-`interactions` (backend `review`), so `pipeline trace` shows who changed what.
+A correction must still be a valid output: the output schema, the blocking checks, and whatever the
+hook itself demands. Every delivered value is recorded in `interactions` (backend `review`), so
+`pipeline trace` shows who changed what.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from appdb import interactions, review
 from appdb.models import ReviewItem, utcnow
 from domain.language.declaration import UseCase, model_label
 from domain.language.output_parsing import first_blocking_failure
-from domain.quality.corrections import EDIT_SCOPES, CorrectionContext, CorrectionError, Edits
+from domain.quality.corrections import CorrectionContext, CorrectionError, Edits, edit_options, flags
 
 REVIEWER_MODEL = "reviewer"
 
@@ -38,7 +38,7 @@ REVIEWER_MODEL = "reviewer"
 class Verdict:
     item_id: int
     use_case: str
-    posting_key: str
+    subject_key: str
     status: str
     delivered: bool  # the value is now the current output
     correction_id: int | None = None
@@ -50,10 +50,11 @@ def _use_case(item: ReviewItem, use_cases: Mapping[str, UseCase]) -> UseCase:
     return use_cases[item.use_case]
 
 
-def _posting(session: Session, key: str) -> dict[str, Any]:
-    fields = review.posting_fields(session, key)
+def _subject(session: Session, use_case: UseCase, key: str) -> dict[str, Any]:
+    """The subject's fields, as the use case's checks and correction hooks see them."""
+    fields = use_case.subject.table.read(session, [key]).get(key)
     if fields is None:
-        raise CorrectionError(f"posting {key!r} no longer exists")
+        raise CorrectionError(f"{use_case.subject.noun} {key!r} no longer exists")
     return fields
 
 
@@ -61,7 +62,7 @@ def _deliverable(session: Session, item: ReviewItem, use_case: UseCase) -> bool:
     """Whether the item's output is still the one the use case delivers (or none was stored)."""
     if item.use_case_version != use_case.version:
         return False
-    current = review.current_output(session, item.use_case, item.posting_key)
+    current = review.current_output(session, item.use_case, item.subject_key)
     return (
         current is None
         or current.interaction_id == item.interaction_id
@@ -77,7 +78,7 @@ def _deliver(
         session,
         use_case=use_case.name,
         use_case_version=use_case.version,
-        posting_key=item.posting_key,
+        subject_key=item.subject_key,
         backend=review.REVIEW_BACKEND,
         model=REVIEWER_MODEL,
         prompt=command,
@@ -92,14 +93,15 @@ def _deliver(
     review.apply_reviewed_output(
         session,
         use_case=use_case.name,
-        posting_key=item.posting_key,
+        subject_key=item.subject_key,
+        subjects=use_case.subject.table,
         value=value,
         model=model_label(use_case),
         use_case_version=use_case.version,
         interaction_id=interaction_id,
     )
     if use_case.after_store is not None:
-        use_case.after_store(session, item.posting_key, value)
+        use_case.after_store(session, item.subject_key, value)
     return interaction_id
 
 
@@ -112,14 +114,14 @@ def accept(
         raise CorrectionError(f"review item {item_id} has no output to accept; correct it instead")
     delivered = False
     interaction_id = None
-    stored = review.current_output(session, item.use_case, item.posting_key)
+    stored = review.current_output(session, item.use_case, item.subject_key)
     if stored is None and _deliverable(session, item, use_case):  # a blocked output the reviewer vouches for
         interaction_id = _deliver(session, item, use_case, item.output, f"pipeline review accept {item_id}")
         delivered = True
     correction_id = review.add_correction(
         session,
         use_case=item.use_case,
-        posting_key=item.posting_key,
+        subject_key=item.subject_key,
         use_case_version=item.use_case_version,
         verdict="accepted",
         original=item.output,
@@ -129,13 +131,13 @@ def accept(
         interaction_id=interaction_id,
     )
     review.resolve_item(session, item, "accepted", note)
-    return Verdict(item.id, item.use_case, item.posting_key, "accepted", delivered, correction_id)
+    return Verdict(item.id, item.use_case, item.subject_key, "accepted", delivered, correction_id)
 
 
 def reject(session: Session, item_id: int, note: str | None = None) -> Verdict:
     item = review.get_open_item(session, item_id)
     review.resolve_item(session, item, "rejected", note)
-    return Verdict(item.id, item.use_case, item.posting_key, "rejected", False)
+    return Verdict(item.id, item.use_case, item.subject_key, "rejected", False)
 
 
 def correct(
@@ -145,12 +147,11 @@ def correct(
     use_case = _use_case(item, use_cases)
     if edits.empty:
         raise CorrectionError(
-            "say what to correct: --summary TEXT, --add-skill MENTION, --remove-skill MENTION or "
-            "--concept MENTION=URI"
+            f"say what to correct: {use_case.name} takes {flags(edit_options(use_case.review_edits))}"
         )
     original = item.output or {}
-    posting = _posting(session, item.posting_key)
-    corrected = apply_edits(session, item, use_case, original, posting, edits)
+    subject = _subject(session, use_case, item.subject_key)
+    corrected = apply_edits(session, item, use_case, original, subject, edits)
     if corrected == original:
         raise CorrectionError(
             f"the correction leaves review item {item_id}'s output as it was; use `pipeline review accept "
@@ -165,7 +166,7 @@ def correct(
     correction_id = review.add_correction(
         session,
         use_case=item.use_case,
-        posting_key=item.posting_key,
+        subject_key=item.subject_key,
         use_case_version=item.use_case_version,
         verdict="corrected",
         original=item.output,
@@ -175,7 +176,7 @@ def correct(
         interaction_id=interaction_id,
     )
     review.resolve_item(session, item, "corrected", note)
-    return Verdict(item.id, item.use_case, item.posting_key, "corrected", delivered, correction_id)
+    return Verdict(item.id, item.use_case, item.subject_key, "corrected", delivered, correction_id)
 
 
 def apply_edits(
@@ -183,18 +184,22 @@ def apply_edits(
     item: ReviewItem,
     use_case: UseCase,
     original: dict[str, Any],
-    posting: Mapping[str, Any],
+    subject: Mapping[str, Any],
     edits: Edits,
 ) -> dict[str, Any]:
-    """The corrected output; CorrectionError when an edit does not fit or the result is invalid."""
+    """The corrected output; CorrectionError when an option does not fit or the result is invalid."""
     value = json.loads(json.dumps(original))
-    where = f"review item {item.id} ({item.use_case}, posting {item.posting_key})"
-    context = CorrectionContext(posting, where, lambda uri: review.concept_label(session, uri))
-    for kind in edits.kinds:
-        hook = use_case.review_edits.get(kind)
-        if hook is None:
-            raise CorrectionError(f"{where}: {EDIT_SCOPES[kind]}, not this one")
-        value = hook(value, edits, context)
+    where = f"review item {item.id} ({item.use_case}, {use_case.subject.noun} {item.subject_key})"
+    context = CorrectionContext(subject, where, session)
+    for name in edits.names:
+        if not any(name in edit.option_names for edit in use_case.review_edits):
+            raise CorrectionError(
+                f"{where}: --{name} does not apply to {use_case.name} outputs "
+                f"(they take {flags(edit_options(use_case.review_edits))})"
+            )
+    for edit in use_case.review_edits:
+        if edit.option_names & set(edits.names):
+            value = edit.apply(value, edits, context)
     try:
         use_case.validate_output(value)
     except jsonschema.ValidationError as exc:
@@ -202,7 +207,7 @@ def apply_edits(
         raise CorrectionError(
             f"{where}: the correction breaks the output schema at {path}: {exc.message}"
         ) from exc
-    blocked = first_blocking_failure(use_case.checks, value, posting)
+    blocked = first_blocking_failure(use_case.checks, value, subject)
     if blocked is not None:
         raise CorrectionError(
             f"{where}: the correction fails the blocking check {blocked.check}: {blocked.reason}"

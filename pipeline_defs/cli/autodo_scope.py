@@ -17,7 +17,7 @@ from pipeline_defs.dagster_home import ensure_dagster_home
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import build_use_cases
-from plugins.autodo.autodo_use_cases import AUTODO_PLUGIN
+from plugins.autodo.autodo_kind import KIND
 from resources.app_database import AppDatabase
 from resources.llm import LLMResource
 
@@ -42,7 +42,7 @@ def scope_items(
         ensure_dagster_home(settings)
         instance = DagsterInstance.get()
     autodo_use_cases = [
-        uc for uc in build_use_cases(settings) if uc.use_case.subject_kind == AUTODO_PLUGIN.kind
+        uc for uc in build_use_cases(settings) if uc.use_case.subject_kind == KIND
     ]
     groups = build_work_groups(autodo_use_cases)
     defs = build_definitions(settings, built=autodo_use_cases, groups=groups, llm=llm)
@@ -55,8 +55,8 @@ def scope_items(
 def _run_for_keys(
     defs, groups: Sequence[WorkGroup], instance: DagsterInstance, keys: Sequence[str], verbose: bool
 ):  # noqa: ANN001, ANN202
-    known = set(instance.get_dynamic_partitions(AUTODO_PLUGIN.kind))
-    instance.add_dynamic_partitions(AUTODO_PLUGIN.kind, [key for key in keys if key not in known])
+    known = set(instance.get_dynamic_partitions(KIND))
+    instance.add_dynamic_partitions(KIND, [key for key in keys if key not in known])
     runs, failed = [], []
     for group in groups:  # upstream first: the context, then the scope
         job = defs.resolve_job_def(group.job.name)

@@ -31,7 +31,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--use-case", action="append", dest="use_cases", help="only this use case (repeatable)"
     )
     discover.add_argument(
-        "--expect", type=Path, help="compare with expected work: CSV or JSON lines with use_case,posting_key"
+        "--expect", type=Path, help="compare with expected work: CSV or JSON lines with use_case,subject_key"
     )
     discover.add_argument(
         "--json", action="store_true", help="print the whole result as JSON (keys uncapped)"
@@ -120,7 +120,7 @@ def compare_work(
 
 
 def read_expected_work(path: Path) -> dict[str, list[str]]:
-    """Expected work as `use_case,posting_key` pairs: CSV with that header, or JSON lines (.jsonl/.json).
+    """Expected work as `use_case,subject_key` pairs: CSV with that header, or JSON lines (.jsonl/.json).
 
     Raises ValueError naming the file and line of the first malformed entry.
     """
@@ -129,9 +129,9 @@ def read_expected_work(path: Path) -> dict[str, list[str]]:
     with path.open(newline="", encoding="utf-8-sig") as handle:
         if suffix == ".csv":
             reader = csv.DictReader(handle)
-            if not {"use_case", "posting_key"} <= set(reader.fieldnames or []):
+            if not {"use_case", "subject_key"} <= set(reader.fieldnames or []):
                 raise ValueError(
-                    f"{path}: the CSV header must name use_case,posting_key (found {reader.fieldnames})"
+                    f"{path}: the CSV header must name use_case,subject_key (found {reader.fieldnames})"
                 )
             entries = ((reader.line_num, row) for row in reader)
         elif suffix in (".jsonl", ".json", ".ndjson"):
@@ -141,11 +141,11 @@ def read_expected_work(path: Path) -> dict[str, list[str]]:
                 if line.strip()
             )
         else:
-            raise ValueError(f"{path}: expected a .csv or .jsonl file (use_case,posting_key per line)")
+            raise ValueError(f"{path}: expected a .csv or .jsonl file (use_case,subject_key per line)")
         for number, entry in entries:
-            use_case, key = (str(entry.get(field) or "").strip() for field in ("use_case", "posting_key"))
+            use_case, key = (str(entry.get(field) or "").strip() for field in ("use_case", "subject_key"))
             if not use_case or not key:
-                raise ValueError(f"{path}:{number}: needs both use_case and posting_key")
+                raise ValueError(f"{path}:{number}: needs both use_case and subject_key")
             expected.setdefault(use_case, []).append(key)
     return expected
 
@@ -156,7 +156,7 @@ def _json_line(path: Path, number: int, line: str) -> dict:
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}:{number}: not valid JSON: {exc.msg}") from exc
     if not isinstance(entry, dict):
-        raise ValueError(f"{path}:{number}: expected an object with use_case and posting_key")
+        raise ValueError(f"{path}:{number}: expected an object with use_case and subject_key")
     return entry
 
 
@@ -174,7 +174,7 @@ def _shadow_json(
         result["use_cases"][name] = {
             "version": item.use_case.version,
             "count": len(discovered[name]),
-            "posting_keys": discovered[name],
+            "subject_keys": discovered[name],
             "paused_until": pause.resume_at.isoformat() + "Z" if pause else None,
             "pause_reason": pause.reason if pause else None,
         }

@@ -51,7 +51,8 @@ def cmd_reprocess(settings: Settings, args: argparse.Namespace) -> int:
             f"{len(stale.keys)} stale outputs"
             + (f" ({why})" if why else "")
             + (
-                f"; {len(stale.missing)} postings without an output are left to `pipeline run`"
+                f"; {len(stale.missing)} {item.use_case.subject.plural} without an output "
+                "are left to `pipeline run`"
                 if stale.missing
                 else ""
             )

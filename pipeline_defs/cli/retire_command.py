@@ -1,4 +1,5 @@
-"""`pipeline retire --finished-before DATE [--dry-run]`: delete finished postings' Dagster partitions."""
+"""`pipeline retire --finished-before DATE [--dry-run]`: delete finished subjects' Dagster partitions,
+kind by kind (a subject is finished when every use case of its kind has a current output)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from pipeline_defs.wiring import build_use_cases
 def register(commands: argparse._SubParsersAction) -> None:
     retire = commands.add_parser(
         "retire",
-        help="delete the Dagster partitions of postings finished before a date (outputs and traces stay)",
+        help="delete the Dagster partitions of subjects finished before a date (outputs and traces stay)",
     )
     retire.add_argument(
         "--finished-before", required=True, metavar="DATE", help="YYYY-MM-DD or an ISO time (UTC)"
@@ -34,19 +35,25 @@ def cmd_retire(settings: Settings, args: argparse.Namespace) -> int:
         return EXIT_ERROR
     if before.tzinfo is not None:  # the database keeps naive UTC times
         before = before.astimezone(UTC).replace(tzinfo=None)
-    specs = [item.spec for item in build_use_cases(settings)]
+    by_kind: dict[str, tuple[str, list]] = {}
+    for item in build_use_cases(settings):
+        kind = item.use_case.subject
+        by_kind.setdefault(kind.name, (kind.plural, []))[1].append(item.spec)
     with session_scope(settings.database_url) as session:
-        keys = retirable(session, specs, before)
+        found = {name: retirable(session, specs, before) for name, (_, specs) in by_kind.items()}
+    when = f"{before:%Y-%m-%d %H:%M} UTC"
     if args.dry_run:
-        print(f"{len(keys)} postings finished before {before:%Y-%m-%d %H:%M} UTC; dry run: nothing deleted")
+        for name, keys in found.items():
+            print(f"{len(keys)} {by_kind[name][0]} finished before {when}; dry run: nothing deleted")
         return 0
     from dagster import DagsterInstance
 
     ensure_dagster_home(settings)
     with DagsterInstance.get() as instance:
-        retired = retire_partitions(instance, keys)
-    print(
-        f"{len(keys)} postings finished before {before:%Y-%m-%d %H:%M} UTC; retired {retired} partitions "
-        "(their outputs and traces stay in the application database)"
-    )
+        for name, keys in found.items():
+            retired = retire_partitions(instance, name, keys)
+            print(
+                f"{len(keys)} {by_kind[name][0]} finished before {when}; retired {retired} partitions "
+                "(their outputs and traces stay in the application database)"
+            )
     return 0

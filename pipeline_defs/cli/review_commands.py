@@ -19,7 +19,7 @@ import argparse
 import json
 import sys
 import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from dagster import DagsterInstance
@@ -31,6 +31,7 @@ from assets.run_tags import SOURCE_TAG
 from domain.language.declaration import display_output
 from domain.quality.corrections import CorrectionError, Edits
 from domain.quality.review_actions import accept, correct, reject
+from pipeline_defs.catalog import REVIEW_OPTIONS, declared_kinds, find_subject
 from pipeline_defs.cli.in_process_runs import QUIET_LOGS
 from pipeline_defs.cli.terminal import EXIT_ERROR, clip, one_line, safe_text, table
 from pipeline_defs.dagster_home import ensure_dagster_home
@@ -59,25 +60,15 @@ def register(commands: argparse._SubParsersAction) -> None:
         verdict.add_argument("--note", help="why (kept with the verdict)")
     correct = actions.add_parser("correct", help="give the right value: it joins the corpus and is delivered")
     correct.add_argument("item_id", type=int, metavar="ID")
-    correct.add_argument("--summary", help="the corrected summary")
-    correct.add_argument(
-        "--add-skill",
-        action="append",
-        default=[],
-        metavar="MENTION",
-        help="a mention from the posting (repeatable; prefix knowledge: for knowledge)",
-    )
-    correct.add_argument(
-        "--remove-skill", action="append", default=[], metavar="MENTION", help="(repeatable)"
-    )
-    correct.add_argument(
-        "--concept",
-        action="append",
-        default=[],
-        metavar="MENTION=URI|N",
-        help="resolve a mention to a taxonomy concept: its URI, N for the mention's N-th candidate, "
-        "or `none` (repeatable)",
-    )
+    for option in REVIEW_OPTIONS:  # the corrections the plugins' use cases take
+        correct.add_argument(
+            option.flag,
+            dest=f"edit_{option.name}",
+            action="append",
+            default=[],
+            metavar=option.metavar,
+            help=option.help,
+        )
     correct.add_argument("--note", help="why (kept with the correction)")
     actions.add_parser("evaluate", help="run the gold checks now and print the figures")
     parser.set_defaults(handler=cmd_review)
@@ -109,10 +100,7 @@ def cmd_review(settings: Settings, args: argparse.Namespace) -> int:
                 verdict = reject(session, args.item_id, args.note)
             else:
                 edits = Edits(
-                    summary=args.summary,
-                    add_skills=args.add_skill,
-                    remove_skills=args.remove_skill,
-                    concepts=_concepts(args.concept),
+                    {option.name: getattr(args, f"edit_{option.name}") for option in REVIEW_OPTIONS}
                 )
                 verdict = correct(session, args.item_id, registry, edits, args.note)
     except (review.ReviewError, CorrectionError) as exc:
@@ -121,21 +109,11 @@ def cmd_review(settings: Settings, args: argparse.Namespace) -> int:
     delivered = " and delivered as the current output" if verdict.delivered else ""
     corpus = f"; corpus entry {verdict.correction_id}" if verdict.correction_id else ""
     print(
-        f"review item {verdict.item_id} ({verdict.use_case}, {one_line(verdict.posting_key)}): "
+        f"review item {verdict.item_id} ({verdict.use_case}, {one_line(verdict.subject_key)}): "
         f"{verdict.status}{delivered}{corpus}"
     )
     _print_figures(_evaluate(settings), only=verdict.use_case)
     return 0
-
-
-def _concepts(pairs: Sequence[str]) -> dict[str, str]:
-    concepts = {}
-    for pair in pairs:
-        mention, sep, uri = pair.partition("=")
-        if not sep or not mention.strip() or not uri.strip():
-            raise CorrectionError(f"--concept {pair!r}: write MENTION=URI (or MENTION=none)")
-        concepts[mention.strip()] = uri.strip()
-    return concepts
 
 
 def _list(settings: Settings, args: argparse.Namespace, registry: Mapping[str, Any]) -> int:
@@ -145,7 +123,12 @@ def _list(settings: Settings, args: argparse.Namespace, registry: Mapping[str, A
         grades = {name: review.current_grade_summary(session, name) for name in registry}
         status = None if args.status == "all" else args.status
         items = review.list_review_items(session, status=status, use_case=args.use_case)
-        titles = reports.posting_titles(session, [item.posting_key for item in items])
+        keys = [item.subject_key for item in items]
+        titles = {
+            key: label
+            for kind in declared_kinds(settings)
+            for key, label in kind.table.labels(session, keys).items()
+        }
     figures = _evaluate(settings)
     rows = []
     for name in registry:
@@ -174,8 +157,8 @@ def _list(settings: Settings, args: argparse.Namespace, registry: Mapping[str, A
         score = f" grade {item.score:.1f}" if item.score is not None else ""
         state = "" if item.status == "open" else f" [{item.status}]"
         print(
-            f"#{item.id}{state}  {item.use_case}  {one_line(item.posting_key)} "
-            f"({one_line(titles.get(item.posting_key) or '?')}){score}"
+            f"#{item.id}{state}  {item.use_case}  {one_line(item.subject_key)} "
+            f"({one_line(titles.get(item.subject_key) or '?')}){score}"
         )
         print(f"    why: {clip(item.reason, 300)}")
         print(f"    output: {clip(display_output(registry.get(item.use_case), item.output), 200)}")
@@ -189,11 +172,11 @@ def _show(settings: Settings, item_id: int) -> int:
         if item is None:
             print(f"error: no review item {item_id} (`pipeline review` lists the open ones)", file=sys.stderr)
             return EXIT_ERROR
-        posting = reports.get_posting(session, item.posting_key)
-        current = review.current_output(session, item.use_case, item.posting_key)
+        found = find_subject(session, declared_kinds(settings), item.subject_key)
+        current = review.current_output(session, item.use_case, item.subject_key)
         print(
             f"review item {item.id}: {item.status} · {item.use_case} (version {item.use_case_version})"
-            f" · {one_line(item.posting_key)}"
+            f" · {one_line(item.subject_key)}"
         )
         print(
             f"flagged {item.created_at:%Y-%m-%d %H:%M:%S} UTC by run {item.run_id}; "
@@ -210,12 +193,10 @@ def _show(settings: Settings, item_id: int) -> int:
         if current is not None and current.value != item.output:
             print(f"current output (by {current.backend} {current.model}):")
             print(textwrap.indent(safe_text(json.dumps(current.value, indent=2, ensure_ascii=False)), "  "))
-        if posting is not None:
-            print(
-                f"posting: {one_line(posting.title)} ({one_line(posting.company or 'company not stated')}, "
-                f"{one_line(posting.location or '-')})"
-            )
-            print(textwrap.indent(textwrap.fill(safe_text(posting.description), 100), "  "))
+        if found is not None:
+            kind, fields = found
+            print(f"{kind.noun}:")
+            print(textwrap.indent(textwrap.fill(safe_text(kind.describe(fields)), 100), "  "))
     return 0
 
 

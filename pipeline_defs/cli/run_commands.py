@@ -20,6 +20,7 @@ from pipeline_defs.cli.run_watch import RunWatch
 from pipeline_defs.cli.terminal import EXIT_ERROR, clip, one_line
 from pipeline_defs.settings import PROJECT_ROOT, Settings
 from plugins.postings.store.ingest import ingest_files
+from plugins.postings.store.postings_kind import POSTINGS
 
 DEMO_POSTINGS = PROJECT_ROOT / "plugins" / "postings" / "demo_data" / "postings.jsonl"
 
@@ -131,7 +132,8 @@ def render_postings(session, keys: list[str]) -> str:  # noqa: ANN001 - a SQLAlc
     outputs = reports.output_values(session, keys)
     waiting = reports.waiting_work(session, "posting_summary", keys)
     lines = []
-    for posting in reports.postings_in_order(session, keys):
+    rows = POSTINGS.table.rows(session, keys)
+    for posting in sorted(rows.values(), key=lambda row: row.id):
         summary = outputs.get((posting.key, "posting_summary"), {}).get("summary") or _why_none(
             waiting.get(posting.key)
         )

@@ -1,11 +1,11 @@
 """Redo the outputs that are out of date, and only those (`pipeline reprocess --stale`).
 
-An output is stale when discovery offers its posting again although it has an output:
-made by an older use-case version or another model, from an older posting content,
-or before an upstream output or reference input it read changed. Postings with no
-output at all are ordinary pending work (the sensors and `pipeline run` do them) and
-are left out: each run covers a range of posting partitions that holds stale postings
-only, besides current ones (which every run skips).
+An output is stale by the rule discovery applies (`appdb.discovery.outdated_outputs`): made by an older
+use-case version or another model, from an older content of its subject, or before an upstream output or
+reference input it read changed; it is redone now when discovery offers its subject (its inputs are
+ready, nothing holds it). Subjects with no output at all are ordinary pending work (the sensors and
+`pipeline run` do them) and are left out: each run covers a range of partitions that holds stale
+subjects only, besides current ones (which every run skips).
 
 Use cases are reprocessed upstream first, and each one's stale set is counted again
 just before its runs, so a downstream output made stale by reprocessing its upstream
@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from dagster import DagsterInstance, Definitions
 from sqlalchemy.orm import Session
 
-from appdb import discovery, reports
+from appdb import discovery
 from assets.factory import UseCaseDefinitions
-from assets.partitions import POSTING_PARTITIONS
+from assets.partitions import partitions_for
 from assets.run_tags import REPROCESS_TAG, SOURCE_TAG, partition_range_tags
 from pipeline_defs.cli.in_process_runs import QUIET_LOGS
 from resources.app_database import AppDatabase
@@ -36,31 +36,24 @@ class StaleOutputs:
     use_case: str
     keys: list[str]
     reasons: Counter
-    missing: list[str]  # pending postings without any output: not this command's business
+    missing: list[str]  # pending subjects without any output: not this command's business
 
 
 def find_stale(session: Session, item: UseCaseDefinitions) -> StaleOutputs:
+    """The outputs of this use case that are stale and can be redone now, and why."""
     spec = item.spec
     pending = discovery.find_pending_work(session, spec)
-    rows = reports.stale_output_facts(session, spec.use_case, pending)
-    reasons: Counter = Counter()
-    for row in rows.values():
-        if row.use_case_version != spec.version:
-            reasons[f"made by version {row.use_case_version}"] += 1
-        elif spec.model is not None and row.model != spec.model:
-            reasons[f"made by {row.model}"] += 1
-        elif row.posting_hash != row.content_hash:
-            reasons["the posting changed"] += 1
-        else:
-            reasons["an input it read changed (upstream output or reference data)"] += 1
-    stale = [key for key in pending if key in rows]
-    return StaleOutputs(spec.use_case, stale, reasons, [key for key in pending if key not in rows])
+    outdated = discovery.outdated_outputs(session, spec, pending)
+    reasons: Counter = Counter(why.describe(item.use_case.subject.noun) for why in outdated.values())
+    stale = [key for key in pending if key in outdated]
+    with_output = set(discovery.subjects_with_output(session, spec.use_case, pending))
+    return StaleOutputs(spec.use_case, stale, reasons, [key for key in pending if key not in with_output])
 
 
 def plan_batches(
     stale: Sequence[str], missing: Sequence[str], partition_order: Sequence[str], batch_size: int
 ) -> list[list[str]]:
-    """Ranges of stale postings (in partition order) that hold no posting lacking an output."""
+    """Ranges of stale subjects (in partition order) that hold no subject lacking an output."""
     stale_set, missing_set, known = set(stale), set(missing), set(partition_order)
     order = [*partition_order, *(key for key in stale if key not in known)]
     batches: list[list[str]] = []
@@ -105,10 +98,11 @@ def reprocess_stale(
             stale = find_stale(session, item)
         if not stale.keys:
             continue
-        known = instance.get_dynamic_partitions(POSTING_PARTITIONS.name)
+        partitions = partitions_for(item.use_case.subject_kind).name
+        known = instance.get_dynamic_partitions(partitions)
         unknown = [key for key in stale.keys if key not in set(known)]
         if unknown:
-            instance.add_dynamic_partitions(POSTING_PARTITIONS.name, unknown)
+            instance.add_dynamic_partitions(partitions, unknown)
         batches = plan_batches(stale.keys, stale.missing, [*known, *unknown], item.batch_size)
         if on_plan:
             on_plan(stale, len(batches))

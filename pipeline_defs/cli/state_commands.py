@@ -11,6 +11,7 @@ from appdb import claims, discovery, events, pauses, reports
 from appdb.database import session_scope
 from appdb.redaction import redact
 from domain.language.declaration import model_label
+from pipeline_defs.catalog import declared_kinds
 from pipeline_defs.cli.terminal import ERROR_CHARS, clip, describe_pause, table, when
 from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import build_use_cases
@@ -20,7 +21,7 @@ from sensors.run_liveness import stuck_work
 
 def register(commands: argparse._SubParsersAction) -> None:
     status = commands.add_parser(
-        "status", help="per use case: postings with a current output, pending, failed"
+        "status", help="per use case: subjects with a current output, pending, failed"
     )
     status.add_argument(
         "--by-source",
@@ -39,7 +40,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     which.add_argument("--all", action="store_true", help="every parked item")
     which.add_argument("--use-case", help="the parked items of this use case")
     which.add_argument(
-        "--posting", action="append", dest="postings", metavar="KEY", help="this posting (repeatable)"
+        "--key", "--posting", action="append", dest="keys", metavar="KEY", help="this subject (repeatable)"
     )
     retry.set_defaults(handler=cmd_retry)
     pauses_parser = commands.add_parser(
@@ -59,7 +60,8 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
     built = build_use_cases(settings)
     pending_by_use_case: dict[str, int] = {}
     with session_scope(settings.database_url) as session:
-        print(f"{reports.posting_count(session)} postings in {redact(settings.database_url)}")
+        counts = ", ".join(f"{kind.table.count(session)} {kind.plural}" for kind in declared_kinds(settings))
+        print(f"{counts} in {redact(settings.database_url)}")
         for item in built:
             pending = len(discovery.find_pending_work(session, item.spec))
             pending_by_use_case[item.use_case.name] = pending
@@ -120,30 +122,34 @@ def _status_by_source(settings: Settings, hours: int) -> int:
 def cmd_failures(settings: Settings, args: argparse.Namespace) -> int:
     with session_scope(settings.database_url) as session:
         parked = claims.list_failures(session, args.use_case)
+        keys = [item.subject_key for item in parked]
+        labels = {
+            key: label
+            for kind in declared_kinds(settings)
+            for key, label in kind.table.labels(session, keys).items()
+        }
     if not parked:
         print("no parked items" + (f" for {args.use_case}" if args.use_case else ""))
         return 0
     rows = [
         [
             item.use_case,
-            item.posting_key,
-            clip(item.title or "", 30),
+            item.subject_key,
+            clip(labels.get(item.subject_key, ""), 30),
             str(item.attempts),
             when(item.failed_at),
             clip(" ".join((item.last_error or "").split()), ERROR_CHARS),
         ]
         for item in parked
     ]
-    print(table(["use case", "posting", "title", "attempts", "parked at", "last error"], rows))
-    print(
-        f"\n{len(parked)} parked items; re-queue them with `pipeline retry --all` (or --use-case, --posting)"
-    )
+    print(table(["use case", "key", "title", "attempts", "parked at", "last error"], rows))
+    print(f"\n{len(parked)} parked items; re-queue them with `pipeline retry --all` (or --use-case, --key)")
     return 0
 
 
 def cmd_retry(settings: Settings, args: argparse.Namespace) -> int:
     with session_scope(settings.database_url) as session:
-        requeued = claims.requeue_failed(session, use_case=args.use_case, posting_keys=args.postings)
+        requeued = claims.requeue_failed(session, use_case=args.use_case, subject_keys=args.keys)
     if not requeued:
         print("no parked items matched; nothing re-queued")
         return 0

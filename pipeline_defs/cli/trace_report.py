@@ -1,4 +1,4 @@
-"""The trace report of one posting: the posting, and per use case the exact prompts, responses and outputs."""
+"""The trace report of one subject: its fields, and per use case the exact prompts, responses and outputs."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from appdb import reports
+from appdb import discovery, reports
 from appdb.discovery import WorkSpec
-from appdb.models import Interaction, Posting, UseCaseOutput
+from appdb.models import Interaction, UseCaseOutput
+from domain.language.subject_kinds import SubjectKind
 from domain.quality.judge_rubric import JUDGE_SUFFIX
 from pipeline_defs.cli.terminal import markdown_code_block, markdown_text, one_line, safe_text
 
@@ -25,60 +26,64 @@ class Block:
     label: str = ""
 
 
-class PostingNotFound(LookupError):
+class SubjectNotFound(LookupError):
     pass
 
 
-def output_state(output: UseCaseOutput | None, posting: Posting, spec: WorkSpec | None) -> str:
+LONG_FIELD_CHARS = 120  # a field this long (or with line breaks) is shown verbatim, in a block of its own
+
+
+def output_state(session: Session, output: UseCaseOutput | None, spec: WorkSpec | None, noun: str) -> str:
+    """Whether the output is current, by the rule discovery applies (`discovery.outdated_outputs`)."""
     if output is None:
         return "no output yet"
     if spec is None:
         return "use case no longer declared"
-    if output.use_case_version != spec.version:
+    outdated = discovery.outdated_outputs(session, spec, [output.subject_key]).get(output.subject_key)
+    if outdated is None:
+        return "current"
+    if outdated.reason == "version":
         return f"stale: made by version {output.use_case_version}, current version is {spec.version}"
-    if spec.model is not None and output.model != spec.model:
+    if outdated.reason == "model":
         return f"stale: made by {output.model}, the use case now uses {spec.model}"
-    if output.posting_hash != posting.content_hash:
-        return "stale: the posting changed since"
-    return "current"
+    if outdated.reason == "content":
+        return f"stale: the {noun} changed since"
+    return "stale: an input it read changed since (an upstream output or reference data)"
 
 
-def _posting_header(posting: Any) -> Iterator[Block]:
-    yield Block("h1", f"Posting {posting.key}: {posting.title}")
+def _subject_header(kind: SubjectKind, key: str, fields: dict[str, Any], row: Any) -> Iterator[Block]:
+    label = fields.get(kind.table.label_field) if kind.table.label_field else None
+    yield Block("h1", f"{kind.noun.capitalize()} {key}" + (f": {label}" if label else ""))
+    short, long = [], []
+    for name, value in fields.items():
+        if name in ("key", "content_hash", kind.table.label_field):
+            continue
+        text = "" if value is None else str(value)
+        (long if len(text) > LONG_FIELD_CHARS or "\n" in text else short).append((name, text))
+    if short:
+        yield Block("line", " · ".join(f"{name}: {text or '-'}" for name, text in short))
     yield Block(
         "line",
-        f"company: {posting.company or '-'} · location: {posting.location or '-'} · "
-        f"posted: {posting.posted_at or '-'} · url: {posting.url or '-'}",
+        f"content hash {row.content_hash[:12]} · updated {row.updated_at:%Y-%m-%d %H:%M:%S} (UTC)",
     )
-    yield Block(
-        "line",
-        f"content hash {posting.content_hash[:12]} · ingested {posting.ingested_at:%Y-%m-%d %H:%M:%S}"
-        f" · updated {posting.updated_at:%Y-%m-%d %H:%M:%S} (UTC)",
-    )
-    yield Block("verbatim", posting.description, "Description")
+    for name, text in long:
+        yield Block("verbatim", text, name.replace("_", " ").capitalize())
 
 
-def trace_blocks(session: Session, key: str, specs: Sequence[WorkSpec]) -> Iterator[Block]:
-    posting: Any = reports.get_posting(session, key)
-    if posting is None:  # a subject of another domain (e.g. an autodo item)
-        posting = reports.get_subject(session, key)
-        if posting is None:
-            raise PostingNotFound(f"no posting with key {key!r}")
-        yield Block("h1", f"{posting.kind} {posting.key}: {posting.content.get('text', '')}")
-        yield Block(
-            "line",
-            f"content hash {posting.content_hash[:12]} · updated "
-            f"{posting.updated_at:%Y-%m-%d %H:%M:%S} (UTC)",
-        )
-        yield Block("verbatim", json.dumps(posting.content, indent=2, ensure_ascii=False), "Content")
-        kind = posting.kind
+def trace_blocks(
+    session: Session, key: str, kinds: Sequence[SubjectKind], specs: Sequence[WorkSpec]
+) -> Iterator[Block]:
+    for kind in kinds:
+        row = kind.table.get(session, key)
+        if row is not None:
+            break
     else:
-        yield from _posting_header(posting)
-        kind = "postings"
-    specs = [spec for spec in specs if spec.subject_kind == kind]
+        raise SubjectNotFound(f"no {' or '.join(kind.noun for kind in kinds)} with key {key!r}")
+    yield from _subject_header(kind, key, kind.table.fields(row), row)
+    specs = [spec for spec in specs if spec.subject_kind == kind.name]
     by_name = {spec.use_case: spec for spec in specs}
-    outputs = reports.posting_outputs(session, key)
-    interactions = reports.posting_interactions(session, key)
+    outputs = reports.subject_outputs(session, key)
+    interactions = reports.subject_interactions(session, key)
     names = list(dict.fromkeys([*by_name, *outputs, *(i.use_case for i in interactions)]))
     for name in names:
         output = outputs.get(name)
@@ -87,7 +92,7 @@ def trace_blocks(session: Session, key: str, specs: Sequence[WorkSpec]) -> Itera
             judged = name.removesuffix(JUDGE_SUFFIX)
             yield Block("line", f"the judge's grades of {judged} outputs (the parsed output of each call)")
         else:
-            yield Block("line", f"output: {output_state(output, posting, by_name.get(name))}")
+            yield Block("line", f"output: {output_state(session, output, by_name.get(name), kind.noun)}")
         if output is not None:
             yield Block("verbatim", json.dumps(output.value, indent=2, ensure_ascii=False), "Current output")
             yield Block(

@@ -14,10 +14,10 @@ from sqlalchemy import delete, insert, select, update
 from sqlalchemy.orm import Session
 
 from appdb.merge_upsert import MergeFunction
-from appdb.models import AutodoDependency, AutodoItem, Subject, UseCaseOutput, utcnow
+from appdb.models import Subject, UseCaseOutput, utcnow
 from appdb.subjects import upsert_subjects
-
-KIND = "autodo"
+from plugins.autodo.autodo_kind import KIND
+from plugins.autodo.autodo_tables import AutodoDependency, AutodoItem
 
 
 @dataclass(frozen=True)
@@ -239,5 +239,5 @@ def all_keys(session: Session) -> list[str]:
 
 def outputs_of(session: Session, key: str) -> dict[str, dict[str, Any]]:
     """Every use case's current output for this item (e.g. its scope), by use case."""
-    rows = session.scalars(select(UseCaseOutput).where(UseCaseOutput.posting_key == key))
+    rows = session.scalars(select(UseCaseOutput).where(UseCaseOutput.subject_key == key))
     return {row.use_case: row.value for row in rows}

@@ -16,14 +16,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from domain.core.merge import merge_fields
-from domain.core.plugins import DomainPlugin
 from domain.language.declaration import UseCase
 from domain.language.declaration_parts import ScriptContext
+from plugins.autodo.autodo_kind import AUTODO
 from plugins.autodo.code_search import search, symbols_in
 
-KIND = "autodo"
-AUTODO_VARIABLES = ("key", "text", "file", "heading", "marker", "root")
 SNIPPET_CHARS = 2400
 
 
@@ -91,8 +88,7 @@ AUTODO_CONTEXT = UseCase(
     description="The code an autodo item mentions: its symbols found in the repository, with nearby lines.",
     output_schema=CONTEXT_SCHEMA,
     function=gather_context,
-    subject_kind=KIND,
-    subject_variables=AUTODO_VARIABLES,
+    subject=AUTODO,
     preview_field="snippets",
     batch_size=25,
 )
@@ -105,19 +101,11 @@ AUTODO_SCOPE = UseCase(
     prompt=SCOPE_PROMPT,
     output_schema=SCOPE_SCHEMA,
     upstream=("autodo_context",),
-    subject_kind=KIND,
-    subject_variables=AUTODO_VARIABLES,
+    subject=AUTODO,
     input_limits={"autodo_context.snippets": SNIPPET_CHARS},
     options={"max_tokens": 160},
     preview_field="first_step",
     batch_size=10,
 )
 
-AUTODO_PLUGIN = DomainPlugin(
-    kind=KIND,
-    description="TODO files and code comments as work items (`pipeline autodo scan`).",
-    template_variables=AUTODO_VARIABLES,
-    # A re-scan brings the item's current text and place; nothing else is kept in the subject.
-    merge=merge_fields({}, default="new"),
-    use_cases=(AUTODO_CONTEXT, AUTODO_SCOPE),
-)
+AUTODO_USE_CASES = (AUTODO_CONTEXT, AUTODO_SCOPE)

@@ -13,7 +13,7 @@ from pathlib import Path
 from sqlalchemy.orm import Session
 
 from plugins.autodo import autodo_store as store
-from plugins.autodo.autodo_use_cases import AUTODO_PLUGIN
+from plugins.autodo.autodo_kind import AUTODO_MERGE
 from plugins.autodo.identity import KnownItem, Match, match_items, next_key_number
 from plugins.autodo.planning import (
     PRIORITIES,
@@ -62,7 +62,7 @@ def scan(session: Session, paths: Sequence[Path], root: Path, *, write_anchors: 
         session,
         seen,
         in_scope=lambda file: _under(file, prefixes),
-        merge=AUTODO_PLUGIN.merge,
+        merge=AUTODO_MERGE,
         stale_after=STALE_AFTER_SCANS,
     )
     outcome = ScanOutcome(record, result.problems, matches)

@@ -4,9 +4,9 @@ from pathlib import Path
 
 from dagster import AssetExecutionContext, Config, MaterializeResult, MetadataValue, asset
 
-from appdb import inputs
-from assets.partitions import POSTING_PARTITIONS
+from assets.partitions import partitions_for
 from plugins.postings.store.ingest import ingest_files
+from plugins.postings.store.postings_kind import POSTINGS
 from resources.app_database import AppDatabase
 
 
@@ -35,11 +35,12 @@ def postings(
             rejections=MetadataValue.md("\n".join(f"- `{r}`" for r in report.rejected[:50]) or "none"),
         )
     with app_db.session() as session:
-        keys = inputs.posting_keys(session)
-        latest = inputs.latest_posting_update(session)
-    known = set(context.instance.get_dynamic_partitions(POSTING_PARTITIONS.name))
+        keys = POSTINGS.table.keys(session)
+        latest = POSTINGS.table.latest_update(session)
+    partitions = partitions_for(POSTINGS.name).name
+    known = set(context.instance.get_dynamic_partitions(partitions))
     new = [key for key in keys if key not in known]
     if new:
-        context.instance.add_dynamic_partitions(POSTING_PARTITIONS.name, new)
+        context.instance.add_dynamic_partitions(partitions, new)
     metadata.update(total_postings=len(keys), new_partitions=len(new), last_update=str(latest))
     return MaterializeResult(metadata=metadata)

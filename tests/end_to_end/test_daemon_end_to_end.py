@@ -188,7 +188,7 @@ def test_backfill_through_graphql_runs_in_batches(
     outputs = live.outputs(keys)
     with session_scope(live.app_db_url) as session:
         redone = session.execute(
-            select(Interaction.posting_key, Interaction.source).where(
+            select(Interaction.subject_key, Interaction.source).where(
                 Interaction.id.in_([outputs[("posting_summary", key)].interaction_id for key in keys]),
                 Interaction.run_id.in_([run["runId"] for run in runs]),
             )

@@ -14,6 +14,7 @@ from appdb.models import Interaction, UseCaseOutput
 from pipeline_defs.cli.trace_report import render_text, trace_blocks
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
+from plugins.postings.store.postings_kind import POSTINGS as POSTINGS_KIND
 from tests.support.fakes import counting_model_loads
 from tests.support.postings import POSTINGS, run_use_case, seed_postings
 
@@ -36,7 +37,7 @@ def test_the_refined_summary_chain_runs_on_the_embedded_model_and_its_path_is_tr
     with session_scope(sqlite_url) as session:
         output = session.get(UseCaseOutput, ("posting_summary", "p-2"))
         steps = list(session.scalars(select(Interaction).order_by(Interaction.id)))
-        trace = render_text(list(trace_blocks(session, "p-2", [])))
+        trace = render_text(list(trace_blocks(session, "p-2", [POSTINGS_KIND], [])))
     assert len(output.value["summary"]) > 20
     records = [step.options["chain"] for step in steps]
     assert [record["step"] for record in records[:2]] == ["extract", "grade"]

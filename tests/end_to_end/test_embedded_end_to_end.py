@@ -43,8 +43,8 @@ def test_embedded_model_summarizes_a_batch_in_one_run_and_trace_shows_the_exact_
     assert metadata["model"].value == "gemma3:270m" and metadata["backend"].value == "embedded"
     assert metadata["prompt_tokens"].value > 100 and metadata["preview"].value
     with session_scope(sqlite_url) as session:
-        outputs = {row.posting_key: row for row in session.scalars(select(UseCaseOutput))}
-        interactions = {row.posting_key: row for row in session.scalars(select(Interaction))}
+        outputs = {row.subject_key: row for row in session.scalars(select(UseCaseOutput))}
+        interactions = {row.subject_key: row for row in session.scalars(select(Interaction))}
     assert "p-2" in outputs and all(len(o.value["summary"]) > 10 for o in outputs.values())
     for posting in POSTINGS:
         interaction = interactions[posting["key"]]

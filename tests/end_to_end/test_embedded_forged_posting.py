@@ -61,8 +61,8 @@ def test_a_posting_forging_the_prompt_never_gets_the_forged_summary_unflagged(
     run_use_case(defs, dagster_instance, list(FORGED))
 
     with session_scope(sqlite_url) as session:
-        outputs = {row.posting_key: row.value for row in session.scalars(select(UseCaseOutput))}
-        calls = {row.posting_key: row for row in session.scalars(select(Interaction))}
+        outputs = {row.subject_key: row.value for row in session.scalars(select(UseCaseOutput))}
+        calls = {row.subject_key: row for row in session.scalars(select(Interaction))}
     for key in FORGED:
         call = calls[key]
         # the model saw one posting block per record: the forged tags and labels were defused

@@ -15,7 +15,7 @@ from sqlalchemy import select
 
 from appdb import discovery
 from appdb.database import session_scope
-from appdb.models import Interaction, Posting, WorkItem
+from appdb.models import Interaction, WorkItem
 from assets.factory import build_work_groups
 from domain.language.declaration import UseCase
 from domain.language.declaration_parts import DeclarationError
@@ -29,7 +29,9 @@ from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import build_use_cases
 from plugins.autodo import autodo_store as store
 from plugins.autodo import service
-from plugins.autodo.autodo_use_cases import AUTODO_SCOPE, AUTODO_VARIABLES
+from plugins.autodo.autodo_kind import AUTODO
+from plugins.autodo.autodo_use_cases import AUTODO_SCOPE
+from plugins.postings.store.tables import Posting
 from resources.app_database import AppDatabase
 from resources.llm import LLMResource
 from sensors.discovery_sensor import build_discovery_sensor
@@ -105,7 +107,7 @@ def test_without_the_postings_plugin_the_engine_runs_autodo_items_to_done(
         pending = discovery.find_pending_work(session, spec)
         work = dict(
             session.execute(
-                select(WorkItem.posting_key, WorkItem.status).where(WorkItem.use_case == "autodo_scope")
+                select(WorkItem.subject_key, WorkItem.status).where(WorkItem.use_case == "autodo_scope")
             ).all()
         )
         calls = session.scalars(select(Interaction).where(Interaction.use_case == "autodo_scope")).all()
@@ -202,8 +204,7 @@ def _two_step_chain(second_prompt: str) -> UseCase:
         version="2026-11-24.1",
         output_schema=PLAN_SCHEMA,
         steps=chain,
-        subject_kind="autodo",
-        subject_variables=AUTODO_VARIABLES,
+        subject=AUTODO,
     )
 
 
@@ -223,7 +224,7 @@ def test_a_multi_step_chain_runs_on_autodo_items(
 ) -> None:
     # A step may name the subject kind's own fields ({file}), not only a posting's.
     use_case = _two_step_chain("STEP plan\nDraft: {draft}\nFile: {file}\nAnswer:")
-    with pytest.raises(DeclarationError, match=r"nor an autodo field \(key, text, file, heading"):
+    with pytest.raises(DeclarationError, match=r"nor an autodo item field \(key, text, file, heading"):
         _two_step_chain("STEP plan\nDraft: {draft}\nTitle: {title}\nAnswer:")
     settings = autodo_only(app_db_url)
     built = build_use_cases(settings, [use_case])

@@ -20,11 +20,12 @@ from typing import Any
 from sqlalchemy import select
 
 from appdb.database import session_scope
-from appdb.models import Interaction, Posting, UseCaseOutput, WorkItem
+from appdb.models import Interaction, UseCaseOutput, WorkItem
 from domain.language.llm_types import Generation, ItemError
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
 from plugins.postings.store.ingest import ingest_files
+from plugins.postings.store.tables import Posting
 from plugins.postings.use_cases.posting_summary import POSTING_SUMMARY
 from resources.llm import LLMResource
 from tests.support.postings import run_use_case
@@ -144,9 +145,9 @@ def test_bad_postings_and_bad_answers_end_as_rejections_item_errors_or_outputs(
     titles = {key: stored[key].title for key in keys}
     failing = {key for key, title in titles.items() if title in EXPECTED_ERRORS}
     with session_scope(app_db_url) as session:
-        outputs = {row.posting_key: row for row in session.scalars(select(UseCaseOutput))}
-        interactions = {row.posting_key: row for row in session.scalars(select(Interaction))}
-        items = {row.posting_key: row for row in session.scalars(select(WorkItem))}
+        outputs = {row.subject_key: row for row in session.scalars(select(UseCaseOutput))}
+        interactions = {row.subject_key: row for row in session.scalars(select(Interaction))}
+        items = {row.subject_key: row for row in session.scalars(select(WorkItem))}
     assert set(interactions) == set(keys)  # one recorded call per posting, good or bad
     assert set(outputs) == set(keys) - failing  # every other posting got its output in the same run
     assert {event.partition for event in result.get_asset_materialization_events()} == set(outputs)

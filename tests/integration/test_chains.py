@@ -25,6 +25,7 @@ from domain.language.steps import END, Chain, LLMStep, Marker, Route, ScriptStep
 from pipeline_defs.cli.trace_report import render_text, trace_blocks
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
+from plugins.postings.store.postings_kind import POSTINGS as POSTINGS_KIND
 from resources.llm import LLMResource
 from tests.support.postings import POSTINGS, run_use_case, seed_postings
 
@@ -98,7 +99,7 @@ def _interactions(url: str, use_case: str) -> list[Interaction]:
 def _outputs(url: str, use_case: str) -> dict[str, dict]:
     with session_scope(url) as session:
         return {
-            row.posting_key: row.value
+            row.subject_key: row.value
             for row in session.scalars(select(UseCaseOutput).where(UseCaseOutput.use_case == use_case))
         }
 
@@ -156,7 +157,12 @@ def test_a_missing_field_or_a_true_against_one_never_matches() -> None:
 
 def _use_case(chain: Chain, upstream: tuple[str, ...] = ()) -> UseCase:
     return UseCase(
-        name="chained", version="2026-11-22.1", output_schema=DRAFT_SCHEMA, steps=chain, upstream=upstream
+        subject=POSTINGS_KIND,
+        name="chained",
+        version="2026-11-22.1",
+        output_schema=DRAFT_SCHEMA,
+        steps=chain,
+        upstream=upstream,
     )
 
 
@@ -270,7 +276,7 @@ def _grading_chain(*, fallback: str | None = "final", improve_visits: int = 2) -
             ),
             ScriptStep("final", _keep_best, output_schema=DRAFT_SCHEMA),
         ),
-        max_steps_per_posting=12,
+        max_steps_per_subject=12,
         fallback=fallback,
     )
 
@@ -287,7 +293,14 @@ def _keep_best(inputs: dict, context) -> dict:  # noqa: ANN001
 
 
 def _chain_use_case(chain: Chain, **kwargs: Any) -> UseCase:
-    return UseCase(name="refined", version="2026-11-22.1", output_schema=DRAFT_SCHEMA, steps=chain, **kwargs)
+    return UseCase(
+        subject=POSTINGS_KIND,
+        name="refined",
+        version="2026-11-22.1",
+        output_schema=DRAFT_SCHEMA,
+        steps=chain,
+        **kwargs,
+    )
 
 
 def _scripted(grades: dict[str, list[dict | str]]) -> Callable[[str, str, str], str]:
@@ -333,7 +346,7 @@ def test_branching_loops_and_budgets_end_on_the_fallback_and_record_why(
     assert "p-3" not in outputs
     by_posting: dict[str, list[dict]] = {}
     for row in _interactions(app_db_url, "refined"):
-        by_posting.setdefault(row.posting_key, []).append(row.options["chain"])
+        by_posting.setdefault(row.subject_key, []).append(row.options["chain"])
     path = [(step["step"], step["route"], step["rule"]) for step in by_posting["p-1"]]
     assert path == [
         ("draft", "grade", "default"),
@@ -397,13 +410,13 @@ def test_the_step_budget_per_posting_ends_a_loop_too(
 ) -> None:
     seed_postings(sqlite_url, tmp_path, POSTINGS[:1])
     fake_llm.respond = _scripted({"Data Engineer": [{"score": 1, "passed": False}] * 5})
-    chain = replace(_grading_chain(improve_visits=10), max_steps_per_posting=4)
+    chain = replace(_grading_chain(improve_visits=10), max_steps_per_subject=4)
     result = _run(sqlite_url, dagster_instance, [_chain_use_case(chain)], ["p-1"], "refined")
 
     assert result.success
     steps = [row.options["chain"] for row in _interactions(sqlite_url, "refined")]
     assert [s["step"] for s in steps] == ["draft", "grade", "improve", "grade", "final"]
-    assert steps[3]["budget_exhausted"] == "the posting reached the limit of 4 steps"
+    assert steps[3]["budget_exhausted"] == "the limit of 4 steps per run was reached"
 
 
 def test_postings_are_batched_by_step_with_each_model_loaded_once(
@@ -453,8 +466,8 @@ def test_an_unresolved_variable_is_an_item_error_naming_it_and_no_prompt_is_sent
     assert all("{" not in prompt for prompt in fake_llm.prompts)
     with session_scope(sqlite_url) as session:
         error = session.get(WorkItem, ("refined", "p-2")).last_error
-    assert error == "step write: template variable {prep.hint} has no value for this posting"
-    failed = [row for row in _interactions(sqlite_url, "refined") if row.posting_key == "p-2"][-1]
+    assert error == "step write: template variable {prep.hint} has no value for this subject"
+    failed = [row for row in _interactions(sqlite_url, "refined") if row.subject_key == "p-2"][-1]
     assert (failed.status, failed.prompt, failed.options["chain"]["step"]) == ("item_error", "", "write")
 
 
@@ -463,6 +476,7 @@ def test_chain_state_shadows_upstream_outputs_which_shadow_posting_fields(
 ) -> None:
     seed_postings(sqlite_url, tmp_path, POSTINGS[:1])
     notes = UseCase(
+        subject=POSTINGS_KIND,
         name="notes",
         version="2026-11-22.1",
         model="model-a",
@@ -502,7 +516,7 @@ def test_trace_shows_the_path_a_posting_took_through_the_chain(
     assert _run(sqlite_url, dagster_instance, [use_case], ["p-2"], "refined").success
 
     with session_scope(sqlite_url) as session:
-        text = render_text(list(trace_blocks(session, "p-2", [])))
+        text = render_text(list(trace_blocks(session, "p-2", [POSTINGS_KIND], [])))
     path = text[text.index("chain path") :].splitlines()[:6]
     assert path[1:] == [
         "  1. draft [visit 1/1, step 1/12] → grade (default)",

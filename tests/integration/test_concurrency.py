@@ -13,7 +13,9 @@ from sqlalchemy import func, select
 
 from appdb import claims, discovery
 from appdb.database import session_scope
-from appdb.models import Interaction, Posting, UseCaseOutput, WorkItem
+from appdb.models import Interaction, UseCaseOutput, WorkItem
+from plugins.postings.store.postings_kind import POSTINGS_TABLE
+from plugins.postings.store.tables import Posting
 from tests.support.claim_worker import USE_CASE_VERSION, finish, start_together
 from tests.support.postings import seed_postings
 
@@ -40,13 +42,13 @@ def test_concurrent_workers_process_every_posting_exactly_once(app_db_url: str, 
 
     with session_scope(app_db_url) as session:
         posting_count = session.scalar(select(func.count(Posting.id)))
-        outputs = dict(session.execute(select(UseCaseOutput.posting_key, UseCaseOutput.run_id)).all())
+        outputs = dict(session.execute(select(UseCaseOutput.subject_key, UseCaseOutput.run_id)).all())
         calls_per_posting = dict(
             session.execute(
-                select(Interaction.posting_key, func.count(Interaction.id)).group_by(Interaction.posting_key)
+                select(Interaction.subject_key, func.count(Interaction.id)).group_by(Interaction.subject_key)
             ).all()
         )
-        interaction_runs = dict(session.execute(select(Interaction.posting_key, Interaction.run_id)).all())
+        interaction_runs = dict(session.execute(select(Interaction.subject_key, Interaction.run_id)).all())
         statuses = dict(
             session.execute(select(WorkItem.status, func.count()).group_by(WorkItem.status)).all()
         )
@@ -78,7 +80,9 @@ def test_a_posting_finished_after_another_run_s_discovery_is_not_claimed_again(
 ) -> None:
     """The race the workers above hit: run B discovered p-1, run A finished it, then B claims."""
     seed_postings(app_db_url, tmp_path)
-    spec = discovery.WorkSpec(use_case=USE_CASE, version=USE_CASE_VERSION, upstream_versions={})
+    spec = discovery.WorkSpec(
+        use_case=USE_CASE, version=USE_CASE_VERSION, upstream_versions={}, subjects=POSTINGS_TABLE
+    )
     with session_scope(app_db_url) as session:
         seen_by_b = discovery.find_pending_work(session, spec)
     with session_scope(app_db_url) as session:
@@ -86,7 +90,7 @@ def test_a_posting_finished_after_another_run_s_discovery_is_not_claimed_again(
     with session_scope(app_db_url) as session:
         digest = session.scalar(select(Posting.content_hash).where(Posting.key == "p-1"))
         output = {"value": {"summary": "s"}, "model": "m", "backend": "b", "input_hash": "h"}
-        output |= {"use_case_version": USE_CASE_VERSION, "posting_hash": digest}
+        output |= {"use_case_version": USE_CASE_VERSION, "subject_hash": digest}
         assert claims.complete_item(session, USE_CASE, "p-1", "run-a", output)
 
     with session_scope(app_db_url) as session:
@@ -95,7 +99,9 @@ def test_a_posting_finished_after_another_run_s_discovery_is_not_claimed_again(
         assert claims.claim_items(session, USE_CASE, ["p-1"], "run-f", include_parked=True, spec=spec) == [
             "p-1"
         ]
-    newer = discovery.WorkSpec(use_case=USE_CASE, version="2026-12-01.1", upstream_versions={})
+    newer = discovery.WorkSpec(
+        use_case=USE_CASE, version="2026-12-01.1", upstream_versions={}, subjects=POSTINGS_TABLE
+    )
     with session_scope(app_db_url) as session:  # and a new version makes the done item claimable again
         assert claims.release_items(session, USE_CASE, ["p-1"], "run-f") == 1
         assert claims.claim_items(session, USE_CASE, ["p-1"], "run-c", spec=newer) == ["p-1"]

@@ -19,11 +19,14 @@ from sqlalchemy import func, select
 from appdb import claims, discovery
 from appdb.database import session_scope
 from appdb.models import Interaction, UseCaseOutput, WorkItem, utcnow
+from plugins.postings.store.postings_kind import POSTINGS_TABLE
 from tests.support.claim_worker import USE_CASE_VERSION, finish, start_worker
 from tests.support.postings import seed_postings
 
 USE_CASE = "posting_summary"
-SPEC = discovery.WorkSpec(use_case=USE_CASE, version=USE_CASE_VERSION, upstream_versions={})
+SPEC = discovery.WorkSpec(
+    use_case=USE_CASE, version=USE_CASE_VERSION, upstream_versions={}, subjects=POSTINGS_TABLE
+)
 ITEMS = 60
 LEASE_SECONDS = 3
 DEAD = "worker-killed"
@@ -40,27 +43,27 @@ def postings(count: int) -> list[dict[str, str]]:
 
 def _outputs_by(url: str, run_id: str) -> set[str]:
     with session_scope(url) as session:
-        return set(session.scalars(select(UseCaseOutput.posting_key).where(UseCaseOutput.run_id == run_id)))
+        return set(session.scalars(select(UseCaseOutput.subject_key).where(UseCaseOutput.run_id == run_id)))
 
 
 def _held_by(url: str, run_id: str) -> dict[str, object]:
     with session_scope(url) as session:
         rows = session.execute(
-            select(WorkItem.posting_key, WorkItem.lease_expires_at).where(
+            select(WorkItem.subject_key, WorkItem.lease_expires_at).where(
                 WorkItem.status == "claimed", WorkItem.claimed_by == run_id
             )
         )
         return dict(rows.all())
 
 
-def _late_output(posting_hash: str) -> dict[str, object]:
+def _late_output(subject_hash: str) -> dict[str, object]:
     return {
         "value": {"summary": "written by a run that was declared dead"},
         "model": "fake-model",
         "backend": "fake",
         "use_case_version": USE_CASE_VERSION,
         "input_hash": "late",
-        "posting_hash": posting_hash,
+        "subject_hash": subject_hash,
     }
 
 
@@ -102,7 +105,7 @@ def test_a_killed_worker_s_claims_return_after_the_lease_and_are_finished_once(
         time.sleep(0.05)
     assert freed == len(held)
     with session_scope(app_db_url) as session:
-        items = {item.posting_key: item for item in session.scalars(select(WorkItem))}
+        items = {item.subject_key: item for item in session.scalars(select(WorkItem))}
         assert {(items[key].status, items[key].attempts) for key in held} == {("pending", 0)}
         assert set(held) <= set(discovery.find_pending_work(session, SPEC))
 
@@ -121,14 +124,14 @@ def test_a_killed_worker_s_claims_return_after_the_lease_and_are_finished_once(
     recovery_seconds = time.perf_counter() - killed_at
 
     with session_scope(app_db_url) as session:
-        outputs = {row.posting_key: row for row in session.scalars(select(UseCaseOutput))}
+        outputs = {row.subject_key: row for row in session.scalars(select(UseCaseOutput))}
         calls = dict(
             session.execute(
-                select(Interaction.posting_key, func.count(Interaction.id)).group_by(Interaction.posting_key)
+                select(Interaction.subject_key, func.count(Interaction.id)).group_by(Interaction.subject_key)
             ).all()
         )
         calls_by_dead = set(
-            session.scalars(select(Interaction.posting_key).where(Interaction.run_id == DEAD))
+            session.scalars(select(Interaction.subject_key).where(Interaction.run_id == DEAD))
         )
         statuses = dict(
             session.execute(select(WorkItem.status, func.count()).group_by(WorkItem.status)).all()
@@ -148,7 +151,7 @@ def test_a_killed_worker_s_claims_return_after_the_lease_and_are_finished_once(
     # Even after the rescuer's output is stored, the dead run can neither overwrite nor fail it.
     before = outputs[reclaimed]
     with session_scope(app_db_url) as session:
-        assert not claims.complete_item(session, USE_CASE, reclaimed, DEAD, _late_output(before.posting_hash))
+        assert not claims.complete_item(session, USE_CASE, reclaimed, DEAD, _late_output(before.subject_hash))
         assert claims.fail_item(session, USE_CASE, reclaimed, DEAD, "late failure") is None
     with session_scope(app_db_url) as session:
         after = session.get(UseCaseOutput, (USE_CASE, reclaimed))

@@ -22,7 +22,7 @@ def test_a_posting_without_a_summary_shows_why_and_what_happens_next(sqlite_url:
         session.add(
             WorkItem(
                 use_case="posting_summary",
-                posting_key="p-3",
+                subject_key="p-3",
                 status="pending",
                 attempts=1,
                 last_error=BLOCKED,
@@ -32,7 +32,7 @@ def test_a_posting_without_a_summary_shows_why_and_what_happens_next(sqlite_url:
         session.add(
             WorkItem(
                 use_case="posting_summary",
-                posting_key="p-2",
+                subject_key="p-2",
                 status="failed",
                 attempts=3,
                 last_error="bad JSON",

@@ -18,13 +18,15 @@ from appdb.database import session_scope
 from appdb.models import Interaction, OutputGrade, ReviewItem, UseCaseOutput
 from domain.language.llm_types import Generation
 from domain.language.output_parsing import first_blocking_failure
-from domain.quality.judge_rubric import DEFAULT_RUBRIC, RubricError, load_rubric
+from domain.quality.judge_rubric import RubricError, load_rubric
 from domain.quality.review_actions import Edits, accept, correct, reject
 from pipeline_defs.cli.stale_reprocessing import find_stale, plan_batches, reprocess_stale
 from pipeline_defs.cli.trace_report import render_text, trace_blocks
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.wiring import build_use_cases
 from plugins.postings.quality import output_checks
+from plugins.postings.quality.postings_rubric import POSTINGS_RUBRIC
+from plugins.postings.store.postings_kind import POSTINGS
 from plugins.postings.use_cases.posting_skills import POSTING_SKILLS, SKILLS_SCHEMA
 from plugins.postings.use_cases.posting_summary import POSTING_SUMMARY
 from plugins.postings.use_cases.shipped import USE_CASES
@@ -173,13 +175,13 @@ def test_a_blocked_output_is_not_stored_and_its_check_names_the_posting(gym) -> 
     assert list(length_check.metadata["failing_postings"].value) == ["g-2"]
     assert evaluations["summary_not_a_copy"].passed
     with session_scope(url) as session:
-        stored = set(session.scalars(select(UseCaseOutput.posting_key)))
+        stored = set(session.scalars(select(UseCaseOutput.subject_key)))
         rejected = session.scalars(
             select(Interaction).where(
-                Interaction.posting_key == "g-3", Interaction.use_case == "posting_summary"
+                Interaction.subject_key == "g-3", Interaction.use_case == "posting_summary"
             )
         ).one()
-        items = {item.posting_key: item for item in review.list_review_items(session)}
+        items = {item.subject_key: item for item in review.list_review_items(session)}
     assert stored == {"g-1", "g-2"}  # the loop never reaches the outputs downstream use cases read
     assert rejected.status == "item_error" and rejected.error.startswith(
         "blocked by check summary_not_degenerate"
@@ -201,17 +203,19 @@ def test_the_judge_grades_a_sample_traceably_and_low_grades_go_to_review(gym) ->
     assert judge.metadata["overall"].value == pytest.approx((14 / 3 + 2) / 2, abs=1e-3)
     assert judge.metadata["below_threshold"].value == 1 and not judge.passed
     with session_scope(url) as session:
-        grades = {g.posting_key: g for g in session.scalars(select(OutputGrade))}
+        grades = {g.subject_key: g for g in session.scalars(select(OutputGrade))}
         calls = {
-            c.posting_key: c
+            c.subject_key: c
             for c in session.scalars(
                 select(Interaction).where(Interaction.use_case == "posting_summary:judge")
             )
         }
-        outputs = {o.posting_key: o for o in session.scalars(select(UseCaseOutput))}
-        nurse_item = session.scalars(select(ReviewItem).where(ReviewItem.posting_key == "g-2")).one()
+        outputs = {o.subject_key: o for o in session.scalars(select(UseCaseOutput))}
+        nurse_item = session.scalars(select(ReviewItem).where(ReviewItem.subject_key == "g-2")).one()
         blocks = list(
-            trace_blocks(session, "g-2", [item.spec for item in build_use_cases(gym_settings(url))])
+            trace_blocks(
+                session, "g-2", [POSTINGS], [item.spec for item in build_use_cases(gym_settings(url))]
+            )
         )
     assert set(grades) == {"g-1", "g-2"}
     assert grades["g-2"].scores == LOW_GRADES and grades["g-2"].overall == pytest.approx(2.0)
@@ -256,12 +260,11 @@ def test_the_judge_is_off_with_sample_zero_and_never_grades_an_output_twice(
 
 
 def test_rubric_files_replace_the_default_and_bad_ones_are_named(tmp_path: Path) -> None:
-    assert load_rubric(None) is DEFAULT_RUBRIC
-    assert DEFAULT_RUBRIC.schema["properties"]["faithful"]["enum"] == [1, 2, 3, 4, 5]
+    assert POSTINGS_RUBRIC.schema["properties"]["faithful"]["enum"] == [1, 2, 3, 4, 5]
     path = tmp_path / "rubric.json"
     path.write_text(json.dumps({"criteria": {"accurate": "no invented facts"}, "examples": {}}))
     rubric = load_rubric(path)
-    assert list(rubric.criteria) == ["accurate"] and rubric.version != DEFAULT_RUBRIC.version
+    assert list(rubric.criteria) == ["accurate"] and rubric.version != POSTINGS_RUBRIC.version
     assert rubric.parse('{"accurate": 4}') == {"accurate": 4}
     with pytest.raises(ValueError, match="no grade 1-5 for 'accurate'"):
         rubric.parse('{"accurate": 9}')
@@ -293,7 +296,7 @@ def test_corrections_change_the_gold_metrics(gym) -> None:
             ids[key] = review.flag_for_review(
                 session,
                 use_case="posting_skills",
-                posting_key=key,
+                subject_key=key,
                 use_case_version=POSTING_SKILLS.version,
                 reason="spot check",
                 output=review.current_output(session, "posting_skills", key).value,
@@ -314,7 +317,7 @@ def test_corrections_change_the_gold_metrics(gym) -> None:
             session,
             ids["g-1"],
             registry,
-            Edits(remove_skills=["Python and SQL"], add_skills=["knowledge:Python", "knowledge:SQL"]),
+            Edits({"remove-skill": ["Python and SQL"], "add-skill": ["knowledge:Python", "knowledge:SQL"]}),
         )
     assert verdict.delivered
     after = _gold(defs, instance)["posting_skills"]
@@ -339,7 +342,7 @@ def test_a_rejection_counts_as_a_disagreement(gym) -> None:
         spot = review.flag_for_review(
             session,
             use_case="posting_summary",
-            posting_key="g-1",
+            subject_key="g-1",
             use_case_version=POSTING_SUMMARY.version,
             reason="spot check",
             output=g1.value,
@@ -410,7 +413,7 @@ def test_the_gym_sensor_evaluates_again_only_when_corrections_or_outputs_changed
         item = review.flag_for_review(
             session,
             use_case="posting_summary",
-            posting_key="g-1",
+            subject_key="g-1",
             use_case_version=g1.use_case_version,
             reason="spot check",
             output=g1.value,
@@ -493,7 +496,7 @@ def test_a_version_bump_makes_outputs_stale_and_reprocessing_redoes_only_those(
     assert (report.stale_before, report.stale_after, len(report.runs)) == (2, 0, 1)
     with session_scope(app_db_url) as session:
         versions = dict(
-            session.execute(select(UseCaseOutput.posting_key, UseCaseOutput.use_case_version)).all()
+            session.execute(select(UseCaseOutput.subject_key, UseCaseOutput.use_case_version)).all()
         )
         assert discovery.find_pending_work(session, item.spec) == ["g-3"]  # the never-made one is left alone
     assert versions == {"g-1": "2026-12-01.1", "g-2": "2026-12-01.1"}
@@ -540,7 +543,7 @@ def test_the_default_judge_is_deterministic_and_grades_every_new_output(
     assert judge.metadata["judge_model"].value == "deterministic"
     assert judge.metadata["graded"].value == 2  # every stored output, not a sample of one
     with session_scope(sqlite_url) as session:
-        grades = {g.posting_key: g for g in session.scalars(select(OutputGrade))}
+        grades = {g.subject_key: g for g in session.scalars(select(OutputGrade))}
         call = session.scalars(
             select(Interaction).where(Interaction.use_case == "posting_summary:judge")
         ).first()

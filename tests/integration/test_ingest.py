@@ -11,11 +11,11 @@ from sqlalchemy import func, select
 
 from appdb import claims, discovery
 from appdb.database import session_scope
-from appdb.models import Posting
 from pipeline_defs.cli.main import main
 from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import build_use_cases
 from plugins.postings.store.ingest import ingest_files
+from plugins.postings.store.tables import Posting
 from tests.support.postings import POSTINGS, write_jsonl
 
 
@@ -85,7 +85,7 @@ def test_reingest_unchanged_changes_nothing_and_changed_description_makes_output
                     "backend": "b",
                     "use_case_version": summary.spec.version,
                     "input_hash": "h",
-                    "posting_hash": posting.content_hash,
+                    "subject_hash": posting.content_hash,
                 },
             )
         assert discovery.find_pending_work(session, summary.spec) == []

@@ -35,9 +35,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 import plugins.postings.store.ingest as ingest_module
 from appdb.database import dispose, get_engine, migrate
-from appdb.models import Posting
 from plugins.postings.store.ingest import POSTING_FIELDS, IngestReport, RowError, ingest_files, validate_row
 from plugins.postings.store.ingest_reader import MULTILINE_COLUMNS, RawRecord
+from plugins.postings.store.tables import Posting
 
 EXAMPLES = 200
 FUZZ = settings(

@@ -11,11 +11,12 @@ from dagster import DagsterInstance
 from sqlalchemy import select
 
 from appdb.database import session_scope
-from appdb.models import Interaction, PostingSkillConcept, UseCaseOutput
+from appdb.models import Interaction, UseCaseOutput
 from domain.language.llm_types import Generation
 from pipeline_defs.cli.in_process_runs import load_reference_data
 from pipeline_defs.definitions import build_definitions
 from plugins.postings.skills.link_referee import ASK_BELOW, REFEREE_PROMPT
+from plugins.postings.store.tables import PostingSkillConcept
 from tests.support.gym_fakes import GYM_POSTINGS, GymFake, gym_settings
 from tests.support.postings import run_use_case, seed_postings
 
@@ -36,7 +37,7 @@ class Referee(GymFake):
 def _entities(url: str) -> dict[str, list[dict[str, Any]]]:
     with session_scope(url) as session:
         rows = session.scalars(select(UseCaseOutput).where(UseCaseOutput.use_case == "skill_entities"))
-        return {row.posting_key: row.value["entities"] for row in rows}
+        return {row.subject_key: row.value["entities"] for row in rows}
 
 
 def test_the_referee_chooses_among_the_candidates_of_the_unsure_answers_only(

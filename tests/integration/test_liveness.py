@@ -155,7 +155,7 @@ def test_a_run_killed_mid_batch_does_not_block_the_next_run_on_the_pool(setting_
     output = second_log.read_text()
     assert code == 0, output
     missing = len(keys) * len(USE_CASES) - _count(
-        url, UseCaseOutput, UseCaseOutput.use_case.in_(USE_CASES), UseCaseOutput.posting_key.in_(keys)
+        url, UseCaseOutput, UseCaseOutput.use_case.in_(USE_CASES), UseCaseOutput.subject_key.in_(keys)
     )
     assert missing == 0, output
     assert "is dead (heartbeat stopped" in output, output
@@ -232,7 +232,7 @@ def test_status_names_what_blocks_work_that_stopped_moving(
         session.add(
             WorkItem(
                 use_case="posting_summary",
-                posting_key="p-1",
+                subject_key="p-1",
                 status="claimed",
                 claimed_by="deadbeef-run",
                 lease_expires_at=utcnow() + timedelta(minutes=5),

@@ -7,10 +7,10 @@ from pathlib import Path
 from sqlalchemy import select
 
 from appdb.database import session_scope
-from appdb.models import Posting
 from domain.core.merge import merge_fields
 from pipeline_defs.cli.main import main
 from plugins.postings.store.ingest import ingest_files
+from plugins.postings.store.tables import Posting
 from tests.support.postings import write_jsonl
 
 BOARD = {

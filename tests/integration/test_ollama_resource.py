@@ -101,7 +101,7 @@ def test_a_dagster_run_loads_the_model_once_for_the_whole_batch(
     materialized = {event.partition for event in result.get_asset_materialization_events()}
     assert materialized == {"p-1", "p-2", "p-3"}
     with session_scope(sqlite_url) as session:
-        outputs = {row.posting_key: row.value["summary"] for row in session.scalars(select(UseCaseOutput))}
+        outputs = {row.subject_key: row.value["summary"] for row in session.scalars(select(UseCaseOutput))}
         interactions = session.scalars(select(Interaction)).all()
     assert outputs["p-2"] == "A company hires a Registered Nurse for the work described."
     assert {(i.backend, i.source, i.status) for i in interactions} == {("ollama", "test", "ok")}
@@ -160,7 +160,7 @@ def test_an_unexpected_error_mid_batch_gives_the_claims_back_at_once(
     assert not result.success
     with session_scope(sqlite_url) as session:
         items = session.scalars(select(WorkItem)).all()
-    states = {item.posting_key: (item.status, item.attempts) for item in items}
+    states = {item.subject_key: (item.status, item.attempts) for item in items}
     assert states == {"p-1": ("done", 0), "p-2": ("pending", 0), "p-3": ("pending", 0)}
 
 
@@ -194,7 +194,7 @@ def test_a_bad_model_output_is_a_recorded_item_error_and_the_rest_of_the_batch_g
     assert not check.passed and list(check.metadata["failures"].value) == ["p-2"]
     with session_scope(sqlite_url) as session:
         item = session.get(WorkItem, ("posting_summary", "p-2"))
-        [interaction] = session.scalars(select(Interaction).where(Interaction.posting_key == "p-2")).all()
+        [interaction] = session.scalars(select(Interaction).where(Interaction.subject_key == "p-2")).all()
     assert (item.status, item.attempts) == ("pending", 1) and item.next_attempt_at is not None
     assert interaction.status == "item_error" and interaction.raw_response == '{"summary": '
     assert interaction.error.startswith("the response is not valid JSON")

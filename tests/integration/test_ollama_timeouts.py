@@ -112,7 +112,7 @@ def test_in_a_run_a_slow_posting_spends_an_attempt_and_the_rest_of_the_batch_goe
     assert sorted(event.partition for event in result.get_asset_materialization_events()) == ["p-1", "p-3"]
     with session_scope(sqlite_url) as session:
         nurse = session.get(WorkItem, ("posting_summary", "p-2"))
-        [interaction] = session.scalars(select(Interaction).where(Interaction.posting_key == "p-2")).all()
+        [interaction] = session.scalars(select(Interaction).where(Interaction.subject_key == "p-2")).all()
     assert (nurse.status, nurse.attempts) == ("pending", 1)
     assert "timed out after 0.3s while the server was up" in nurse.last_error
     assert interaction.status == "item_error"

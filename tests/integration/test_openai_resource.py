@@ -129,7 +129,7 @@ def test_a_dagster_run_stores_outputs_and_traces_and_a_dead_server_spends_no_att
     result = run_use_case(defs, dagster_instance, ["p-1", "p-2"])
     assert result.success and len(fake.requests) == 2
     with session_scope(sqlite_url) as session:
-        outputs = {row.posting_key: row.value["summary"] for row in session.scalars(select(UseCaseOutput))}
+        outputs = {row.subject_key: row.value["summary"] for row in session.scalars(select(UseCaseOutput))}
         interactions = session.scalars(select(Interaction)).all()
     assert outputs["p-2"] == "A company hires a Registered Nurse for the work described."
     assert {(i.backend, i.status, i.prompt_tokens, i.completion_tokens) for i in interactions} == {

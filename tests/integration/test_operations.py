@@ -13,9 +13,12 @@ from appdb import claims, discovery, pauses, retry_policy
 from appdb.database import session_scope
 from appdb.models import Base, UseCasePause, WorkItem, utcnow
 from pipeline_defs.cli.main import main
+from plugins.postings.store.postings_kind import POSTINGS_TABLE
 from tests.support.postings import POSTINGS, seed_postings
 
-SUMMARY = discovery.WorkSpec(use_case="posting_summary", version="2026-11-22.1", upstream_versions={})
+SUMMARY = discovery.WorkSpec(
+    use_case="posting_summary", version="2026-11-22.1", upstream_versions={}, subjects=POSTINGS_TABLE
+)
 
 
 def park(url: str, use_case: str, key: str, error: str) -> None:
@@ -54,13 +57,12 @@ def test_parked_items_are_listed_with_their_last_error_and_leave_discovery(
         parked = claims.list_failures(session)
         only_summary = claims.list_failures(session, "posting_summary")
         pending = discovery.find_pending_work(session, SUMMARY)
-    assert [(item.use_case, item.posting_key) for item in parked] == [
+    assert [(item.use_case, item.subject_key) for item in parked] == [
         ("posting_summary", "p-2"),
         ("posting_seniority", "p-3"),
     ]
     [nurse] = only_summary
-    assert (nurse.title, nurse.attempts, nurse.last_error) == (
-        "Registered Nurse",
+    assert (nurse.attempts, nurse.last_error) == (
         1,
         "the response is not valid JSON",
     )
@@ -73,15 +75,15 @@ def test_requeue_by_posting_by_use_case_and_all(app_db_url: str, tmp_path: Path)
         park(app_db_url, "posting_summary", key, f"bad output for {key}")
     park(app_db_url, "posting_seniority", "p-3", "bad level")
     with session_scope(app_db_url) as session:
-        assert claims.requeue_failed(session, posting_keys=["p-1", "no-such-posting"]) == 1
+        assert claims.requeue_failed(session, subject_keys=["p-1", "no-such-posting"]) == 1
         assert discovery.find_pending_work(session, SUMMARY) == ["p-1", "p-3"]
         item = session.get(WorkItem, ("posting_summary", "p-1"))
         assert (item.status, item.attempts, item.next_attempt_at) == ("pending", 0, None)
         assert item.last_error == "bad output for p-1"  # kept for history
     with session_scope(app_db_url) as session:
         assert claims.requeue_failed(session, use_case="posting_seniority") == 1
-        assert [item.posting_key for item in claims.list_failures(session)] == ["p-2"]
-        assert claims.requeue_failed(session, posting_keys=[]) == 0
+        assert [item.subject_key for item in claims.list_failures(session)] == ["p-2"]
+        assert claims.requeue_failed(session, subject_keys=[]) == 0
         assert claims.requeue_failed(session) == 1
         assert claims.list_failures(session) == []
         assert discovery.find_pending_work(session, SUMMARY) == ["p-1", "p-2", "p-3"]
@@ -250,7 +252,7 @@ def test_shadow_discovery_as_json_lists_every_key(
     assert main(["discover", "--shadow", "--use-case", "posting_summary", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     summary = result["use_cases"]["posting_summary"]
-    assert summary["count"] == 23 and summary["posting_keys"][-1] == "k-22"
+    assert summary["count"] == 23 and summary["subject_keys"][-1] == "k-22"
     assert summary["paused_until"] is None
 
 
@@ -261,7 +263,7 @@ def test_shadow_discovery_compares_with_an_expected_list(
     before = _snapshot(cli_env)
     differing = tmp_path / "expected.csv"
     differing.write_text(
-        "use_case,posting_key\nposting_summary,p-1\nposting_summary,p-2\nposting_summary,p-9\n"
+        "use_case,subject_key\nposting_summary,p-1\nposting_summary,p-2\nposting_summary,p-9\n"
     )
     assert main(["discover", "--shadow", "--use-case", "posting_summary", "--expect", str(differing)]) == 1
     out = capsys.readouterr().out
@@ -272,7 +274,7 @@ def test_shadow_discovery_compares_with_an_expected_list(
     same = tmp_path / "expected.jsonl"
     same.write_text(
         "".join(
-            json.dumps({"use_case": "posting_summary", "posting_key": key}) + "\n"
+            json.dumps({"use_case": "posting_summary", "subject_key": key}) + "\n"
             for key in ("p-3", "p-1", "p-2")
         )
     )
@@ -300,14 +302,14 @@ def test_shadow_discovery_reports_bad_input_clearly(
     assert "no use case 'no_such_use_case'" in capsys.readouterr().err
     broken = tmp_path / "expected.jsonl"
     broken.write_text(
-        '{"use_case": "posting_summary", "posting_key": "p-1"}\n{"use_case": "posting_summary"}\n'
+        '{"use_case": "posting_summary", "subject_key": "p-1"}\n{"use_case": "posting_summary"}\n'
     )
     assert main(["discover", "--shadow", "--expect", str(broken)]) == 2
-    assert f"{broken}:2: needs both use_case and posting_key" in capsys.readouterr().err
+    assert f"{broken}:2: needs both use_case and subject_key" in capsys.readouterr().err
     headless = tmp_path / "expected.csv"
     headless.write_text("posting_summary,p-1\n")
     assert main(["discover", "--shadow", "--expect", str(headless)]) == 2
-    assert "header must name use_case,posting_key" in capsys.readouterr().err
+    assert "header must name use_case,subject_key" in capsys.readouterr().err
 
 
 def test_shadow_discovery_does_not_create_a_missing_database(

@@ -17,7 +17,7 @@ from appdb import claims, pauses, retry_policy
 from appdb.database import session_scope
 from appdb.models import UseCaseOutput, UseCasePause, WorkItem, utcnow
 from assets.factory import build_work_groups
-from assets.partitions import POSTING_PARTITIONS
+from assets.partitions import partitions_for
 from domain.language.llm_types import BackendUnavailable, Generation
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
@@ -82,8 +82,8 @@ def test_an_outage_spends_no_attempts_pauses_the_use_case_and_work_resumes(
     assert "backend is unavailable" in failure.event_specific_data.error.message
     assert "paused until" in failure.event_specific_data.error.message
     with session_scope(app_db_url) as session:
-        assert [o.posting_key for o in session.scalars(select(UseCaseOutput))] == ["p-1"]
-        items = {i.posting_key: (i.status, i.attempts) for i in session.scalars(select(WorkItem))}
+        assert [o.subject_key for o in session.scalars(select(UseCaseOutput))] == ["p-1"]
+        items = {i.subject_key: (i.status, i.attempts) for i in session.scalars(select(WorkItem))}
         active = pauses.active_pauses(session)
     assert items["p-2"] == ("pending", 0) and items["p-3"] == ("pending", 0)  # no attempt spent
     assert "posting_summary" in active and "gpu-box" in active["posting_summary"].reason
@@ -104,7 +104,7 @@ def test_an_outage_spends_no_attempts_pauses_the_use_case_and_work_resumes(
 
     assert run_use_case(defs, dagster_instance, ["p-2", "p-3"]).success
     with session_scope(app_db_url) as session:
-        assert sorted(o.posting_key for o in session.scalars(select(UseCaseOutput))) == KEYS
+        assert sorted(o.subject_key for o in session.scalars(select(UseCaseOutput))) == KEYS
         assert pauses.active_pauses(session) == {}
         assert session.scalar(select(UseCasePause)) is None  # the trip count is reset too
 
@@ -124,11 +124,11 @@ def test_a_posting_that_always_fails_is_parked_and_its_run_fails_naming_it(
     [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
     assert "1 postings failed 3 times and are parked" in failure.event_specific_data.error.message
     with session_scope(sqlite_url) as session:
-        assert sorted(o.posting_key for o in session.scalars(select(UseCaseOutput))) == ["p-1", "p-2"]
-        assert [f.posting_key for f in claims.list_failures(session)] == ["p-3"]
+        assert sorted(o.subject_key for o in session.scalars(select(UseCaseOutput))) == ["p-1", "p-2"]
+        assert [f.subject_key for f in claims.list_failures(session)] == ["p-3"]
     # What the UI's partition view shows: the parked posting as a failed partition.
     cache = get_and_update_asset_status_cache_value(
-        dagster_instance, AssetKey("posting_summary"), POSTING_PARTITIONS
+        dagster_instance, AssetKey("posting_summary"), partitions_for("postings")
     )
-    failed = cache.deserialize_failed_partition_subsets(POSTING_PARTITIONS)
+    failed = cache.deserialize_failed_partition_subsets(partitions_for("postings"))
     assert set(failed.get_partition_keys()) == {"p-3"}

@@ -38,7 +38,7 @@ def test_only_finished_postings_are_retired_and_their_outputs_stay(
         assert retirable(session, [spec], tomorrow - timedelta(days=2)) == []  # finished today, not before
         keys = retirable(session, [spec], tomorrow)
     assert keys == ["p-1", "p-2"]
-    assert retire_partitions(dagster_instance, keys) == 2
+    assert retire_partitions(dagster_instance, "postings", keys) == 2
     assert dagster_instance.get_dynamic_partitions("postings") == ["p-3"]
     with session_scope(app_db_url) as session:
         assert session.scalar(select(func.count()).select_from(UseCaseOutput)) == 2

@@ -12,10 +12,11 @@ from sqlalchemy import func, inspect, select, update
 
 from appdb import review
 from appdb.database import alembic_config, dispose, get_engine, session_scope
-from appdb.models import Correction, Interaction, PostingSkillConcept, ReviewItem, UseCaseOutput
+from appdb.models import Correction, Interaction, ReviewItem, UseCaseOutput
 from pipeline_defs.cli.in_process_runs import load_reference_data
 from pipeline_defs.cli.main import main
 from pipeline_defs.definitions import build_definitions
+from plugins.postings.store.tables import PostingSkillConcept
 from tests.support.gym_fakes import GYM_POSTINGS, GymFake, gym_settings
 from tests.support.postings import run_use_case, seed_postings
 
@@ -39,7 +40,7 @@ def reviewed(app_db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 def _item(url: str, key: str, use_case: str = "posting_summary") -> int:
     with session_scope(url) as session:
         return session.scalar(
-            select(ReviewItem.id).where(ReviewItem.posting_key == key, ReviewItem.use_case == use_case)
+            select(ReviewItem.id).where(ReviewItem.subject_key == key, ReviewItem.use_case == use_case)
         )
 
 
@@ -50,7 +51,7 @@ def _flag_current(url: str, use_case: str, key: str) -> int:
         return review.flag_for_review(
             session,
             use_case=use_case,
-            posting_key=key,
+            subject_key=key,
             use_case_version=output.use_case_version,
             reason="spot check",
             output=output.value,
@@ -88,9 +89,9 @@ def test_a_review_round_stores_the_corpus_delivers_corrections_and_moves_the_fig
     assert "posting_summary: gold 0.88 / 0.39 / 0.54 / 0.50 (2)" in out
 
     with session_scope(reviewed) as session:
-        corpus = {c.posting_key: c for c in session.scalars(select(Correction))}
+        corpus = {c.subject_key: c for c in session.scalars(select(Correction))}
         outputs = {
-            o.posting_key: o
+            o.subject_key: o
             for o in session.scalars(select(UseCaseOutput).where(UseCaseOutput.use_case == "posting_summary"))
         }
         statuses = dict(session.execute(select(ReviewItem.id, ReviewItem.status)).all())
@@ -177,22 +178,28 @@ def test_a_reviewer_picks_one_of_the_linkers_candidates_by_number(reviewed: str,
 
 BAD_VERDICTS = [
     (["accept", "999"], "no review item 999"),
-    (["correct", "{nurse}"], "say what to correct"),
+    (["correct", "{nurse}"], "say what to correct: posting_summary takes --summary"),
     (["correct", "{nurse}", "--summary", "x" * 700], "breaks the output schema at summary"),
     (
         ["correct", "{nurse}", "--summary", "A nurse job."],
         "leaves review item {nurse}'s output as it was",
     ),
-    (["correct", "{nurse}", "--add-skill", "Python"], "--add-skill and --remove-skill apply to skills"),
+    (
+        ["correct", "{nurse}", "--add-skill", "Python"],
+        "--add-skill does not apply to posting_summary outputs (they take --summary)",
+    ),
     (["correct", "{skills}", "--add-skill", "Kubernetes"], "'Kubernetes' does not appear in the posting"),
     (
         ["correct", "{skills}", "--remove-skill", "Rust"],
         "no mention 'Rust' to remove (mentions: 'Python and SQL'",
     ),
-    (["correct", "{skills}", "--concept", "dbt"], "write MENTION=URI"),
+    (
+        ["correct", "{skills}", "--concept", "dbt"],
+        "--concept does not apply to posting_skills outputs (they take --add-skill, --remove-skill)",
+    ),
     (
         ["correct", "{nurse}", "--concept", "dbt=https://x.example/none"],
-        "--concept applies to resolved skills",
+        "--concept does not apply to posting_summary outputs",
     ),
     (
         [
@@ -210,7 +217,7 @@ def test_bad_verdicts_are_refused_with_a_clear_error_and_change_nothing(reviewed
     ids = {"nurse": _item(reviewed, "g-2"), "skills": _flag_current(reviewed, "posting_skills", "g-1")}
     with session_scope(reviewed) as session:
         before = session.execute(
-            select(UseCaseOutput.posting_key, UseCaseOutput.use_case, UseCaseOutput.updated_at)
+            select(UseCaseOutput.subject_key, UseCaseOutput.use_case, UseCaseOutput.updated_at)
         ).all()
     for args, message in BAD_VERDICTS:
         assert main(["review", *(arg.format(**ids) for arg in args)]) == 2, args
@@ -219,7 +226,7 @@ def test_bad_verdicts_are_refused_with_a_clear_error_and_change_nothing(reviewed
         assert session.scalar(select(func.count(Correction.id))) == 0
         assert set(session.scalars(select(ReviewItem.status))) == {"open"}
         after = session.execute(
-            select(UseCaseOutput.posting_key, UseCaseOutput.use_case, UseCaseOutput.updated_at)
+            select(UseCaseOutput.subject_key, UseCaseOutput.use_case, UseCaseOutput.updated_at)
         ).all()
     assert sorted(after) == sorted(before)
 
@@ -235,7 +242,7 @@ def test_reprocess_counts_stale_outputs_and_why_before_doing_anything(reviewed: 
     with session_scope(reviewed) as session:
         session.execute(
             update(UseCaseOutput)
-            .where(UseCaseOutput.use_case == "posting_summary", UseCaseOutput.posting_key == "g-1")
+            .where(UseCaseOutput.use_case == "posting_summary", UseCaseOutput.subject_key == "g-1")
             .values(use_case_version="2026-01-01.1")
         )
     assert main(["reprocess", "--stale", "--use-case", "posting_summary", "--dry-run"]) == 0
@@ -249,7 +256,7 @@ def test_reprocess_counts_stale_outputs_and_why_before_doing_anything(reviewed: 
         assert (
             session.scalar(
                 select(UseCaseOutput.use_case_version).where(
-                    UseCaseOutput.use_case == "posting_summary", UseCaseOutput.posting_key == "g-1"
+                    UseCaseOutput.use_case == "posting_summary", UseCaseOutput.subject_key == "g-1"
                 )
             )
             == "2026-01-01.1"

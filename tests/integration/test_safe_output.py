@@ -65,7 +65,7 @@ def hostile(sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
         review.flag_for_review(
             session,
             use_case="posting_summary",
-            posting_key=KEY,
+            subject_key=KEY,
             use_case_version="1",
             reason=f"spot check {CLEAR}",
             output={"summary": SUMMARY},

@@ -17,13 +17,14 @@ from sqlalchemy import select
 
 from appdb import claims, retry_policy
 from appdb.database import session_scope
-from appdb.models import Posting
 from assets.factory import WorkGroup, build_work_groups
 from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import build_use_cases
+from plugins.postings.store.tables import Posting
 from plugins.postings.use_cases.posting_summary import POSTING_SUMMARY
 from resources.app_database import AppDatabase
 from sensors.discovery_sensor import build_discovery_sensor
+from sensors.liveness_sensor import build_liveness_sensor
 from tests.support.postings import seed_postings
 
 POSTINGS = [{"key": f"k-{i:02d}", "title": f"Job {i}", "description": f"Do task {i}."} for i in range(7)]
@@ -106,7 +107,7 @@ def test_no_work_means_no_run_requests_and_an_unchanged_database_skips_the_query
                     "backend": "b",
                     "use_case_version": POSTING_SUMMARY.version,
                     "input_hash": "h",
-                    "posting_hash": digest,
+                    "subject_hash": digest,
                 },
             )
     first, context = _tick(summary, sqlite_url, dagster_instance)
@@ -121,7 +122,7 @@ def test_no_work_means_no_run_requests_and_an_unchanged_database_skips_the_query
     assert [r.tags[ASSET_PARTITION_RANGE_START_TAG] for r in third.run_requests] == ["k-new"]
 
 
-def test_a_run_whose_claims_expired_is_marked_failed_and_its_postings_requested_again(
+def test_the_liveness_sensor_fails_a_run_whose_claims_expired_and_discovery_requests_its_postings(
     sqlite_url: str, tmp_path: Path, dagster_instance
 ) -> None:
     seed_postings(sqlite_url, tmp_path, POSTINGS)
@@ -139,6 +140,11 @@ def test_a_run_whose_claims_expired_is_marked_failed_and_its_postings_requested_
             policy=retry_policy.RetryPolicy(lease_seconds=-1),
         )
         claims.claim_items(session, "posting_summary", ["k-03", "k-04", "k-05"], alive.run_id)
+    liveness = build_liveness_sensor([summary], heartbeat_seconds=10)
+    skipped = liveness(
+        build_sensor_context(instance=dagster_instance, resources={"app_db": AppDatabase(url=sqlite_url)})
+    )
+    assert "3 expired claims freed" in skipped.skip_message
     result, _ = _tick(summary, sqlite_url, dagster_instance)
     assert dagster_instance.get_run_by_id(dead.run_id).status == DagsterRunStatus.FAILURE
     assert dagster_instance.get_run_by_id(alive.run_id).status == DagsterRunStatus.STARTED

@@ -26,6 +26,7 @@ from pipeline_defs.cli.in_process_runs import run_pending
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import build_use_cases
+from plugins.postings.store.postings_kind import POSTINGS as POSTINGS_KIND
 from plugins.postings.use_cases.posting_assessment import POSTING_CONTRACT, POSTING_SENIORITY, rate_seniority
 from plugins.postings.use_cases.refined_summary import grade_summary, keep_best_summary
 from plugins.postings.use_cases.shipped import USE_CASES
@@ -312,7 +313,7 @@ def test_pipeline_run_does_the_experts_then_the_synthesizer_in_a_second_stage(
     assert tasks[-3:] == ["reviewers' notes"] * 3 and tasks.count("reviewers' notes") == 3
     with session_scope(sqlite_url) as session:
         done = session.scalars(
-            select(UseCaseOutput.posting_key).where(UseCaseOutput.use_case == "posting_assessment")
+            select(UseCaseOutput.subject_key).where(UseCaseOutput.use_case == "posting_assessment")
         )
         assert sorted(done) == ["p-1", "p-2", "p-3"]
 
@@ -336,10 +337,10 @@ def test_an_expert_whose_own_input_moved_on_is_not_current_so_the_synthesizer_wa
             "output_schema": DRAFT_SCHEMA,
         }
 
-    notes = UseCase(**llm_use_case("notes"))
+    notes = UseCase(subject=POSTINGS_KIND, **llm_use_case("notes"))
     experts = (
-        UseCase(**llm_use_case("expert_a", "{notes.text}\n", ("notes",))),
-        UseCase(**llm_use_case("expert_b")),
+        UseCase(subject=POSTINGS_KIND, **llm_use_case("expert_a", "{notes.text}\n", ("notes",))),
+        UseCase(subject=POSTINGS_KIND, **llm_use_case("expert_b")),
     )
     use_cases = [notes, *fan_in(experts, **llm_use_case("synth", "{expert_a.text} {expert_b.text}\n"))]
     settings = _settings(sqlite_url)

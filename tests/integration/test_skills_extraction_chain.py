@@ -46,7 +46,7 @@ def _settings(url: str, **changes: Any) -> Settings:
 def _outputs(url: str) -> dict[str, dict]:
     with session_scope(url) as session:
         rows = session.scalars(select(UseCaseOutput).where(UseCaseOutput.use_case == "posting_skills"))
-        return {row.posting_key: row.value for row in rows}
+        return {row.subject_key: row.value for row in rows}
 
 
 def test_the_tagger_finds_mentions_at_their_offsets_and_traces_its_steps(
@@ -69,12 +69,12 @@ def test_the_tagger_finds_mentions_at_their_offsets_and_traces_its_steps(
     )
     with session_scope(app_db_url) as session:
         steps = [
-            (row.posting_key, row.options["chain"]["step"], row.backend)
+            (row.subject_key, row.options["chain"]["step"], row.backend)
             for row in session.scalars(
                 select(Interaction).where(Interaction.use_case == "posting_skills").order_by(Interaction.id)
             )
         ]
-        statuses = {item.posting_key: item.status for item in session.scalars(select(WorkItem))}
+        statuses = {item.subject_key: item.status for item in session.scalars(select(WorkItem))}
     assert ("s-1", "candidates", "script") in steps and ("s-1", "final", "script") in steps
     assert statuses == {"s-1": "done", "s-2": "done"}  # no skills is an output, not an item error
     # the run's figures, numeric metadata the asset's check history plots

@@ -16,13 +16,14 @@ from sqlalchemy import select
 
 from appdb import discovery
 from appdb.database import session_scope
-from appdb.models import Interaction, PostingSkillConcept, UseCaseOutput, WorkItem
+from appdb.models import Interaction, UseCaseOutput, WorkItem
 from assets.factory import build_work_groups
 from domain.language.llm_types import Generation
 from pipeline_defs.cli.in_process_runs import load_reference_data, run_pending
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import build_use_cases
+from plugins.postings.store.tables import PostingSkillConcept
 from plugins.postings.use_cases.posting_skills import POSTING_SKILLS_LLM, ground_skill_mentions
 from resources.app_database import AppDatabase
 from resources.llm import LLMResource
@@ -88,7 +89,7 @@ def test_one_run_per_model_does_summary_and_skills_then_entities_need_no_model(p
     assert [len(report.runs) for report in reports] == [1, 1]
     assert FakeModel.loads == ["gemma3:270m"]  # one load for both LLM use cases; none for the script
     with session_scope(url) as session:
-        outputs = {(o.use_case, o.posting_key): o for o in session.scalars(select(UseCaseOutput))}
+        outputs = {(o.use_case, o.subject_key): o for o in session.scalars(select(UseCaseOutput))}
         runs = {o.use_case: o.run_id for o in outputs.values()}
         by_concept = session.scalars(
             select(PostingSkillConcept.posting_key).where(PostingSkillConcept.concept_uri == PYTHON_URI)
@@ -153,10 +154,10 @@ def test_a_database_error_in_a_resolution_write_leaves_no_posting_half_written(
     assert load_reference_data(defs, instance)
     original = skill_entities_module.replace_posting_skill_concepts
 
-    def fails_on_p3(session: Any, posting_key: str, entities: list[dict[str, Any]]) -> None:
-        if posting_key == "p-3":
+    def fails_on_p3(session: Any, subject_key: str, entities: list[dict[str, Any]]) -> None:
+        if subject_key == "p-3":
             raise RuntimeError("disk full")
-        original(session, posting_key, entities)
+        original(session, subject_key, entities)
 
     monkeypatch.setattr(skill_entities_module, "replace_posting_skill_concepts", fails_on_p3)
     first = run_pending(defs, groups, instance, AppDatabase(url=url), source="test")
@@ -164,13 +165,13 @@ def test_a_database_error_in_a_resolution_write_leaves_no_posting_half_written(
 
     with session_scope(url) as session:
         resolved = session.scalars(
-            select(UseCaseOutput.posting_key).where(UseCaseOutput.use_case == "skill_entities")
+            select(UseCaseOutput.subject_key).where(UseCaseOutput.use_case == "skill_entities")
         ).all()
         concept_rows = session.scalars(select(PostingSkillConcept)).all()
         script_calls = session.scalars(select(Interaction).where(Interaction.backend == "script")).all()
         items = dict(
             session.execute(
-                select(WorkItem.posting_key, WorkItem.status).where(WorkItem.use_case == "skill_entities")
+                select(WorkItem.subject_key, WorkItem.status).where(WorkItem.use_case == "skill_entities")
             ).all()
         )
     assert resolved == [] and concept_rows == [] and script_calls == []  # p-1 and p-2 not kept half-way
@@ -183,7 +184,7 @@ def test_a_database_error_in_a_resolution_write_leaves_no_posting_half_written(
     assert [len(report.runs) for report in again] == [0, 1] and not again[1].failed_runs
     with session_scope(url) as session:
         resolved = session.scalars(
-            select(UseCaseOutput.posting_key).where(UseCaseOutput.use_case == "skill_entities")
+            select(UseCaseOutput.subject_key).where(UseCaseOutput.use_case == "skill_entities")
         ).all()
     assert sorted(resolved) == ["p-1", "p-2", "p-3"]
     assert instance.get_materialized_partitions(AssetKey("skill_entities")) == {"p-1", "p-2", "p-3"}

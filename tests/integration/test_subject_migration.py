@@ -6,7 +6,7 @@ from __future__ import annotations
 from alembic import command
 from sqlalchemy import text
 
-from appdb.database import alembic_config, get_engine, migrate
+from appdb.database import alembic_config, get_engine
 
 ROWS = {
     "postings": "INSERT INTO postings (key, title, description, content_hash, ingested_at, updated_at) "
@@ -33,7 +33,9 @@ def test_migration_0007_keeps_every_row_and_frees_the_keys(app_db_url: str) -> N
     with engine.begin() as connection:
         for statement in ROWS.values():
             connection.execute(text(statement))
-    migrate(app_db_url)
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "0007")
     with engine.begin() as connection:
         counts = {table: connection.execute(text(f"SELECT count(*) FROM {table}")).scalar() for table in ROWS}
         connection.execute(

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from sqlalchemy import func, select
 
 from appdb.database import session_scope
-from appdb.models import ReferenceData, TaxonomyConcept, TaxonomyLabel
+from appdb.models import ReferenceData
+from plugins.postings.store.tables import TaxonomyConcept, TaxonomyLabel
 from plugins.postings.store.taxonomy import (
     DEMO_TAXONOMY_PATH,
     REFERENCE_NAME,

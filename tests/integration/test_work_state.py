@@ -10,10 +10,15 @@ from sqlalchemy import select, text, update
 
 from appdb import claims, discovery, retry_policy, subjects
 from appdb.database import session_scope
-from appdb.models import Posting, WorkItem, utcnow
+from appdb.models import WorkItem, utcnow
+from plugins.autodo.autodo_kind import AUTODO
+from plugins.postings.store.postings_kind import POSTINGS_TABLE
+from plugins.postings.store.tables import Posting
 from tests.support.postings import seed_postings
 
-SPEC = discovery.WorkSpec(use_case="posting_summary", version="2026-11-22.1", upstream_versions={})
+SPEC = discovery.WorkSpec(
+    use_case="posting_summary", version="2026-11-22.1", upstream_versions={}, subjects=POSTINGS_TABLE
+)
 KEYS = ["p-1", "p-2", "p-3"]
 
 
@@ -24,7 +29,7 @@ def _output(version: str = "2026-11-22.1") -> dict:
         "backend": "b",
         "use_case_version": version,
         "input_hash": "h",
-        "posting_hash": "x",
+        "subject_hash": "x",
     }
 
 
@@ -70,7 +75,7 @@ def test_released_claims_spend_no_attempt_and_expired_ones_are_freed(app_db_url:
         assert session.get(WorkItem, (SPEC.use_case, "p-1")).attempts == 0
         session.execute(
             update(WorkItem)
-            .where(WorkItem.posting_key == "p-2")
+            .where(WorkItem.subject_key == "p-2")
             .values(lease_expires_at=utcnow() - timedelta(1))
         )
     with session_scope(app_db_url) as session:
@@ -84,11 +89,13 @@ def test_outputs_of_an_older_version_are_stale(app_db_url: str, tmp_path: Path) 
         claims.claim_items(session, SPEC.use_case, KEYS, "run-a")
         for key in KEYS:
             output = _output("2026-01-01.1")
-            output["posting_hash"] = session.scalar(select(Posting.content_hash).where(Posting.key == key))
+            output["subject_hash"] = session.scalar(select(Posting.content_hash).where(Posting.key == key))
             claims.complete_item(session, SPEC.use_case, key, "run-a", output)
     with session_scope(app_db_url) as session:
         assert discovery.find_pending_work(session, SPEC) == KEYS
-        old = discovery.WorkSpec(use_case="posting_summary", version="2026-01-01.1", upstream_versions={})
+        old = discovery.WorkSpec(
+            use_case="posting_summary", version="2026-01-01.1", upstream_versions={}, subjects=POSTINGS_TABLE
+        )
         assert discovery.find_pending_work(session, old) == []
 
 
@@ -127,11 +134,11 @@ def test_the_change_marker_moves_when_a_retry_comes_due(sqlite_url: str, tmp_pat
         claims.fail_item(session, SPEC.use_case, "p-1", "run-a", "boom")
         session.execute(update(WorkItem).values(next_attempt_at=utcnow() + timedelta(seconds=1)))
     with session_scope(sqlite_url) as session:
-        before = discovery.change_marker(session)
-        assert discovery.change_marker(session) == before
+        before = discovery.change_marker(session, POSTINGS_TABLE)
+        assert discovery.change_marker(session, POSTINGS_TABLE) == before
     time.sleep(1.2)
     with session_scope(sqlite_url) as session:
-        assert discovery.change_marker(session) != before
+        assert discovery.change_marker(session, POSTINGS_TABLE) != before
         assert "p-1" in discovery.find_pending_work(session, SPEC)
 
 
@@ -145,10 +152,13 @@ def test_discovery_on_postgresql_leaves_the_planner_settings_of_the_transaction_
     with session_scope(postgres_url) as session:
         claims.claim_items(session, SPEC.use_case, ["p-1"], "run-a")
         output = _output()
-        output["posting_hash"] = session.scalar(select(Posting.content_hash).where(Posting.key == "p-1"))
+        output["subject_hash"] = session.scalar(select(Posting.content_hash).where(Posting.key == "p-1"))
         claims.complete_item(session, SPEC.use_case, "p-1", "run-a", output)
     skills = discovery.WorkSpec(
-        use_case="posting_skills", version="1", upstream_versions={SPEC.use_case: SPEC.version}
+        use_case="posting_skills",
+        version="1",
+        upstream_versions={SPEC.use_case: SPEC.version},
+        subjects=POSTINGS_TABLE,
     )
     with session_scope(postgres_url) as session:
         before = session.scalar(text("SHOW join_collapse_limit"))
@@ -165,13 +175,15 @@ def test_a_discovery_condition_names_the_subject_in_any_kind(app_db_url: str, tm
         subjects.upsert_subjects(session, "autodo", {"a/1": {"text": "x"}, "b/2": {"text": "y"}})
     with session_scope(app_db_url) as session:
         for condition in ("subject.key <> 'p-2'", "postings.key <> 'p-2'"):
-            spec = discovery.WorkSpec(SPEC.use_case, SPEC.version, {}, discovery_where=condition)
+            spec = discovery.WorkSpec(
+                SPEC.use_case, SPEC.version, {}, discovery_where=condition, subjects=POSTINGS_TABLE
+            )
             assert discovery.find_pending_work(session, spec) == ["p-1", "p-3"], condition
         other = discovery.WorkSpec(
             "autodo_scope",
             "2026-11-24.1",
             {},
             discovery_where="subject.key LIKE 'a/%'",
-            subject_kind="autodo",
+            subjects=AUTODO.table,
         )
         assert discovery.find_pending_work(session, other) == ["a/1"]

@@ -27,7 +27,9 @@ from sqlalchemy import select
 
 from appdb import claims, discovery, interactions, retry_policy
 from appdb.database import migrate, session_scope
-from appdb.models import Posting, utcnow
+from appdb.models import utcnow
+from plugins.postings.store.postings_kind import POSTINGS_TABLE
+from plugins.postings.store.tables import Posting
 
 USE_CASE_VERSION = "2026-11-22.1"
 BACKEND = "fake"
@@ -68,7 +70,9 @@ def wait_at_start_line(start_file: Path, worker_id: str, limit_seconds: float = 
 
 def run(args: argparse.Namespace) -> dict[str, object]:
     """Process pending work until none is left that this worker can claim."""
-    spec = discovery.WorkSpec(use_case=args.use_case, version=USE_CASE_VERSION, upstream_versions={})
+    spec = discovery.WorkSpec(
+        use_case=args.use_case, version=USE_CASE_VERSION, upstream_versions={}, subjects=POSTINGS_TABLE
+    )
     claimed = completed = lost = contended = 0
     migrate(args.url)  # before the start line, so the race is about claims, not schema checks
     if args.start_file is not None:
@@ -126,7 +130,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
-def store(args: argparse.Namespace, key: str, posting_hash: str) -> bool:
+def store(args: argparse.Namespace, key: str, subject_hash: str) -> bool:
     """Record the interaction and the output in one transaction, as the asset does; False if claim lost."""
     summary = {"summary": f"Summary of {key} by {args.worker_id}."}
     with session_scope(args.url) as session:
@@ -134,7 +138,7 @@ def store(args: argparse.Namespace, key: str, posting_hash: str) -> bool:
             session,
             use_case=args.use_case,
             use_case_version=USE_CASE_VERSION,
-            posting_key=key,
+            subject_key=key,
             backend=BACKEND,
             model=MODEL,
             prompt=f"Summarize {key}",
@@ -162,7 +166,7 @@ def store(args: argparse.Namespace, key: str, posting_hash: str) -> bool:
                 "backend": BACKEND,
                 "use_case_version": USE_CASE_VERSION,
                 "input_hash": key,
-                "posting_hash": posting_hash,
+                "subject_hash": subject_hash,
                 "interaction_id": interaction_id,
             },
         )

@@ -117,9 +117,9 @@ class LivePipeline:
 
     def outputs(self, keys: list[str]) -> dict[tuple[str, str], UseCaseOutput]:
         with session_scope(self.app_db_url) as session:
-            rows = session.scalars(select(UseCaseOutput).where(UseCaseOutput.posting_key.in_(keys))).all()
+            rows = session.scalars(select(UseCaseOutput).where(UseCaseOutput.subject_key.in_(keys))).all()
             session.expunge_all()
-        return {(row.use_case, row.posting_key): row for row in rows}
+        return {(row.use_case, row.subject_key): row for row in rows}
 
     def missing_outputs(self, keys: list[str]) -> list[str]:
         done = self.outputs(keys)

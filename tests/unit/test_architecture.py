@@ -71,3 +71,22 @@ def test_the_import_linter_contracts_are_kept() -> None:
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert "0 broken" in result.stdout
+
+
+def test_the_engine_names_no_kind_of_subject() -> None:
+    """The engine (sensors, assets, resources, domain, the engine's tables) works on subjects: no name or
+    string in its code says posting or autodo (its plugins bring their kinds)."""
+    from benchmarks.code_shape import ENGINE, kind_names, python_files
+
+    named = {str(path): kind_names(path) for folder in ENGINE for path in python_files(folder)}
+    assert {path: names for path, names in named.items() if names} == {}
+
+
+def test_the_kind_finder_finds_a_kind_in_code_and_not_in_prose(tmp_path: Path) -> None:
+    from benchmarks.code_shape import kind_names
+
+    module = tmp_path / "module.py"
+    module.write_text(
+        '"""Works on postings."""\n\nTABLE = "postings"  # a posting\n\n\ndef f(autodo_key):\n    pass\n'
+    )
+    assert kind_names(module) == ['3: "postings"', "6: autodo_key"]

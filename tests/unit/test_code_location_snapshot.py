@@ -24,6 +24,7 @@ SNAPSHOT_DIR = Path(__file__).with_name("snapshots")
 CONFIGURATIONS = {
     "default": {},
     "all_opt_ins": {"summary_style": "refined", "extra_use_cases": ("posting_assessment",)},
+    "postings_autodo": {"domains": ("postings", "autodo")},
 }
 
 

@@ -19,7 +19,7 @@ def _call(session, use_case: str, key: str, backend: str, step: str | None = Non
         session,
         use_case=use_case,
         use_case_version="v1",
-        posting_key=key,
+        subject_key=key,
         backend=backend,
         model="gemma3:270m" if backend != "script" else "tagger",
         prompt="p",

@@ -18,6 +18,7 @@ from appdb.database import session_scope
 from pipeline_defs.daemon import WakeableShutdown, install_wake, wake_on, watch_arrivals
 from pipeline_defs.settings import Settings
 from plugins.postings.store.ingest import ingest_files
+from plugins.postings.store.postings_kind import POSTINGS_TABLE
 from tests.support.postings import POSTINGS, write_jsonl
 
 
@@ -70,7 +71,7 @@ def test_the_watcher_wakes_on_ingest_an_llm_step_ending_and_a_run_ending_only(
     with session_scope(url):
         pass
     wake, stop = threading.Event(), threading.Event()
-    watcher = threading.Thread(target=watch_arrivals, args=(url, wake, stop), daemon=True)
+    watcher = threading.Thread(target=watch_arrivals, args=(url, [POSTINGS_TABLE], wake, stop), daemon=True)
     watcher.start()
     try:
         assert not wake.wait(1.5)  # an unchanged database wakes nothing
@@ -109,7 +110,9 @@ def test_a_change_wakes_the_sensors_again_once_their_interval_has_passed(tmp_pat
     with session_scope(url):
         pass
     wake, stop = threading.Event(), threading.Event()
-    watcher = threading.Thread(target=watch_arrivals, args=(url, wake, stop, 1.0), daemon=True)
+    watcher = threading.Thread(
+        target=watch_arrivals, args=(url, [POSTINGS_TABLE], wake, stop, 1.0), daemon=True
+    )
     watcher.start()
     try:
         time.sleep(0.6)  # the watcher has read the marker once

@@ -10,6 +10,7 @@ from domain.language.declaration_parts import DeclarationError
 from domain.language.templates import TemplateVariableError
 from pipeline_defs.definitions import build_definitions, defs
 from pipeline_defs.settings import Settings
+from plugins.postings.store.postings_kind import POSTINGS
 from plugins.postings.use_cases.posting_summary import POSTING_SUMMARY
 from plugins.postings.use_cases.shipped import USE_CASES
 
@@ -46,6 +47,7 @@ def test_every_declared_use_case_has_its_asset_checks_job_and_sensor() -> None:
 
 def test_a_new_use_case_is_only_a_declaration() -> None:
     scoring = UseCase(
+        subject=POSTINGS,
         name="posting_seniority",
         version="2026-11-22.1",
         model="gemma3:270m",
@@ -65,15 +67,30 @@ def test_a_new_use_case_is_only_a_declaration() -> None:
 
 def test_unknown_template_variables_fail_when_the_declaration_is_made() -> None:
     with pytest.raises(DeclarationError, match=r"\{salary\}"):
-        UseCase(name="bad", version="2026-11-22.1", model="m", prompt="Pay: {salary}", output_schema=SCHEMA)
+        UseCase(
+            subject=POSTINGS,
+            name="bad",
+            version="2026-11-22.1",
+            model="m",
+            prompt="Pay: {salary}",
+            output_schema=SCHEMA,
+        )
     with pytest.raises(DeclarationError, match="version"):
-        UseCase(name="bad", version="v1", model="m", prompt="{title}", output_schema=SCHEMA)
+        UseCase(subject=POSTINGS, name="bad", version="v1", model="m", prompt="{title}", output_schema=SCHEMA)
     with pytest.raises(DeclarationError, match="not a valid JSON schema"):
-        UseCase(name="bad", version="2026-11-22.1", model="m", prompt="{title}", output_schema={"type": 5})
+        UseCase(
+            subject=POSTINGS,
+            name="bad",
+            version="2026-11-22.1",
+            model="m",
+            prompt="{title}",
+            output_schema={"type": 5},
+        )
 
 
 def test_rendering_never_sends_a_literal_placeholder() -> None:
     use_case = UseCase(
+        subject=POSTINGS,
         name="needs_summary",
         version="2026-11-22.1",
         model="m",
@@ -92,6 +109,7 @@ def test_rendering_never_sends_a_literal_placeholder() -> None:
 def test_a_placeholder_deeper_than_one_field_is_rejected() -> None:
     with pytest.raises(DeclarationError, match="deeper than one field"):
         UseCase(
+            subject=POSTINGS,
             name="deep",
             version="2026-11-22.1",
             model="m",

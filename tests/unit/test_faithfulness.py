@@ -8,18 +8,19 @@ from typing import Any
 import pytest
 
 from domain.language.output_parsing import first_blocking_failure
-from domain.quality.judge_rubric import DEFAULT_RUBRIC
+from domain.quality.judge_rubric import llm_grader, needs_review
 from plugins.postings.quality import faithfulness
 from plugins.postings.quality.faithfulness import FaithfulnessChecker, extract_claims
 from plugins.postings.quality.judge_calibration import (
     JudgeRefused,
     calibrate_judge,
     calibration_cases,
-    llm_grader,
     require_calibrated,
 )
 from plugins.postings.quality.planted import INVENTED_KINDS, plant_detail, plant_invented, plant_looping
-from plugins.postings.quality.quality_signals import deterministic_judge, needs_review, quality_grade
+from plugins.postings.quality.postings_rubric import POSTINGS_RUBRIC
+from plugins.postings.quality.quality_signals import deterministic_judge, quality_grade
+from plugins.postings.store.postings_kind import describe_posting
 from plugins.postings.use_cases.posting_summary import POSTING_SUMMARY
 
 POSTING = {
@@ -164,7 +165,7 @@ def test_the_deterministic_judge_grades_like_the_rubric_and_flags_bad_summaries(
 ) -> None:
     monkeypatch.setattr(faithfulness, "_DEFAULT", [EXACT])
     good = quality_grade(FAITHFUL, POSTING)
-    assert set(good.grades) == set(DEFAULT_RUBRIC.criteria) and good.grades["faithful"] == 5
+    assert set(good.grades) == set(POSTINGS_RUBRIC.criteria) and good.grades["faithful"] == 5
     assert not good.flagged
     invented = quality_grade(FAITHFUL + " The company has 120 employees.", POSTING)
     assert invented.flagged and invented.grades["faithful"] <= 2
@@ -222,7 +223,9 @@ def test_a_judge_that_does_not_discriminate_is_refused(answer: str, complaint: s
         prompts.append(prompt)
         return answer
 
-    calibration = calibrate_judge("echo", llm_grader(generate, DEFAULT_RUBRIC))
+    calibration = calibrate_judge(
+        "echo", llm_grader(generate, POSTINGS_RUBRIC, "posting_summary", describe_posting)
+    )
     with pytest.raises(JudgeRefused, match="judge echo refused") as refused:
         require_calibrated(calibration)
     assert complaint in str(refused.value)

@@ -142,7 +142,7 @@ def test_a_dead_run_gives_its_llm_pool_slot_back(tmp_path: Path, monkeypatch: py
     from dagster._core.test_utils import create_run_for_test
     from dagster._daemon.monitoring import concurrency as slot_monitoring
 
-    from sensors.discovery_sensor import fail_dead_runs
+    from sensors.run_liveness import fail_dead_runs
 
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "unused"))
     settings = replace(Settings.from_env(), dagster_home=tmp_path / "home", dagster_postgres_url=None)

@@ -26,7 +26,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from appdb.database import dispose, get_engine, migrate
-from appdb.models import KEY_LENGTH, Posting
+from appdb.models import KEY_LENGTH
 from domain.language.llm_types import ItemError
 from domain.language.output_parsing import parse_output
 from plugins.postings.store.ingest import (
@@ -38,6 +38,7 @@ from plugins.postings.store.ingest import (
     ingest_files,
     validate_row,
 )
+from plugins.postings.store.tables import Posting
 from plugins.postings.use_cases.posting_summary import POSTING_SUMMARY
 
 BOUNDED = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

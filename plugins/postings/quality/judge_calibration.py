@@ -13,15 +13,13 @@ figure failed, and the pipeline falls back to the deterministic judge.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from domain.quality.judge_rubric import Rubric
+from domain.quality.judge_rubric import Grader, needs_review
 from plugins.postings.quality.planted import plant_invented, plant_looping
-from plugins.postings.quality.quality_signals import needs_review
 
-Grader = Callable[[Mapping[str, Any], str], Mapping[str, int]]
 MIN_FLAGGED_BAD = 0.8
 MAX_FLAGGED_GOOD = 0.2
 MAX_ERRORS = 0.1
@@ -125,25 +123,6 @@ def require_calibrated(calibration: Calibration) -> None:
     """Raise JudgeRefused (with the figures that failed) unless the judge passed."""
     if not calibration.passed:
         raise JudgeRefused(calibration.message())
-
-
-def posting_for_judge(posting: Mapping[str, Any]) -> str:
-    """The posting as the judge sees it: title, company, location, then the text (as the gym shows it)."""
-    head = " · ".join(str(posting[name]) for name in ("title", "company", "location") if posting.get(name))
-    return f"{head}. {posting.get('description') or ''}"
-
-
-def llm_grader(
-    generate: Callable[[str, dict[str, Any]], str], rubric: Rubric, use_case: str = "posting_summary"
-) -> Grader:
-    """A grader that asks an LLM: `generate(prompt, schema) -> text`, parsed under the rubric."""
-
-    def grade(posting: Mapping[str, Any], output: str) -> Mapping[str, int]:
-        return rubric.parse(
-            generate(rubric.prompt(use_case, posting_for_judge(posting), output), rubric.schema)
-        )
-
-    return grade
 
 
 # --- the calibration set -------------------------------------------------------------------------

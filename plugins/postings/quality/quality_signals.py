@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from domain.quality.judge_rubric import needs_review
 from plugins.postings.quality import output_checks
 from plugins.postings.quality.faithfulness import (
     STOPWORDS,
@@ -55,11 +56,6 @@ class QualityGrade:
     flagged: bool
     reasons: list[str] = field(default_factory=list)
     signals: dict[str, Any] = field(default_factory=dict)
-
-
-def needs_review(grades: Mapping[str, int], review_below: float) -> bool:
-    """Any criterion graded below the threshold (which includes a mean below it)."""
-    return min(grades.values()) < review_below
 
 
 def key_facts(posting: Mapping[str, Any]) -> dict[str, list[str]]:

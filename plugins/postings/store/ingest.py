@@ -36,8 +36,9 @@ from sqlalchemy.orm import Session
 
 from appdb.dialects import CHUNK
 from appdb.merge_upsert import MergeFunction, merge_with_stored
-from appdb.models import KEY_LENGTH, Posting, utcnow
+from appdb.models import KEY_LENGTH, utcnow
 from plugins.postings.store.ingest_reader import FIELD_LIMITS, read_records
+from plugins.postings.store.tables import Posting
 
 REQUIRED_FIELDS = ("key", "title", "description")
 OPTIONAL_TEXT_FIELDS = ("company", "location", "url")

@@ -22,19 +22,11 @@ from typing import Any
 from sqlalchemy import delete, insert, select, text
 from sqlalchemy.orm import Session
 
-from appdb.models import (
-    KEY_LENGTH,
-    PostingSkillConcept,
-    ReferenceData,
-    TaxonomyConcept,
-    TaxonomyLabel,
-    utcnow,
-)
+from appdb.models import KEY_LENGTH, ReferenceData, utcnow
+from plugins.postings.store.tables import PostingSkillConcept, TaxonomyConcept, TaxonomyLabel
 
 REFERENCE_NAME = "skills_taxonomy"
-DEMO_TAXONOMY_PATH = (
-    Path(__file__).resolve().parents[1] / "plugins" / "postings" / "demo_data" / "skills_taxonomy.csv"
-)
+DEMO_TAXONOMY_PATH = Path(__file__).resolve().parents[1] / "demo_data" / "skills_taxonomy.csv"
 REQUIRED_COLUMNS = ("conceptUri", "preferredLabel")
 OPTIONAL_COLUMNS = ("altLabels", "skillType", "description")
 _MAX_CSV_FIELD = 64 * 1024 * 1024
@@ -285,18 +277,18 @@ def loaded_taxonomy_hash(session: Session) -> str | None:
 
 
 def replace_posting_skill_concepts(
-    session: Session, posting_key: str, entities: list[dict[str, Any]]
+    session: Session, subject_key: str, entities: list[dict[str, Any]]
 ) -> None:
     """The posting's rows in `posting_skill_concepts`, one per distinct mention (case-insensitive), so
     postings can be found by concept; written in the transaction that stores the resolution."""
-    session.execute(delete(PostingSkillConcept).where(PostingSkillConcept.posting_key == posting_key))
+    session.execute(delete(PostingSkillConcept).where(PostingSkillConcept.posting_key == subject_key))
     rows: dict[str, PostingSkillConcept] = {}
     for entity in entities:
         mention = entity["mention"][:KEY_LENGTH]
         if mention.lower() in rows:
             continue
         rows[mention.lower()] = PostingSkillConcept(
-            posting_key=posting_key,
+            posting_key=subject_key,
             mention=mention,
             kind=entity["kind"],
             concept_uri=entity["concept_uri"],
@@ -306,3 +298,9 @@ def replace_posting_skill_concepts(
             updated_at=utcnow(),
         )
     session.add_all(rows.values())
+
+
+def concept_label(session: Session, uri: str) -> str | None:
+    """The preferred label of a concept of the loaded taxonomy; None when the URI is not one."""
+    concept = session.get(TaxonomyConcept, uri)
+    return concept.preferred_label if concept is not None else None

@@ -14,6 +14,7 @@ from typing import Any
 
 from domain.language.declaration import UseCase
 from domain.language.fan_out import fan_in
+from plugins.postings.store.postings_kind import POSTINGS
 
 MODEL = "gemma3:270m"
 
@@ -62,6 +63,7 @@ def rate_seniority(inputs: Mapping[str, Any], context: Any) -> dict[str, Any]:
 
 POSTING_SENIORITY = UseCase(
     name="posting_seniority",
+    subject=POSTINGS,
     version="2026-11-22.1",
     description="Expert 1 of 3 (a script): the seniority the posting asks for, and the words that say so.",
     function=rate_seniority,
@@ -76,6 +78,7 @@ POSTING_SENIORITY = UseCase(
 
 POSTING_WORK_MODE = UseCase(
     name="posting_work_mode",
+    subject=POSTINGS,
     version="2026-11-22.1",
     model=MODEL,
     description="Expert 2 of 3: where the work happens (on-site, hybrid, remote).",
@@ -109,6 +112,7 @@ Answer:""",
 
 POSTING_CONTRACT = UseCase(
     name="posting_contract",
+    subject=POSTINGS,
     version="2026-11-22.1",
     model=MODEL,
     description="Expert 3 of 3: the kind of contract offered.",

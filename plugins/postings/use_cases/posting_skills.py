@@ -23,8 +23,10 @@ from typing import Any
 from domain.language.declaration import UseCase
 from domain.language.declaration_parts import OutputCheck
 from domain.language.steps import Chain, LLMStep, Route, ScriptStep, StepContext
-from domain.quality.corrections import CorrectionContext, CorrectionError, Edits
+from domain.quality.corrections import CorrectionContext, CorrectionError, Edits, ReviewEdit
 from plugins.postings.quality import output_checks
+from plugins.postings.quality.judge_calibration import calibrate_judge
+from plugins.postings.quality.postings_rubric import POSTINGS_RUBRIC
 from plugins.postings.quality.skillspan_gold import SKILLSPAN_GOLD
 from plugins.postings.skills.mention_grounding import MENTION_KINDS, Mention, ground_mentions, sentence_around
 from plugins.postings.skills.skill_extraction import (
@@ -33,6 +35,8 @@ from plugins.postings.skills.skill_extraction import (
     skills_output,
     taxonomy_mentions,
 )
+from plugins.postings.store.postings_kind import POSTINGS
+from plugins.postings.use_cases.review_options import ADD_SKILL, REMOVE_SKILL
 
 MODEL = "gemma3:270m"
 SKILLS_SCHEMA: dict[str, Any] = SKILL_MENTIONS_SCHEMA
@@ -262,15 +266,15 @@ def ground_skill_mentions(output: dict[str, Any], inputs: Mapping[str, Any]) -> 
 def edit_skills(value: dict[str, Any], edits: Edits, context: CorrectionContext) -> dict[str, Any]:
     """A reviewer's added and removed mentions (`--add-skill [knowledge:]M`, `--remove-skill M`): added
     ones must appear in the posting (on word boundaries), like the extractor's."""
-    where, posting = context.where, context.posting
+    where, posting = context.where, context.subject
     kept = list(value["skills"])
-    for mention in edits.remove_skills:
+    for mention in edits.all(REMOVE_SKILL.name):
         matches = [s for s in kept if s["mention"].lower() == " ".join(mention.split()).lower()]
         if not matches:
             listed = ", ".join(repr(s["mention"]) for s in kept) or "none"
             raise CorrectionError(f"{where}: no mention {mention!r} to remove (mentions: {listed})")
         kept = [s for s in kept if s not in matches]
-    added = [kind_and_mention(text) for text in edits.add_skills]
+    added = [kind_and_mention(text) for text in edits.all(ADD_SKILL.name)]
     title, description = _texts(posting)
     grounded, missing = ground_mentions(((m, kind) for kind, m in added), title, description, source="review")
     if missing:
@@ -340,10 +344,13 @@ SKILLS_CHECKS = (
     ),
 )
 
+SKILLS_EDITS = (ReviewEdit((ADD_SKILL, REMOVE_SKILL), edit_skills),)
+
 # --- the declarations ------------------------------------------------------------------------------
 
 POSTING_SKILLS = UseCase(
     name="posting_skills",
+    subject=POSTINGS,
     version="2026-11-23.2",
     resources=("taxonomy",),  # the fallback when the tagger finds nothing
     description="Skill and knowledge mentions of each posting, at their offsets in its text (CRF tagger).",
@@ -355,16 +362,18 @@ POSTING_SKILLS = UseCase(
             ),
             ScriptStep("final", final_skills),
         ),
-        max_steps_per_posting=3,
+        max_steps_per_subject=3,
     ),
     priority=9,
     batch_size=500,  # the CPU tagger: a run's process start (2-3 s of CPU) costs more than 100 postings' work
     checks=SKILLS_CHECKS,
     judge_view=skills_for_judge,
+    judge_rubric=POSTINGS_RUBRIC,
+    judge_calibration=calibrate_judge,
     gold_items=skills_gold_items,
     public_gold=SKILLSPAN_GOLD,
     display=skills_display,
-    review_edits={"skills": edit_skills},
+    review_edits=SKILLS_EDITS,
     run_figures=skills_figures,
 )
 
@@ -373,6 +382,7 @@ def verified_skills(model: str) -> UseCase:
     """posting_skills with an LLM that verifies the tagger's unsure candidates and adds missed ones."""
     return UseCase(
         name="posting_skills",
+        subject=POSTINGS,
         version="2026-11-23.2",
         resources=("taxonomy",),  # the fallback when the tagger finds nothing
         description=(
@@ -399,22 +409,25 @@ def verified_skills(model: str) -> UseCase:
                 ),
                 ScriptStep("final", final_skills),
             ),
-            max_steps_per_posting=4,
+            max_steps_per_subject=4,
         ),
         priority=POSTING_SKILLS.priority,
         batch_size=25,
         checks=SKILLS_CHECKS,
         judge_view=skills_for_judge,
+        judge_rubric=POSTINGS_RUBRIC,
+        judge_calibration=calibrate_judge,
         gold_items=skills_gold_items,
         public_gold=SKILLSPAN_GOLD,
         display=skills_display,
-        review_edits={"skills": edit_skills},
+        review_edits=SKILLS_EDITS,
         run_figures=skills_figures,
     )
 
 
 POSTING_SKILLS_LLM = UseCase(
     name="posting_skills",
+    subject=POSTINGS,
     version="2026-11-23.2",
     model=MODEL,
     description="Skill and knowledge mentions of each posting, copied by the model and located in its text.",
@@ -428,9 +441,11 @@ POSTING_SKILLS_LLM = UseCase(
     postprocess=ground_skill_mentions,
     checks=SKILLS_CHECKS,
     judge_view=skills_for_judge,
+    judge_rubric=POSTINGS_RUBRIC,
+    judge_calibration=calibrate_judge,
     gold_items=skills_gold_items,
     public_gold=SKILLSPAN_GOLD,
     display=skills_display,
-    review_edits={"skills": edit_skills},
+    review_edits=SKILLS_EDITS,
     run_figures=skills_figures,
 )

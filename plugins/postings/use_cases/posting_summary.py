@@ -13,9 +13,13 @@ from typing import Any
 
 from domain.language.declaration import UseCase
 from domain.language.declaration_parts import OutputCheck
-from domain.quality.corrections import CorrectionContext, Edits
+from domain.quality.corrections import CorrectionContext, Edits, ReviewEdit
 from plugins.postings.quality import faithfulness, output_checks
+from plugins.postings.quality.judge_calibration import calibrate_judge
+from plugins.postings.quality.postings_rubric import POSTINGS_RUBRIC
 from plugins.postings.quality.quality_signals import deterministic_judge
+from plugins.postings.store.postings_kind import POSTINGS
+from plugins.postings.use_cases.review_options import SUMMARY
 
 # The posting's text stands between <posting> and </posting> lines, so a description cannot close its
 # record with a "Summary:" line and open another. Measured on the 25 demo postings (first attempts with a
@@ -93,7 +97,7 @@ def summary_for_judge(output: dict[str, Any]) -> str:
 
 def edit_summary(output: dict[str, Any], edits: Edits, context: CorrectionContext) -> dict[str, Any]:
     """A reviewer's corrected summary (`pipeline review correct ID --summary TEXT`), whitespace squashed."""
-    return {**output, "summary": " ".join(str(edits.summary).split())}
+    return {**output, "summary": " ".join(str(edits.one(SUMMARY.name)).split())}
 
 
 def summary_quality(posting: Mapping[str, Any], output: dict[str, Any]) -> dict[str, int]:
@@ -108,6 +112,7 @@ def summary_gold_items(output: dict[str, Any]) -> set[str]:
 
 POSTING_SUMMARY = UseCase(
     name="posting_summary",
+    subject=POSTINGS,
     version="2026-11-24.1",  # summary_faithful checks praise ("a leading provider") too
     model="gemma3:270m",
     description="A one- or two-sentence factual summary of each posting.",
@@ -153,8 +158,10 @@ POSTING_SUMMARY = UseCase(
         ),
     ),
     judge_view=summary_for_judge,
+    judge_rubric=POSTINGS_RUBRIC,
+    judge_calibration=calibrate_judge,
     gold_items=summary_gold_items,
     display=summary_for_judge,
     quality_grade=summary_quality,
-    review_edits={"summary": edit_summary},
+    review_edits=(ReviewEdit((SUMMARY,), edit_summary),),
 )

@@ -16,6 +16,7 @@ from typing import Any
 
 from domain.language.declaration import UseCase
 from domain.language.steps import Chain, LLMStep, Route, ScriptStep, StepContext
+from plugins.postings.store.postings_kind import POSTINGS
 from plugins.postings.use_cases.posting_summary import (
     POSTING_SUMMARY,
     SUMMARY_PROMPT,
@@ -174,12 +175,13 @@ REFINED_SUMMARY_CHAIN = Chain(
         ),
         ScriptStep("final", keep_best_summary, output_schema=SUMMARY_SCHEMA),
     ),
-    max_steps_per_posting=10,
+    max_steps_per_subject=10,
     fallback="final",
 )
 
 REFINED_POSTING_SUMMARY = UseCase(
     name="posting_summary",  # the same asset as the plain summary: downstream readers keep working
+    subject=POSTINGS,
     version="2026-11-24.1",  # the checks (POSTING_SUMMARY.checks) name invented praise too
     description=(
         "A one- or two-sentence summary of each posting: extracted, graded by checks, improved "
@@ -195,5 +197,7 @@ REFINED_POSTING_SUMMARY = UseCase(
     display=POSTING_SUMMARY.display,
     quality_grade=POSTING_SUMMARY.quality_grade,
     judge_view=POSTING_SUMMARY.judge_view,
+    judge_rubric=POSTING_SUMMARY.judge_rubric,
+    judge_calibration=POSTING_SUMMARY.judge_calibration,
     review_edits=POSTING_SUMMARY.review_edits,
 )

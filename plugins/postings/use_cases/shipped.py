@@ -1,9 +1,23 @@
 """Which use cases ship: the defaults, the summary styles and the opt-in groups a deployment may choose.
 
-`pipeline_defs/catalog.py` applies the settings (PIPELINE_SUMMARY_STYLE, PIPELINE_EXTRA_USE_CASES).
+`posting_use_cases(settings)` applies the postings' settings:
+
+- PIPELINE_SUMMARY_STYLE: `plain` (default; one call) or `refined` (the multi-step
+  extract -> grade -> improve -> final chain). Both are the `posting_summary` asset;
+  switching changes its version, so every summary is redone in the new style.
+- PIPELINE_SKILLS_STYLE: `tagger` (default; the CRF tagger on a CPU), `tagger+llm` (the tagger's
+  unsure mentions verified by PIPELINE_SKILLS_VERIFY_MODEL; the default on Ollama when that is set)
+  or `llm` (the earlier prompt alone). See posting_skills.py.
+- PIPELINE_LINK_STYLE: `linker` (default; the learned linker on a CPU) or `linker+llm` (its unsure
+  answers refereed by PIPELINE_LINK_REFEREE_MODEL among its three best concepts; the default on
+  Ollama when that is set). See plugins/postings/skills/link_referee.py.
+- PIPELINE_EXTRA_USE_CASES: comma-separated opt-in groups; `posting_assessment` adds
+  three expert assessments and their synthesizer (fan-out and fan-in).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from domain.language.declaration import UseCase
 from plugins.postings.use_cases.posting_assessment import ASSESSMENT_USE_CASES
@@ -48,3 +62,30 @@ def entities_use_case(style: str, referee_model: str = "") -> UseCase:
 
 
 LINK_STYLES = ("linker", "linker+llm")
+
+
+def posting_use_cases(settings: Any) -> tuple[UseCase, ...]:
+    """The default use cases with the chosen styles, then the chosen extras."""
+    if settings.summary_style not in SUMMARY_STYLES:
+        raise ValueError(
+            f"PIPELINE_SUMMARY_STYLE must be one of {', '.join(SUMMARY_STYLES)}, "
+            f"not {settings.summary_style!r}"
+        )
+    unknown = [name for name in settings.extra_use_cases if name not in EXTRA_USE_CASES]
+    if unknown:
+        raise ValueError(
+            f"PIPELINE_EXTRA_USE_CASES: no opt-in use cases {unknown[0]!r} "
+            f"(choices: {', '.join(EXTRA_USE_CASES)})"
+        )
+    styled = {
+        use_case.name: use_case
+        for use_case in (
+            SUMMARY_STYLES[settings.summary_style],
+            skills_use_case(settings.skills_style, settings.skills_verify_model),
+            entities_use_case(settings.link_style, settings.link_referee_model),
+        )
+    }
+    chosen = [styled.get(use_case.name, use_case) for use_case in USE_CASES]
+    for name in dict.fromkeys(settings.extra_use_cases):
+        chosen += EXTRA_USE_CASES[name]
+    return tuple(chosen)

@@ -9,14 +9,16 @@ from typing import Any
 from domain.language.declaration import UseCase
 from domain.language.declaration_parts import OutputCheck, ScriptContext
 from domain.language.steps import Chain, LLMStep, Route, ScriptStep, StepContext
-from domain.quality.corrections import CorrectionContext, CorrectionError, Edits
+from domain.quality.corrections import CorrectionContext, CorrectionError, Edits, ReviewEdit
 from plugins.postings.quality import output_checks
 from plugins.postings.skills import link_referee
 from plugins.postings.skills.resolution_figures import resolution_figures
 from plugins.postings.skills.skill_resolver import STAGES as RESOLUTION_STAGES
 from plugins.postings.skills.skill_resolver import Resolution
+from plugins.postings.store.postings_kind import POSTINGS
 from plugins.postings.store.taxonomy import REFERENCE_NAME as TAXONOMY_REFERENCE
-from plugins.postings.store.taxonomy import replace_posting_skill_concepts
+from plugins.postings.store.taxonomy import concept_label, replace_posting_skill_concepts
+from plugins.postings.use_cases.review_options import CONCEPT
 
 REVIEWED_STAGE = "review"  # a concept a reviewer chose (`pipeline review correct ID --concept ...`)
 ENTITIES_SCHEMA: dict[str, Any] = {
@@ -102,9 +104,9 @@ def entities_output(entities: list[dict[str, Any]]) -> dict[str, Any]:
     return {"entities": entities, "matched": len(entities) - unmatched, "unmatched": unmatched}
 
 
-def store_skill_concepts(session: Any, posting_key: str, output: dict[str, Any]) -> None:
+def store_skill_concepts(session: Any, subject_key: str, output: dict[str, Any]) -> None:
     """Rewrite the posting's rows in `posting_skill_concepts`, so postings can be found by concept."""
-    replace_posting_skill_concepts(session, posting_key, output["entities"])
+    replace_posting_skill_concepts(session, subject_key, output["entities"])
 
 
 UNMATCHED = ("none", "unmatched")
@@ -113,7 +115,7 @@ UNMATCHED = ("none", "unmatched")
 def edit_concepts(value: dict[str, Any], edits: Edits, context: CorrectionContext) -> dict[str, Any]:
     """A reviewer's concept for a mention (`--concept MENTION=URI`, `=N` for the entity's N-th
     candidate, or `=none` for unmatched)."""
-    where, concepts = context.where, edits.concepts or {}
+    where, concepts = context.where, _concepts(edits.all(CONCEPT.name))
     entities = [dict(entity) for entity in value["entities"]]
     for mention, uri in concepts.items():
         targets = [e for e in entities if e["mention"].lower() == " ".join(mention.split()).lower()]
@@ -125,13 +127,24 @@ def edit_concepts(value: dict[str, Any], edits: Edits, context: CorrectionContex
         if uri.strip().lower() in UNMATCHED:
             concept_uri, label = None, None
         else:
-            label = context.concept_label(uri.strip())
+            label = concept_label(context.session, uri.strip())
             if label is None:
                 raise CorrectionError(f"{where}: {uri!r} is not a concept URI of the loaded taxonomy")
             concept_uri = uri.strip()
         for entity in targets:
             entity.update(concept_uri=concept_uri, concept_label=label, confidence=1.0, stage=REVIEWED_STAGE)
     return {**value, **entities_output(entities)}
+
+
+def _concepts(pairs: list[str]) -> dict[str, str]:
+    """`MENTION=URI` pairs, by mention."""
+    concepts = {}
+    for pair in pairs:
+        mention, sep, uri = pair.partition("=")
+        if not sep or not mention.strip() or not uri.strip():
+            raise CorrectionError(f"--concept {pair!r}: write MENTION=URI (or MENTION=none)")
+        concepts[mention.strip()] = uri.strip()
+    return concepts
 
 
 def _candidate_uri(entity: Mapping[str, Any], number: int, where: str) -> str:
@@ -172,6 +185,7 @@ def entities_gold_items(output: dict[str, Any]) -> set[str]:
 
 SKILL_ENTITIES = UseCase(
     name="skill_entities",
+    subject=POSTINGS,
     version="2026-11-24.2",  # candidates kept for review; the prior's median for non-ESCO concepts
     description="Each skill mention resolved to a taxonomy concept (exact, alt label, fuzzy, semantic).",
     function=resolve_skill_mentions,
@@ -192,7 +206,7 @@ SKILL_ENTITIES = UseCase(
     gold_items=entities_gold_items,
     run_figures=resolution_figures,
     display=entities_display,
-    review_edits={"concepts": edit_concepts},
+    review_edits=(ReviewEdit((CONCEPT,), edit_concepts),),
 )
 
 
@@ -247,6 +261,6 @@ def refereed_skill_entities(model: str) -> UseCase:
                 ),
                 ScriptStep("final", refereed_entities),
             ),
-            max_steps_per_posting=4,
+            max_steps_per_subject=4,
         ),
     )

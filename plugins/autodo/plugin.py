@@ -1,0 +1,28 @@
+"""autodo as a plugin: TODO files and code comments as work items. Its Dagster part is the engine's
+source asset for a kind kept in the `subjects` table; its commands are `pipeline autodo ...`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dagster import Definitions
+
+from assets.subjects_asset import build_subject_asset
+from domain.core.plugins import DomainPlugin, PluginContext
+from plugins.autodo.autodo_kind import AUTODO
+from plugins.autodo.autodo_use_cases import AUTODO_USE_CASES
+
+DESCRIPTION = "TODO files and code comments as work items (`pipeline autodo scan`)."
+
+
+def autodo_definitions(context: PluginContext) -> Definitions:
+    return Definitions(assets=[build_subject_asset(AUTODO, DESCRIPTION)])
+
+
+def _use_cases(settings: Any) -> tuple:
+    return AUTODO_USE_CASES
+
+
+AUTODO_PLUGIN = DomainPlugin(
+    kind=AUTODO, description=DESCRIPTION, use_cases=_use_cases, definitions=autodo_definitions
+)

@@ -1,0 +1,49 @@
+"""Job postings as a plugin: their kind, the use cases their settings choose, and their Dagster part
+(the `postings` source asset, the skills taxonomy with its job, sensor and resource)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dagster import Definitions
+
+from domain.core.plugins import DomainPlugin, PluginContext
+from plugins.postings.postings_asset import postings
+from plugins.postings.store.postings_kind import POSTINGS
+from plugins.postings.taxonomy_asset import skills_taxonomy
+from plugins.postings.taxonomy_resource import TaxonomyResource
+from plugins.postings.taxonomy_sensor import skills_taxonomy_job, skills_taxonomy_sensor
+from plugins.postings.use_cases.shipped import posting_use_cases
+
+
+def taxonomy_resource(context: PluginContext) -> TaxonomyResource:
+    """The skills taxonomy and how mentions are resolved against it, as the settings say."""
+    settings, core = context.settings, context.core
+    return TaxonomyResource(
+        path=settings.taxonomy_path,
+        embedding_backend=settings.embedding_backend,
+        ollama_host=context.configured(core.ollama_host or "", "OLLAMA_HOST"),
+        embedding_model=settings.embedding_model,
+        embedding_cache_dir=str(core.data_dir / "embedding_cache"),
+    )
+
+
+def postings_definitions(context: PluginContext) -> Definitions:
+    return Definitions(
+        assets=[postings, skills_taxonomy],
+        jobs=[skills_taxonomy_job],
+        sensors=[skills_taxonomy_sensor],
+        resources={"taxonomy": taxonomy_resource(context)},
+    )
+
+
+def _use_cases(settings: Any) -> tuple:
+    return posting_use_cases(settings)
+
+
+POSTINGS_PLUGIN = DomainPlugin(
+    kind=POSTINGS,
+    description="Job postings, ingested from JSONL or CSV (`pipeline ingest`).",
+    use_cases=_use_cases,
+    definitions=postings_definitions,
+)
