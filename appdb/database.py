@@ -18,7 +18,6 @@ is kept to the commit), so retrying that statement is retrying the transaction.
 from __future__ import annotations
 
 import logging
-import os
 import sqlite3
 import threading
 import time
@@ -37,10 +36,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 
-BUSY_TIMEOUT_ENV = "PIPELINE_SQLITE_BUSY_TIMEOUT"
-"""Seconds one statement waits inside SQLite for the lock before the retry layer steps in (default 30)."""
 LOCK_WAIT_ENV = "PIPELINE_SQLITE_LOCK_WAIT"
-"""Seconds a statement keeps retrying a locked database before it fails naming the lock (default 600)."""
+"""Named in the error of a statement that waited too long (the settings module reads it)."""
 DEFAULT_BUSY_TIMEOUT_SECONDS = 30.0
 DEFAULT_LOCK_WAIT_SECONDS = 600.0
 MAX_LOCK_BACKOFF_SECONDS = 1.0
@@ -73,17 +70,13 @@ def get_engine(url: str) -> Engine:
         return engine
 
 
-def _seconds_from_env(name: str, default: float) -> float:
-    value = os.environ.get(name, "").strip()
-    if not value:
-        return default
-    try:
-        seconds = float(value)
-    except ValueError as exc:
-        raise ValueError(f"{name} must be a number of seconds, not {value!r}") from exc
-    if seconds < 0:
-        raise ValueError(f"{name} must not be negative, not {value!r}")
-    return seconds
+_sqlite_waits = {"busy_timeout": DEFAULT_BUSY_TIMEOUT_SECONDS, "lock_wait": DEFAULT_LOCK_WAIT_SECONDS}
+
+
+def configure_sqlite(busy_timeout: float, lock_wait: float) -> None:
+    """How long SQLite statements wait for the write lock, for the engines made from now on
+    (PIPELINE_SQLITE_BUSY_TIMEOUT and PIPELINE_SQLITE_LOCK_WAIT, read by the settings module)."""
+    _sqlite_waits.update(busy_timeout=busy_timeout, lock_wait=lock_wait)
 
 
 class DatabaseLockedError(sqlite3.OperationalError):
@@ -154,8 +147,7 @@ def _create_engine(url: str) -> Engine:
         return create_engine(url, pool_pre_ping=True)
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-    busy_timeout = _seconds_from_env(BUSY_TIMEOUT_ENV, DEFAULT_BUSY_TIMEOUT_SECONDS)
-    lock_wait = _seconds_from_env(LOCK_WAIT_ENV, DEFAULT_LOCK_WAIT_SECONDS)
+    busy_timeout, lock_wait = _sqlite_waits["busy_timeout"], _sqlite_waits["lock_wait"]
     engine = create_engine(url, connect_args={"timeout": busy_timeout, "factory": LockRetryingConnection})
 
     @event.listens_for(engine, "connect")

@@ -1,15 +1,18 @@
 """Secrets out of everything we print, log, raise or store: the one redaction function.
 
 A password in a database URL (`postgresql://user:s3cret@host/db`), credentials in a server URL
-(`http://user:pw@gpu-box:11434`), `password=...`/`api_key=...` pairs, bearer tokens, and the values of
-secret-looking environment variables (`*_API_KEY`, `*PASSWORD*`, `*TOKEN*`, `*SECRET*`, and the
-passwords inside the URL variables) become `***`. It lives in the bottom layer so the stores
-(pauses, events, work items, interactions), the resources' errors and the CLI's output all use it.
+(`http://user:pw@gpu-box:11434`, `https://TOKEN@host`), `password=...`/`api_key=...` pairs, bearer tokens,
+and the values of secret-looking environment variables (`*_API_KEY`, `*PASSWORD*`, `*TOKEN*`,
+`*SECRET*`, and the passwords inside the URL variables) become `***`. A user name is not a secret:
+`postgresql://postgres@host/db` stays as it is. It lives in the bottom layer so the stores (pauses,
+events, work items, interactions), the resources' errors and the CLI's output all use it.
+
+The environment's secrets are handed over once by the settings module, the one reader of the
+environment (`remember_environment`), not read here.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from urllib.parse import unquote
@@ -35,14 +38,23 @@ URL_VARIABLES = (
 MIN_LITERAL_SECRET = 6
 
 
+_remembered: list[str] = []
+
+
+def remember_environment(environ: Mapping[str, str]) -> None:
+    """Keep the secret values of this environment (the settings module calls this when it reads it)."""
+    _remembered[:] = known_secrets(environ)
+
+
 def redact(text: str, environ: Mapping[str, str] | None = None) -> str:
-    """`text` with every credential we can recognise replaced by `***` (idempotent)."""
+    """`text` with every credential we can recognise replaced by `***` (idempotent); `environ`: look for
+    the secrets of that environment instead of the remembered one."""
     if not text:
         return text
     text = _URL_CREDENTIALS.sub(_mask_userinfo, text)
     text = _SECRET_PAIRS.sub(lambda match: match["key"] + MASK, text)
     text = _BEARER.sub(lambda match: match["key"] + MASK, text)
-    for secret in known_secrets(os.environ if environ is None else environ):
+    for secret in _remembered if environ is None else known_secrets(environ):
         text = text.replace(secret, MASK)
     return text
 
@@ -55,16 +67,25 @@ def known_secrets(environ: Mapping[str, str]) -> list[str]:
             found.add(value)
     for name in URL_VARIABLES:
         for match in _URL_CREDENTIALS.finditer(environ.get(name) or ""):
-            userinfo = match["userinfo"]
-            secret = userinfo.partition(":")[2] if ":" in userinfo else userinfo
+            secret = _secret_of(match)
             if secret:
                 found |= {secret, unquote(secret)}
     return sorted((s for s in found if len(s) >= MIN_LITERAL_SECRET and s != MASK), key=len, reverse=True)
 
 
+def _secret_of(match: re.Match[str]) -> str:
+    """The secret in a URL's userinfo: the password of `user:password`; a bare userinfo only in a web
+    URL (`https://TOKEN@host`), where it is a token, not in a database URL (`postgresql://postgres@`),
+    where it is a user name."""
+    userinfo = match["userinfo"]
+    if ":" in userinfo:
+        return userinfo.partition(":")[2]
+    return userinfo if match["scheme"].lower().startswith("http") else ""
+
+
 def _mask_userinfo(match: re.Match[str]) -> str:
     userinfo = match["userinfo"]
-    if not userinfo:
+    if not _secret_of(match):
         return match.group(0)
     user, colon, _ = userinfo.partition(":")
     masked = f"{user}:{MASK}" if colon else MASK

@@ -205,6 +205,18 @@ def _parse(step: Step, call: _StepCall, inputs: Mapping[str, Any]) -> Any:
         raise ItemError(f"step {step.name}: {exc}") from exc
 
 
+@dataclass
+class _Routed:
+    """What one finished step comes to: its parsed value, its own error, where the chain goes next, why
+    the subject fails (the step's error, a spent budget, an unusable final output) and the final output."""
+
+    value: Any = None
+    step_error: str | None = None
+    decision: Decision | None = None
+    failure: str | None = None
+    final: dict[str, Any] | None = None
+
+
 def _finish_step(
     run: BatchRun,
     step: Step,
@@ -213,67 +225,10 @@ def _finish_step(
     values: Mapping[str, Mapping[str, Any]],
 ) -> AssetMaterialization | None:
     """Record the step's interaction, route the subject, and store the output when the chain ends."""
-    use_case, outcome, llm = run.use_case, run.outcome, run.llm
-    chain = use_case.steps
-    subject.visits[step.name] += 1
-    subject.steps_taken += 1
-    subject.path.append(step.name)
-    visit = subject.visits[step.name]
-    generation = call.generation
-    if generation is not None:
-        subject.latency_ms += generation.latency_ms
-        subject.prompt_tokens += generation.prompt_tokens or 0
-        subject.completion_tokens += generation.completion_tokens or 0
-        if not step.is_script:
-            outcome.llm_ms += generation.latency_ms
-
-    step_error: str | None = None
-    value: Any = None
-    decision: Decision | None = None
-    if call.error is not None:
-        error = call.error
-        step_error = (
-            str(error)
-            if isinstance(error, ItemError)
-            else f"step {step.name}: {type(error).__name__}: {error}"
-        )
-    else:
-        try:
-            value = _parse(step, call, _inputs(values[subject.key], subject))
-        except ItemError as exc:
-            step_error = str(exc)
-    failure = step_error
-    if step_error is None:
-        subject.state[step.output_name] = value
-        subject.history.append(StepRecord(step.name, step.output_name, visit, value))
-        decision = chain.decide(step, subject.state, generation.text, subject.visits, subject.steps_taken)
-        if decision.failed:
-            failure = (
-                f"budget exhausted after step {step.name}: {decision.fallback_reason} "
-                "(the chain declares no fallback)"
-            )
-    final: dict[str, Any] | None = None
-    if decision is not None and decision.to == END and failure is None:
-        try:
-            final = final_output(use_case, value, values[subject.key])
-        except ItemError as exc:
-            failure = str(exc)
-    ended = _ending(step, subject, decision, failure)
-    chain_record = {
-        "step": step.name,
-        "visit": visit,
-        "max_visits": step.max_visits,
-        "step_number": subject.steps_taken,
-        "max_steps": chain.max_steps_per_subject,
-        "route": decision.to if decision is not None and not decision.failed else None,
-        "rule": decision.rule if decision is not None else None,
-        "budget_exhausted": decision.fallback_reason if decision is not None else None,
-        "ended": ended,
-    }
-    options = {**getattr(step, "options", {}), "chain": chain_record}
-    if call.truncated:
-        options["truncated_chars"] = call.truncated
-    backend = SCRIPT_BACKEND if step.is_script else llm.backend_name
+    use_case, outcome = run.use_case, run.outcome
+    visit = _count_step(run, step, subject, call)
+    routed = _route(run, step, subject, call, values)
+    ended = _ending(step, subject, routed.decision, routed.failure)
     with run.app_db.session() as session:
         interaction_id = record_call(
             session,
@@ -281,19 +236,22 @@ def _finish_step(
             subject.key,
             use_case=use_case.name,
             model=step.model,
-            backend=backend,
+            backend=SCRIPT_BACKEND if step.is_script else run.llm.backend_name,
             prompt=call.prompt,
             system_prompt=call.system_prompt,
-            options=options,
-            generation=generation,
-            parsed=value if step_error is None and isinstance(value, dict) else None,
-            error=failure,
-            status="ok" if step_error is None else "item_error",
+            options=_step_options(
+                step, subject, call, visit, routed.decision, ended, use_case.steps.max_steps_per_subject
+            ),
+            generation=call.generation,
+            parsed=routed.value if routed.step_error is None and isinstance(routed.value, dict) else None,
+            error=routed.failure,
+            status="ok" if routed.step_error is None else "item_error",
         )
-        if failure is not None:
+        if routed.failure is not None:
             subject.at = END
-            record_failure(session, run, subject.key, failure)
+            record_failure(session, run, subject.key, routed.failure)
             return None
+        decision = routed.decision
         if decision.fallback_reason is not None:
             subject.ending = decision.fallback_reason
         subject.at = decision.to
@@ -304,18 +262,18 @@ def _finish_step(
             use_case,
             subject.key,
             run.run_id,
-            final,
+            routed.final,
             backend=run.backend,
             input_hash=subject.input_hash,
             subject_hash=outcome.subjects[subject.key]["content_hash"],
             interaction_id=interaction_id,
         )
-    if not outcome.record_stored(subject.key, final, stored):
+    if not outcome.record_stored(subject.key, routed.final, stored):
         return None
     return output_materialization(
         run,
         subject.key,
-        final,
+        routed.final,
         input_hash=subject.input_hash,
         interaction_id=interaction_id,
         prompt_tokens=subject.prompt_tokens,
@@ -327,6 +285,93 @@ def _finish_step(
             "chain_end": ended,
         },
     )
+
+
+def _count_step(run: BatchRun, step: Step, subject: SubjectChain, call: _StepCall) -> int:
+    """Count the step against the subject's budgets and its time and tokens; the step's visit number."""
+    subject.visits[step.name] += 1
+    subject.steps_taken += 1
+    subject.path.append(step.name)
+    generation = call.generation
+    if generation is not None:
+        subject.latency_ms += generation.latency_ms
+        subject.prompt_tokens += generation.prompt_tokens or 0
+        subject.completion_tokens += generation.completion_tokens or 0
+        if not step.is_script:
+            run.outcome.llm_ms += generation.latency_ms
+    return subject.visits[step.name]
+
+
+def _route(
+    run: BatchRun,
+    step: Step,
+    subject: SubjectChain,
+    call: _StepCall,
+    values: Mapping[str, Mapping[str, Any]],
+) -> _Routed:
+    """Parse the step's answer, keep it in the subject's chain state and decide where it goes next."""
+    use_case = run.use_case
+    routed = _Routed()
+    if call.error is not None:
+        error = call.error
+        routed.step_error = (
+            str(error)
+            if isinstance(error, ItemError)
+            else f"step {step.name}: {type(error).__name__}: {error}"
+        )
+    else:
+        try:
+            routed.value = _parse(step, call, _inputs(values[subject.key], subject))
+        except ItemError as exc:
+            routed.step_error = str(exc)
+    routed.failure = routed.step_error
+    if routed.step_error is not None:
+        return routed
+    subject.state[step.output_name] = routed.value
+    subject.history.append(StepRecord(step.name, step.output_name, subject.visits[step.name], routed.value))
+    decision = use_case.steps.decide(
+        step, subject.state, call.generation.text, subject.visits, subject.steps_taken
+    )
+    routed.decision = decision
+    if decision.failed:
+        routed.failure = (
+            f"budget exhausted after step {step.name}: {decision.fallback_reason} "
+            "(the chain declares no fallback)"
+        )
+    elif decision.to == END:
+        try:
+            routed.final = final_output(use_case, routed.value, values[subject.key])
+        except ItemError as exc:
+            routed.failure = str(exc)
+    return routed
+
+
+def _step_options(
+    step: Step,
+    subject: SubjectChain,
+    call: _StepCall,
+    visit: int,
+    decision: Decision | None,
+    ended: str | None,
+    max_steps: int,
+) -> dict[str, Any]:
+    """The interaction's options: the step's own, and the chain record `pipeline trace` reads the path
+    from (its visit, the route taken and the rule that chose it, the budget state, why it ended)."""
+    chain_record = {
+        "step": step.name,
+        "visit": visit,
+        "max_visits": step.max_visits,
+        "step_number": subject.steps_taken,
+        "max_steps": max_steps,
+        "route": decision.to if decision is not None and not decision.failed else None,
+        "rule": decision.rule if decision is not None else None,
+        "budget_exhausted": decision.fallback_reason if decision is not None else None,
+        "ended": ended,
+    }
+    options = {**getattr(step, "options", {}), "chain": chain_record}
+    if call.truncated:
+        options["truncated_chars"] = call.truncated
+    return options
 
 
 def _ending(step: Step, subject: SubjectChain, decision: Decision | None, failure: str | None) -> str | None:

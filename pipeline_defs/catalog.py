@@ -27,8 +27,8 @@ def declared_plugins(settings: Settings) -> list[DomainPlugin]:
 
 
 def plugin_settings(settings: Settings, plugin: DomainPlugin) -> object:
-    """A plugin's section of the settings."""
-    return settings
+    """A plugin's section of the settings (None for a plugin without one)."""
+    return getattr(settings, plugin.name, None)
 
 
 def declared_use_cases(settings: Settings) -> tuple[UseCase, ...]:

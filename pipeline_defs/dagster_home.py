@@ -26,7 +26,7 @@ from typing import Any
 from appdb.database import normalize_url
 from appdb.redaction import known_secrets
 from pipeline_defs.dagster_storage import DEFAULT_EVENT_BATCH_SIZE
-from pipeline_defs.settings import Settings
+from pipeline_defs.settings import Settings, environment, export_for_dagster
 from resources.llm_hosts import LLM_HOST_TAG
 
 LLM_POOL_LIMIT = 1
@@ -174,8 +174,8 @@ def ensure_dagster_home(settings: Settings) -> Path:
     home.mkdir(parents=True, exist_ok=True)
     if settings.dagster_postgres_url:
         # dagster-postgres needs psycopg2: with SQLAlchemy 2.1 a bare postgresql:// picks psycopg 3.
-        os.environ[POSTGRES_URL_VARIABLE] = normalize_url(settings.dagster_postgres_url)
-    os.environ["DAGSTER_HOME"] = str(home)
+        export_for_dagster(POSTGRES_URL_VARIABLE, normalize_url(settings.dagster_postgres_url))
+    export_for_dagster("DAGSTER_HOME", str(home))
     config = home / "dagster.yaml"
     ready = home / STORAGE_READY
     if config.exists():
@@ -200,7 +200,7 @@ def _keep_private(config: Path) -> None:
     before the file named the variable may hold a password: say so."""
     if config.stat().st_mode & 0o077:
         config.chmod(CONFIG_MODE)
-    if any(secret in config.read_text() for secret in known_secrets(os.environ)):
+    if any(secret in config.read_text() for secret in known_secrets(environment())):
         print(
             f"warning: {config} holds a password in clear text: replace the URL with "
             f"{{env: {POSTGRES_URL_VARIABLE}}} (or delete the file: `pipeline migrate` writes a new one)",

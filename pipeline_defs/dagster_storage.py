@@ -70,6 +70,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import NullPool
 
 from appdb.database import normalize_url
+from pipeline_defs.settings import export_for_dagster
 
 DEFAULT_EVENT_BATCH_SIZE = 1000
 EVENT_BATCH_SIZE_ENV = "DAGSTER_EVENT_BATCH_SIZE"  # read by DagsterInstance on every event
@@ -286,7 +287,7 @@ _BATCH_CONFIG = {
 
 
 def _use_event_batches(size: int) -> None:
-    os.environ.setdefault(EVENT_BATCH_SIZE_ENV, str(size))
+    export_for_dagster(EVENT_BATCH_SIZE_ENV, str(size), unless_set=True)
 
 
 def _batchable(event: EventLogEntry) -> bool:

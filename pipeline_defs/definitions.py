@@ -21,7 +21,7 @@ from pipeline_defs.wiring import (
     build_gym_resource,
     build_llm_resource,
     build_use_cases,
-    from_env,
+    configured,
 )
 from resources.app_database import AppDatabase
 from resources.llm import LLMResource
@@ -82,7 +82,7 @@ def engine_definitions(
         ],
         resources={
             "app_db": AppDatabase(
-                url=from_env(settings.database_url, "PIPELINE_DATABASE_URL"),
+                url=configured(settings, "database_url"),
                 heartbeat_seconds=settings.heartbeat_seconds,
             ),
             "llm": llm or build_llm_resource(settings, env_vars=True),
@@ -101,7 +101,7 @@ def plugin_definitions(
         settings=plugin_settings(settings, plugin),
         core=settings,
         use_cases=tuple(item.use_case for item in built if item.use_case.subject_kind == plugin.name),
-        configured=from_env,
+        configured=lambda name: configured(settings, name),
     )
     return plugin.definitions(context)
 

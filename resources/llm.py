@@ -24,6 +24,8 @@ class LLMResource(ConfigurableResource):
     `max_in_flight` is how many requests the engine may keep open at once, unless the run's host says
     (its `parallel`). `hosts` (server backends): several servers, each written as in
     `resources.llm_hosts`; each run is pinned to one of them when its resources are set up.
+    `host_credentials`: the hosts as configured, with credentials, when `hosts` holds them redacted
+    (the code location writes it as the environment variable they came from).
     `pace_per_second` > 0 paces every generation through a shared token bucket in the database at
     `pace_database_url` (bursts of `pace_burst`): for remote and paid backends (`appdb/pacer.py`). The
     bucket is `pace_bucket`, or with several hosts one per host, so each server gets the rate.
@@ -33,6 +35,7 @@ class LLMResource(ConfigurableResource):
 
     max_in_flight: int = 1
     hosts: list[str] = []
+    host_credentials: str = ""
     _loaded: dict[str, Any] = PrivateAttr(default_factory=dict)
     _load_count: int = PrivateAttr(default=0)
     _host: LLMHost | None = PrivateAttr(default=None)
@@ -45,13 +48,14 @@ class LLMResource(ConfigurableResource):
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         """Pin this run to its host: the run's tag (set by the discovery sensor), else one by run id."""
-        self._host = with_credentials(host_for_run(parse_hosts(self.hosts), getattr(context, "run", None)))
+        run = getattr(context, "run", None)
+        self._host = with_credentials(host_for_run(parse_hosts(self.hosts), run), self.host_credentials)
 
     @property
     def pinned_host(self) -> LLMHost | None:
         """The host this run uses (None: a backend without hosts, or one host given the old way)."""
         if self._host is None and self.hosts:
-            self._host = with_credentials(parse_hosts(self.hosts)[0])
+            self._host = with_credentials(parse_hosts(self.hosts)[0], self.host_credentials)
         return self._host
 
     @property

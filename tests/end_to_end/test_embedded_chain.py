@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -26,8 +25,8 @@ def test_the_refined_summary_chain_runs_on_the_embedded_model_and_its_path_is_tr
 ) -> None:
     loads = counting_model_loads(monkeypatch)
     seed_postings(sqlite_url, tmp_path, POSTINGS[1:2])  # p-2: its summaries state no invented fact
-    settings = replace(
-        Settings.from_env(), database_url=sqlite_url, llm_backend="embedded", summary_style="refined"
+    settings = Settings.from_env().changed(
+        database_url=sqlite_url, llm_backend="embedded", summary_style="refined"
     )
     defs = build_definitions(settings)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -29,7 +28,7 @@ def test_embedded_model_summarizes_a_batch_in_one_run_and_trace_shows_the_exact_
 ) -> None:
     loads = counting_model_loads(monkeypatch)
     seed_postings(sqlite_url, tmp_path)
-    defs = build_definitions(replace(Settings.from_env(), database_url=sqlite_url, llm_backend="embedded"))
+    defs = build_definitions(Settings.from_env().changed(database_url=sqlite_url, llm_backend="embedded"))
     keys = [posting["key"] for posting in POSTINGS]
 
     result = run_use_case(defs, dagster_instance, keys)
@@ -79,8 +78,8 @@ def test_embedded_model_extracts_grounded_skills_in_the_same_run_as_the_summary(
     loads = counting_model_loads(monkeypatch)
     seed_postings(sqlite_url, tmp_path, POSTINGS[:1])
     # the embedded model's own skills prompt (the default is the CPU tagger, tested elsewhere)
-    settings = replace(
-        Settings.from_env(), database_url=sqlite_url, llm_backend="embedded", skills_style="llm"
+    settings = Settings.from_env().changed(
+        database_url=sqlite_url, llm_backend="embedded", skills_style="llm"
     )
     defs = build_definitions(settings)
     dagster_instance.add_dynamic_partitions("postings", ["p-1"])
@@ -111,8 +110,7 @@ def test_embedded_model_judges_its_own_summary_with_grammar_valid_grades_and_no_
 
     loads = counting_model_loads(monkeypatch)
     seed_postings(sqlite_url, tmp_path, POSTINGS[1:2])
-    settings = replace(
-        Settings.from_env(),
+    settings = Settings.from_env().changed(
         database_url=sqlite_url,
         llm_backend="embedded",
         judge_sample=1,

@@ -3,7 +3,6 @@ summary is either about the real posting or blocked, never the forged posting's,
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -54,7 +53,7 @@ def test_a_posting_forging_the_prompt_never_gets_the_forged_summary_unflagged(
     ]
     seed_postings(sqlite_url, tmp_path, rows)
     defs = build_definitions(
-        replace(Settings.from_env(), database_url=sqlite_url, llm_backend="embedded"),
+        Settings.from_env().changed(database_url=sqlite_url, llm_backend="embedded"),
         use_cases=[POSTING_SUMMARY],
     )
 

@@ -5,7 +5,6 @@ sensor), and `pipeline autodo scope` stores each item's scope, traced like every
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +72,7 @@ def scanned(app_db_url: str, tmp_path: Path) -> Path:
 
 
 def autodo_only(url: str) -> Settings:
-    return replace(Settings.from_env(), database_url=url, domains=("autodo",))
+    return Settings.from_env().changed(database_url=url, domains=("autodo",))
 
 
 def test_without_the_postings_plugin_the_engine_runs_autodo_items_to_done(

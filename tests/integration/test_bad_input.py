@@ -13,7 +13,6 @@ with the reason, one attempt spent) and still store every other posting's output
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -138,7 +137,7 @@ def test_bad_postings_and_bad_answers_end_as_rejections_item_errors_or_outputs(
     assert stored["html"].description == HTML and stored["injection"].description == INJECTION
     assert len(stored["huge"].description) == len(HUGE)
 
-    defs = build_definitions(replace(Settings.from_env(), database_url=app_db_url), llm=ScriptedLLM())
+    defs = build_definitions(Settings.from_env().changed(database_url=app_db_url), llm=ScriptedLLM())
     result = run_use_case(defs, dagster_instance, keys)
 
     assert result.success  # bad answers are item errors, never a failed run

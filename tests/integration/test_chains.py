@@ -80,7 +80,7 @@ def _prompt(step: str, body: str = "") -> str:
 
 def _run(url: str, instance: DagsterInstance, use_cases: list[UseCase], keys: list[str], name: str):  # noqa: ANN202
     defs = build_definitions(
-        replace(Settings.from_env(), database_url=url), use_cases=use_cases, llm=TwoModels()
+        Settings.from_env().changed(database_url=url), use_cases=use_cases, llm=TwoModels()
     )
     return run_use_case(defs, instance, keys, use_case=name)
 

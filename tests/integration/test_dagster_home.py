@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,7 @@ from tests.support.postings import run_use_case, seed_postings
 
 def test_default_home_uses_sqlite_and_one_llm_pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "unused"))
-    settings = replace(Settings.from_env(), dagster_home=tmp_path / "home", dagster_postgres_url=None)
+    settings = Settings.from_env().changed(dagster_home=tmp_path / "home", dagster_postgres_url=None)
     config = yaml.safe_load((ensure_dagster_home(settings) / "dagster.yaml").read_text())
     assert "storage" not in config
     assert config["concurrency"]["pools"]["default_limit"] == 1
@@ -41,8 +40,7 @@ def test_runs_are_stored_in_postgres_when_configured(
 ) -> None:
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "unused"))
     bare_url = postgres_url.replace("postgresql+psycopg2://", "postgresql://")
-    settings = replace(
-        Settings.from_env(),
+    settings = Settings.from_env().changed(
         dagster_home=tmp_path / "home",
         dagster_postgres_url=bare_url,
         database_url=sqlite_url,

@@ -24,7 +24,7 @@ SUMMARY = AssetKey("posting_summary")
 
 def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **overrides) -> Path:  # noqa: ANN003
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "unused"))
-    settings = replace(Settings.from_env(), dagster_home=tmp_path / "home", dagster_storage="pooled")
+    settings = Settings.from_env().changed(dagster_home=tmp_path / "home", dagster_storage="pooled")
     return ensure_dagster_home(replace(settings, **overrides))
 
 
@@ -33,7 +33,7 @@ def _batch_run_is_read_back_by_another_instance(
 ) -> None:
     FakeOllama(httpserver)
     seed_postings(app_db_url, tmp_path)
-    settings = replace(Settings.from_env(), database_url=app_db_url)
+    settings = Settings.from_env().changed(database_url=app_db_url)
     defs = build_definitions(settings, llm=OllamaResource(host=httpserver.url_for("/").rstrip("/")))
     with DagsterInstance.from_config(str(home)) as writer, DagsterInstance.from_config(str(home)) as reader:
         result = run_use_case(defs, writer, KEYS)
@@ -146,7 +146,7 @@ def test_a_run_after_the_first_reflects_no_table_of_dagster_storage(
     home = _home(tmp_path, monkeypatch, dagster_postgres_url=postgres)
     FakeOllama(httpserver)
     seed_postings(sqlite_url, tmp_path)
-    settings = replace(Settings.from_env(), database_url=sqlite_url)
+    settings = Settings.from_env().changed(database_url=sqlite_url)
     defs = build_definitions(settings, llm=OllamaResource(host=httpserver.url_for("/").rstrip("/")))
     reflected: list[str] = []
     original = Inspector.get_columns

@@ -6,7 +6,6 @@ views differ (and tests/unit/test_dagster_private_api.py sees the methods change
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -127,8 +126,7 @@ def ui_view(instance: DagsterInstance, run_id: str) -> dict[str, Any]:
 
 def _batch_through(storage: str, dagster_postgres_url: str | None, root: Path) -> dict[str, Any]:
     app_db_url = f"sqlite:///{root / 'app.db'}"
-    settings = replace(
-        Settings.from_env(),
+    settings = Settings.from_env().changed(
         database_url=app_db_url,
         dagster_home=root / "home",
         dagster_storage=storage,

@@ -5,7 +5,6 @@ their reasons, a paced backend's waits in the progress log; `pipeline events`, `
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +53,7 @@ class PaidBackend(LLMResource):
 
 def run_summary(url: str, tmp_path: Path, instance: DagsterInstance, llm: LLMResource):  # noqa: ANN201
     seed_postings(url, tmp_path)
-    settings = replace(Settings.from_env(), database_url=url)
+    settings = Settings.from_env().changed(database_url=url)
     defs = build_definitions(settings, built=build_use_cases(settings, [POSTING_SUMMARY]), llm=llm)
     return run_use_case(defs, instance, KEYS)
 

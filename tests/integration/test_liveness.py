@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -213,7 +212,7 @@ def test_pipeline_run_stops_after_the_circuit_breaker_trips(app_db_url: str, tmp
     FlakyBackend.up, FlakyBackend.calls, FlakyBackend.serve_before_outage = False, 0, 0
     FlakyBackend.bad_output_for = set()
     seed_postings(app_db_url, tmp_path)  # three postings, one per run
-    settings = replace(Settings.from_env(), database_url=app_db_url, batch_size_override=1)
+    settings = Settings.from_env().changed(database_url=app_db_url, batch_size_override=1)
     built = build_use_cases(settings, [POSTING_SUMMARY])
     groups = build_work_groups(built)
     defs = build_definitions(settings, built=built, groups=groups, llm=FlakyBackend())

@@ -132,9 +132,8 @@ def test_an_unreachable_backend_ends_the_run_and_spends_no_attempts(
 
 
 def _settings(url: str) -> Settings:
-    from dataclasses import replace
 
-    return replace(Settings.from_env(), database_url=url)
+    return Settings.from_env().changed(database_url=url)
 
 
 def test_an_unexpected_error_mid_batch_gives_the_claims_back_at_once(

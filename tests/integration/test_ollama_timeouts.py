@@ -7,7 +7,6 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -105,7 +104,7 @@ def test_in_a_run_a_slow_posting_spends_an_attempt_and_the_rest_of_the_batch_goe
 
     slow_ollama.hang_on = "Registered Nurse"
     seed_postings(sqlite_url, tmp_path)
-    settings = replace(Settings.from_env(), database_url=sqlite_url)
+    settings = Settings.from_env().changed(database_url=sqlite_url)
     defs = build_definitions(settings, llm=OllamaResource(host=slow_ollama.host, timeout_seconds=TIMEOUT))
     result = run_use_case(defs, dagster_instance, ["p-1", "p-2", "p-3"])
     assert result.success

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -124,7 +123,7 @@ def test_a_dagster_run_stores_outputs_and_traces_and_a_dead_server_spends_no_att
 ) -> None:
     fake = FakeOpenAI(httpserver)
     seed_postings(sqlite_url, tmp_path)
-    settings = replace(Settings.from_env(), database_url=sqlite_url)
+    settings = Settings.from_env().changed(database_url=sqlite_url)
     defs = build_definitions(settings, llm=_resource(httpserver, max_in_flight=2))
     result = run_use_case(defs, dagster_instance, ["p-1", "p-2"])
     assert result.success and len(fake.requests) == 2

@@ -4,7 +4,6 @@ work resumes when the backend is back. A posting that keeps failing ends parked,
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, ClassVar
@@ -64,7 +63,7 @@ def _setup(url: str, tmp_path: Path, serve_before_outage: int, bad_output_for: s
     FlakyBackend.up, FlakyBackend.calls = True, 0
     FlakyBackend.serve_before_outage, FlakyBackend.bad_output_for = serve_before_outage, set(bad_output_for)
     seed_postings(url, tmp_path)
-    settings = replace(Settings.from_env(), database_url=url)
+    settings = Settings.from_env().changed(database_url=url)
     built = build_use_cases(settings, [POSTING_SUMMARY])
     groups = build_work_groups(built)
     return build_definitions(settings, built=built, groups=groups, llm=FlakyBackend()), groups[0]

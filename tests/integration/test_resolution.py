@@ -13,6 +13,7 @@ from werkzeug import Request, Response
 
 from appdb.database import session_scope
 from domain.language.llm_types import BackendUnavailable
+from pipeline_defs.settings import Settings
 from plugins.postings.skills.embeddings import (
     MINILM_INSTALL_HINT,
     MINILM_PACKAGE,
@@ -359,6 +360,7 @@ def test_a_zipped_model_is_unpacked_once_and_then_read_without_the_zip(
     from plugins.postings.skills import embeddings as embeddings_module
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    cache = Settings.from_env().cache_dir  # XDG_CACHE_HOME, as the settings read it
     archive = tmp_path / "package" / "model.zip"
     archive.parent.mkdir()
     files = {"model.safetensors": b"\x00weights" * 1000, "tokenizer.json": b'{"model": {}}'}
@@ -367,7 +369,7 @@ def test_a_zipped_model_is_unpacked_once_and_then_read_without_the_zip(
             packed.writestr(f"model/{name}", data)
         packed.writestr("model/config.json", b"{}")
 
-    assert embeddings_module._read_model_files(archive) == files
+    assert embeddings_module._read_model_files(archive, cache) == files
     [unpacked] = (tmp_path / "cache" / "posting-enrichment").iterdir()  # no staging folder left behind
     assert sorted(path.name for path in unpacked.iterdir()) == sorted(files)
 
@@ -375,7 +377,7 @@ def test_a_zipped_model_is_unpacked_once_and_then_read_without_the_zip(
         raise AssertionError("the zip was opened again")
 
     monkeypatch.setattr(zipfile, "ZipFile", no_zip)
-    assert embeddings_module._read_model_files(archive) == files
+    assert embeddings_module._read_model_files(archive, cache) == files
 
     # With no writable cache the zip itself is read, as before.
     monkeypatch.undo()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -27,7 +26,7 @@ def test_only_finished_postings_are_retired_and_their_outputs_stay(
 ) -> None:
     FakeOllama(httpserver)
     seed_postings(app_db_url, tmp_path)
-    settings = replace(Settings.from_env(), database_url=app_db_url)
+    settings = Settings.from_env().changed(database_url=app_db_url)
     llm = OllamaResource(host=httpserver.url_for("/").rstrip("/"))
     defs = build_definitions(settings, use_cases=[POSTING_SUMMARY], llm=llm)
     assert run_use_case(defs, dagster_instance, ["p-1", "p-2"]).success

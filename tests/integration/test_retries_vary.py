@@ -4,7 +4,6 @@ and some temperature (at temperature 0 and the same seed the model would repeat 
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, ClassVar
@@ -46,7 +45,7 @@ def test_a_retry_carries_the_earlier_error_and_another_seed(
 ) -> None:
     FirstAnswerLoops.calls.clear()
     seed_postings(sqlite_url, tmp_path, POSTINGS[:1])
-    defs = build_definitions(replace(Settings.from_env(), database_url=sqlite_url), llm=FirstAnswerLoops())
+    defs = build_definitions(Settings.from_env().changed(database_url=sqlite_url), llm=FirstAnswerLoops())
     first = run_use_case(defs, dagster_instance, ["p-1"])
     assert first.success  # a blocked output is the posting's failed attempt, not a failed run
     with session_scope(sqlite_url) as session:  # the backoff has passed

@@ -11,7 +11,6 @@ import json
 import os
 import stat
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -165,7 +164,7 @@ def test_dagster_yaml_names_the_variable_and_only_its_owner_reads_it(
     secret_env: dict[str, str], tmp_path: Path
 ) -> None:
     for storage in ("stock", "pooled"):
-        settings = replace(Settings.from_env(), dagster_home=tmp_path / storage, dagster_storage=storage)
+        settings = Settings.from_env().changed(dagster_home=tmp_path / storage, dagster_storage=storage)
         home = ensure_dagster_home(settings)
         config_file = home / "dagster.yaml"
         text = config_file.read_text()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 from dagster import DagsterRunStatus, SensorResult, SkipReason, build_sensor_context
@@ -32,7 +31,7 @@ POSTINGS = [{"key": f"k-{i:02d}", "title": f"Job {i}", "description": f"Do task 
 
 def _summary(batch_size: int = 3) -> WorkGroup:
     """The work group of the summary use case alone."""
-    settings = replace(Settings.from_env(), batch_size_override=batch_size)
+    settings = Settings.from_env().changed(batch_size_override=batch_size)
     [group] = build_work_groups(build_use_cases(settings, [POSTING_SUMMARY]))
     return group
 

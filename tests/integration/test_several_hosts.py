@@ -29,8 +29,7 @@ POSTINGS = [{"key": f"k-{i:02d}", "title": f"Job {i}", "description": f"Do task 
 
 
 def _settings(url: str, hosts: str) -> Settings:
-    return replace(
-        Settings.from_env(),
+    return Settings.from_env().changed(
         database_url=url,
         llm_backend="ollama",
         llm_hosts=tuple(hosts.split(";")),

@@ -80,7 +80,7 @@ def fake() -> type[ShippedPrompts]:
 
 
 def _settings(url: str, **changes: Any) -> Settings:
-    return replace(Settings.from_env(), database_url=url, **changes)
+    return Settings.from_env().changed(database_url=url, **changes)
 
 
 # --- settings choose the examples; the default set is unchanged -------------------------------------
@@ -89,11 +89,11 @@ def _settings(url: str, **changes: Any) -> Settings:
 def test_the_examples_are_opt_in_and_the_default_use_cases_are_unchanged() -> None:
     default = Settings.from_env()
     assert declared_use_cases(default) == USE_CASES
-    refined = declared_use_cases(replace(default, summary_style="refined"))
+    refined = declared_use_cases(default.changed(summary_style="refined"))
     summary = next(use_case for use_case in refined if use_case.name == "posting_summary")
     assert summary.steps is not None and summary.model == "gemma3:270m"
     assert [step.name for step in summary.steps.steps] == ["extract", "grade", "improve", "final"]
-    extras = declared_use_cases(replace(default, extra_use_cases=("posting_assessment",)))
+    extras = declared_use_cases(default.changed(extra_use_cases=("posting_assessment",)))
     assert [use_case.name for use_case in extras][-4:] == [
         "posting_seniority",
         "posting_work_mode",
@@ -101,9 +101,9 @@ def test_the_examples_are_opt_in_and_the_default_use_cases_are_unchanged() -> No
         "posting_assessment",
     ]
     with pytest.raises(ValueError, match="PIPELINE_SUMMARY_STYLE must be one of plain, refined, not 'fancy'"):
-        declared_use_cases(replace(default, summary_style="fancy"))
+        declared_use_cases(default.changed(summary_style="fancy"))
     with pytest.raises(ValueError, match="PIPELINE_EXTRA_USE_CASES: no opt-in use cases 'experts'"):
-        declared_use_cases(replace(default, extra_use_cases=("experts",)))
+        declared_use_cases(default.changed(extra_use_cases=("experts",)))
 
 
 def test_settings_read_the_summary_style_and_extras_from_the_environment(
@@ -112,7 +112,10 @@ def test_settings_read_the_summary_style_and_extras_from_the_environment(
     monkeypatch.setenv("PIPELINE_SUMMARY_STYLE", "refined")
     monkeypatch.setenv("PIPELINE_EXTRA_USE_CASES", " posting_assessment , ")
     settings = Settings.from_env()
-    assert (settings.summary_style, settings.extra_use_cases) == ("refined", ("posting_assessment",))
+    assert (settings.postings.summary_style, settings.postings.extra_use_cases) == (
+        "refined",
+        ("posting_assessment",),
+    )
 
 
 # --- the refined summary -----------------------------------------------------------------------------
@@ -201,7 +204,7 @@ def test_the_refined_summary_improves_a_draft_with_the_grades_feedback(
 def test_fan_in_makes_every_expert_a_parent_of_the_synthesizer_in_the_lineage() -> None:
     defs = build_definitions(
         Settings.from_env(),
-        use_cases=declared_use_cases(replace(Settings.from_env(), extra_use_cases=("posting_assessment",))),
+        use_cases=declared_use_cases(Settings.from_env().changed(extra_use_cases=("posting_assessment",))),
     )
     graph = defs.get_repository_def().asset_graph
     parents = graph.get(AssetKey("posting_assessment")).parent_keys

@@ -5,7 +5,6 @@ mention sits at its offsets in the posting, and a posting without skills gets an
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +39,7 @@ POSTINGS = [
 
 
 def _settings(url: str, **changes: Any) -> Settings:
-    return replace(Settings.from_env(), database_url=url, **changes)
+    return Settings.from_env().changed(database_url=url, **changes)
 
 
 def _outputs(url: str) -> dict[str, dict]:

@@ -7,19 +7,19 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from sqlalchemy import exc, select, text
 
-from appdb.database import BUSY_TIMEOUT_ENV, LOCK_WAIT_ENV, session_scope
+from appdb.database import LOCK_WAIT_ENV, session_scope
 from appdb.models import WorkItem
 from pipeline_defs.settings import Settings
 from resources.ollama_backend import OllamaResource
 from tests.integration.test_ollama_timeouts import SlowOllama
 from tests.support.postings import run_use_case, seed_postings
 
+BUSY_TIMEOUT_ENV = "PIPELINE_SQLITE_BUSY_TIMEOUT"
 HOLD_SECONDS = 3.0
 
 
@@ -42,12 +42,13 @@ def test_a_run_rides_out_a_writer_holding_the_lock_past_the_busy_timeout(
     sqlite_url: str, tmp_path: Path, dagster_instance, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(BUSY_TIMEOUT_ENV, "0.5")  # each statement waits 0.5 s inside SQLite, the lock 3 s
+    Settings.from_env()  # the settings configure SQLite's waits for the engines made from now on
     fake = SlowOllama(hang_on="no posting has this title")
     try:
         from pipeline_defs.definitions import build_definitions
 
         seed_postings(sqlite_url, tmp_path)
-        settings = replace(Settings.from_env(), database_url=sqlite_url)
+        settings = Settings.from_env().changed(database_url=sqlite_url)
         defs = build_definitions(settings, llm=OllamaResource(host=fake.host, timeout_seconds=5))
         started = time.monotonic()
         with lock_held(sqlite_url, HOLD_SECONDS):
@@ -71,6 +72,7 @@ def test_a_lock_held_past_the_wait_fails_naming_the_file(
 ) -> None:
     monkeypatch.setenv(BUSY_TIMEOUT_ENV, "0.2")
     monkeypatch.setenv(LOCK_WAIT_ENV, "1")
+    Settings.from_env()
     seed_postings(sqlite_url, tmp_path)
     with (
         lock_held(sqlite_url, HOLD_SECONDS),

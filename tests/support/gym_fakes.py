@@ -4,7 +4,6 @@ the gym's settings."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from typing import Any
 
 from domain.language.llm_types import Generation
@@ -97,8 +96,7 @@ class GymFake(LLMResource):
 
 
 def gym_settings(url: str, **changes: Any) -> Settings:
-    return replace(
-        Settings.from_env(),
+    return Settings.from_env().changed(
         # the skills come from the fake model's prompt (PIPELINE_SKILLS_STYLE=llm), not the CPU tagger;
         # the fake judge is for the LLM judge's mechanics, not a calibrated judge: calibration off
         **{

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +81,7 @@ def test_the_code_location_matches_its_snapshot(
     monkeypatch.delenv("OLLAMA_HOST", raising=False)
     monkeypatch.setenv("PIPELINE_DATA_DIR", str(tmp_path))
     monkeypatch.setenv("PIPELINE_DATABASE_URL", f"sqlite:///{tmp_path / 'app.db'}")
-    settings = replace(Settings.from_env(), **CONFIGURATIONS[configuration])
+    settings = Settings.from_env().changed(**CONFIGURATIONS[configuration])
     current = describe(build_definitions(settings))
     path = SNAPSHOT_DIR / f"code_location_{configuration}.json"
     if os.environ.get("PIPELINE_UPDATE_SNAPSHOT") == "1":

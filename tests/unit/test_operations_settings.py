@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
@@ -76,7 +75,7 @@ def test_generated_dagster_yaml_limits_llm_steps_and_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "unused"))
-    settings = replace(Settings.from_env(), dagster_home=tmp_path / "home", dagster_postgres_url=None)
+    settings = Settings.from_env().changed(dagster_home=tmp_path / "home", dagster_postgres_url=None)
     config = yaml.safe_load((ensure_dagster_home(settings) / "dagster.yaml").read_text())
     assert config["nux"] == {"enabled": False}  # no sign-up pop-up over a team's UI
     assert config["telemetry"] == {"enabled": False}
@@ -97,7 +96,7 @@ def test_on_model_servers_the_run_queue_limits_runs_per_host_and_script_runs_get
         "PIPELINE_LLM_HOSTS", "http://a:11434 parallel=4; http://b:11434 parallel=2 models=m:1"
     )
     monkeypatch.setenv("PIPELINE_RUNS_PER_HOST", "3")
-    settings = replace(Settings.from_env(), dagster_home=tmp_path / "home", dagster_postgres_url=None)
+    settings = Settings.from_env().changed(dagster_home=tmp_path / "home", dagster_postgres_url=None)
     assert settings.llm_backend == "ollama" and [h.parallel for h in settings.resolved_hosts()] == [4, 2]
     ensure_dagster_home(settings)
     with DagsterInstance.from_config(str(tmp_path / "home")) as instance:
@@ -145,7 +144,7 @@ def test_a_dead_run_gives_its_llm_pool_slot_back(tmp_path: Path, monkeypatch: py
     from sensors.run_liveness import fail_dead_runs
 
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "unused"))
-    settings = replace(Settings.from_env(), dagster_home=tmp_path / "home", dagster_postgres_url=None)
+    settings = Settings.from_env().changed(dagster_home=tmp_path / "home", dagster_postgres_url=None)
     ensure_dagster_home(settings)
     with DagsterInstance.from_config(str(tmp_path / "home")) as instance:
         storage = instance.event_log_storage

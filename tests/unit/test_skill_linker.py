@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
-import logging
 from pathlib import Path
 
 import numpy as np
@@ -333,18 +332,14 @@ def test_resolution_figures_of_a_run() -> None:
     assert resolution_figures([])["share_resolved"] == 0.0
 
 
-def test_semantic_linking_is_the_default_when_minilm_is_installed(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_semantic_linking_is_the_default_when_minilm_is_installed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PIPELINE_EMBEDDING_BACKEND", raising=False)
-    caplog.set_level(logging.INFO, logger=settings_module.__name__)
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: object())
-    assert settings_module.Settings.from_env().embedding_backend == "minilm"
+    assert settings_module.Settings.from_env().postings.embedding_backend == "minilm"
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
-    assert settings_module.Settings.from_env().embedding_backend == "none"
-    assert "using minilm" in caplog.text and "using none" in caplog.text
+    assert settings_module.Settings.from_env().postings.embedding_backend == "none"
     monkeypatch.setenv("PIPELINE_EMBEDDING_BACKEND", "none")
-    assert settings_module.Settings.from_env().embedding_backend == "none"
+    assert settings_module.Settings.from_env().postings.embedding_backend == "none"
 
 
 def test_training_texts_are_embedded_once_and_kept_between_runs(tmp_path: Path) -> None:

