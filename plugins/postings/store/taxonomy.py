@@ -32,9 +32,7 @@ from appdb.models import (
 )
 
 REFERENCE_NAME = "skills_taxonomy"
-DEMO_TAXONOMY_PATH = (
-    Path(__file__).resolve().parents[1] / "plugins" / "postings" / "demo_data" / "skills_taxonomy.csv"
-)
+DEMO_TAXONOMY_PATH = Path(__file__).resolve().parents[1] / "demo_data" / "skills_taxonomy.csv"
 REQUIRED_COLUMNS = ("conceptUri", "preferredLabel")
 OPTIONAL_COLUMNS = ("altLabels", "skillType", "description")
 _MAX_CSV_FIELD = 64 * 1024 * 1024
