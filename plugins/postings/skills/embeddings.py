@@ -440,12 +440,30 @@ def _layer_norm(x: np.ndarray, weights: dict[str, np.ndarray], name: str, eps: f
 
 
 def _gelu(x: np.ndarray) -> np.ndarray:
-    """BERT's exact (erf) GELU; erf by Abramowitz-Stegun 7.1.26 (error below 1.5e-7), as NumPy has none."""
-    z = np.abs(x) * np.float32(1 / math.sqrt(2))
-    t = 1 / (1 + np.float32(0.3275911) * z)
-    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
-    erf = 1 - poly * np.exp(-z * z)
-    return 0.5 * x * (1 + np.sign(x) * erf)
+    """BERT's exact (erf) GELU; erf by Abramowitz-Stegun 7.1.26 (error below 1.5e-7), as NumPy has none.
+
+    0.5 x (1 + sign(x) erf(|x| / sqrt 2)), computed in place on two buffers: the same operations in
+    the same order as the plain expression (bit for bit the same result), in less than half the time.
+    """
+    z = np.abs(x)
+    z *= np.float32(1 / math.sqrt(2))
+    t = z * np.float32(0.3275911)
+    t += 1
+    np.reciprocal(t, out=t)
+    poly = t * 1.061405429
+    for coefficient in (-1.453152027, 1.421413741, -0.284496736, 0.254829592):
+        poly += coefficient
+        poly *= t
+    np.multiply(z, z, out=z)
+    np.negative(z, out=z)
+    np.exp(z, out=z)
+    poly *= z  # poly * exp(-z^2), then 1 - that is erf(z)
+    np.subtract(1, poly, out=poly)
+    poly *= np.sign(x)
+    poly += 1
+    poly *= x
+    poly *= 0.5
+    return poly
 
 
 def _bert_words(text: str) -> list[str]:
