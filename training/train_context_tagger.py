@@ -1,7 +1,7 @@
 """Train the context tagger's head on SkillSpan train, select it on SkillSpan dev, write the model.
 
     python -m training.train_context_tagger [--data-dir D] [--out DIR] [--cache DIR]
-        [--layers 3,6] [--epochs N] [--threads N]
+        [--settings 3,3+clusters] [--epochs N] [--threads N]
 
 Needs torch (a development dependency: `pip install -e '.[train]'`); the shipped model is read
 with NumPy alone (`plugins/postings/skills/context_tagger.py`).
@@ -9,10 +9,11 @@ with NumPy alone (`plugins/postings/skills/context_tagger.py`).
 1. Every sentence of SkillSpan train and dev (the tagger's own tokens and sentences) is read once
    by MiniLM (`MiniLMEmbeddings.word_states`, all layers); the word vectors are kept as float16
    in --cache (default ~/.cache/posting-enrichment/context_tagger), so a second run skips this.
-2. For each setting (`--layers`: how many of MiniLM's six layers the tagger runs, which sets its
-   CPU cost), the head (layer mix, projection, BiLSTM, two CRFs) is trained on train with Adam for
-   --epochs epochs; after each epoch the NumPy head tags dev, and the epoch and setting with the
-   best mean of strict and loose span F1 (kinds together, as the CRF tagger's trainer) is kept.
+2. For each setting (`--settings`: how many of MiniLM's six layers the tagger runs, which sets its
+   CPU cost, and whether word cluster ids are embedded too), the head (layer mix, projection,
+   BiLSTM, two CRFs) is trained on train with Adam for --epochs epochs; after each epoch the
+   NumPy head tags dev, and the epoch and setting with the best mean of strict and loose span F1
+   (kinds together, as the CRF tagger's trainer) is kept.
 3. The chosen head is written as `skill_context_tagger.npz` (float16) with its card
    `skill_context_tagger.json`: data, encoder, architecture, hyper-parameters, every trial's dev
    scores, training time. Dev is read for selection only, never trained on.
@@ -25,6 +26,7 @@ import hashlib
 import json
 import os
 import resource
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,14 +40,16 @@ from plugins.postings.skills.context_tagger import (
     TAGS,
     ContextHead,
     ContextTagger,
+    cluster_ids,
     surface_features,
 )
 from plugins.postings.skills.embeddings import MiniLMEmbeddings
 from plugins.postings.skills.mention_grounding import MENTION_KINDS, Mention, Token
-from plugins.postings.skills.skill_tagger import MODEL_DIR, sentences
+from plugins.postings.skills.skill_tagger import CLUSTERS_FILE, MODEL_DIR, WordClusters, sentences
 from training.span_corpus import GoldDocument, load_skillspan, score_mentions
 from training.train_skill_tagger import (
     ATTRIBUTION,
+    CLUSTER_SIZES,
     DATA_SOURCE,
     default_data_dir,
     selection_score,
@@ -56,6 +60,8 @@ HIDDEN = 384
 SEED = 0
 DEFAULTS = {"projection": 256, "lstm": 128, "dropout": 0.3, "lr": 2e-3, "batch": 16, "epochs": 12}
 TRAIN_PIECE_WORDS = 64
+DEFAULT_SETTINGS = "3"
+CLUSTER_WIDTH = 16
 COMMAND = "python -m training.train_context_tagger --data-dir ../shared/data"
 
 
@@ -112,7 +118,7 @@ def split_long(corpus: Corpus, most: int = TRAIN_PIECE_WORDS) -> Corpus:
 # ---- the head in torch (the same computation as context_tagger.ContextHead) ----
 
 
-def make_head(layers: int, projection: int, lstm: int, dropout: float) -> Any:
+def make_head(layers: int, projection: int, lstm: int, dropout: float, clusters: bool = False) -> Any:
     import torch
     from torch import nn
 
@@ -121,7 +127,11 @@ def make_head(layers: int, projection: int, lstm: int, dropout: float) -> Any:
             super().__init__()
             self.mix_weights = nn.Parameter(torch.zeros(layers + 1))
             self.mix_gamma = nn.Parameter(torch.ones(1))
-            self.proj = nn.Linear(HIDDEN + len(SURFACE_FEATURES), projection)
+            extra = 2 * CLUSTER_WIDTH if clusters else 0
+            if clusters:
+                self.cluster_coarse = nn.Embedding(CLUSTER_SIZES[0] + 1, CLUSTER_WIDTH)
+                self.cluster_fine = nn.Embedding(CLUSTER_SIZES[1] + 1, CLUSTER_WIDTH)
+            self.proj = nn.Linear(HIDDEN + len(SURFACE_FEATURES) + extra, projection)
             self.lstm = nn.LSTM(projection, lstm, batch_first=True, bidirectional=True)
             self.out = nn.Linear(2 * lstm, len(MENTION_KINDS) * len(TAGS))
             self.transitions = nn.Parameter(torch.zeros(len(MENTION_KINDS), len(TAGS), len(TAGS)))
@@ -129,11 +139,14 @@ def make_head(layers: int, projection: int, lstm: int, dropout: float) -> Any:
             self.end = nn.Parameter(torch.zeros(len(MENTION_KINDS), len(TAGS)))
             self.dropout = nn.Dropout(dropout)
 
-        def emissions(self, states: Any, surface: Any, lengths: Any) -> Any:
+        def emissions(self, states: Any, surface: Any, lengths: Any, ids: Any = None) -> Any:
             """states (batch, layers + 1, time, 384) -> (batch, time, kinds, tags)."""
             mix = torch.softmax(self.mix_weights, 0) * self.mix_gamma
             mixed = torch.einsum("l,blth->bth", mix, states)
-            x = torch.relu(self.proj(torch.cat([self.dropout(mixed), surface], dim=-1)))
+            parts = [self.dropout(mixed), surface]
+            if clusters:
+                parts += [self.cluster_coarse(ids[..., 0]), self.cluster_fine(ids[..., 1])]
+            x = torch.relu(self.proj(torch.cat(parts, dim=-1)))
             packed = nn.utils.rnn.pack_padded_sequence(
                 self.dropout(x), lengths, batch_first=True, enforce_sorted=False
             )
@@ -183,6 +196,9 @@ def export(head: Any) -> dict[str, np.ndarray]:
         "crf.start": state.pop("start"),
         "crf.end": state.pop("end"),
     }
+    if "cluster_coarse.weight" in state:
+        weights["cluster.coarse"] = state.pop("cluster_coarse.weight")
+        weights["cluster.fine"] = state.pop("cluster_fine.weight")
     weights.update(state)
     return weights
 
@@ -198,16 +214,24 @@ def tag_corpus(tagger: ContextTagger, corpus: Corpus, layers: int) -> dict[str, 
 
 
 def train_setting(
-    train: Corpus, dev: Corpus, layers: int, params: dict[str, Any], log: list[dict[str, Any]]
+    train: Corpus,
+    dev: Corpus,
+    setting: str,
+    clusters: WordClusters,
+    params: dict[str, Any],
+    log: list[dict[str, Any]],
 ) -> tuple[float, dict[str, np.ndarray], dict[str, Any], int]:
-    """Train one setting; returns the best epoch's (selection score, weights, dev scores, epoch)."""
+    """Train one setting ("3": MiniLM's first 3 layers; "3+clusters": and word cluster embeddings);
+    returns the best epoch's (selection score, weights, dev scores, epoch)."""
     import torch
 
+    layers, with_clusters = int(setting.split("+")[0]), setting.endswith("+clusters")
     torch.manual_seed(SEED)
     rng = np.random.default_rng(SEED)
-    head = make_head(layers, params["projection"], params["lstm"], params["dropout"])
+    head = make_head(layers, params["projection"], params["lstm"], params["dropout"], with_clusters)
     optimizer = torch.optim.Adam(head.parameters(), lr=params["lr"])
     surfaces = [surface_features([t.text for t in tokens]) for _, tokens in train.sentences]
+    ids = [torch.from_numpy(cluster_ids([t.text for t in tokens], clusters)) for _, tokens in train.sentences]
     best: tuple[float, dict[str, np.ndarray], dict[str, Any], int] | None = None
     for epoch in range(1, params["epochs"] + 1):
         head.train()
@@ -223,14 +247,17 @@ def train_setting(
             states = torch.zeros(len(batch), layers + 1, length, HIDDEN)
             surface = torch.zeros(len(batch), length, len(SURFACE_FEATURES))
             tags = torch.zeros(len(batch), length, len(MENTION_KINDS), dtype=torch.long)
+            batch_ids = torch.zeros(len(batch), length, 2, dtype=torch.long)
             mask = torch.zeros(len(batch), length)
             for row, index in enumerate(batch):
                 n = lengths[row]
                 states[row, :, :n] = torch.from_numpy(train.states[index][: layers + 1].astype(np.float32))
                 surface[row, :n] = torch.from_numpy(surfaces[index])
+                batch_ids[row, :n] = ids[index]
                 tags[row, :n] = torch.from_numpy(train.labels[index])
                 mask[row, :n] = 1
-            loss = head.loss(head.emissions(states, surface, torch.tensor(lengths)), tags, mask)
+            emissions = head.emissions(states, surface, torch.tensor(lengths), batch_ids)
+            loss = head.loss(emissions, tags, mask)
             optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(head.parameters(), 5.0)
@@ -238,7 +265,9 @@ def train_setting(
             total += float(loss.detach()) * len(batch)
         head.eval()
         weights = export(head)
-        tagger = ContextTagger(ContextHead(weights, layers), encoder=None)
+        tagger = ContextTagger(
+            ContextHead(weights, layers, clusters if with_clusters else None), encoder=None
+        )
         scores = score_mentions(dev.documents, tag_corpus(tagger, dev, layers))
         selected = selection_score(scores)
         brief = {
@@ -246,9 +275,9 @@ def train_setting(
             for kind in ("skill", "knowledge", "any")
             for mode in ("strict", "loose")
         }
-        log.append({"layers": layers, "epoch": epoch, "loss": round(total / len(order), 3), "dev": brief})
+        log.append({"setting": setting, "epoch": epoch, "loss": round(total / len(order), 3), "dev": brief})
         print(
-            f"  layers {layers} epoch {epoch}: loss {total / len(order):.3f}, dev {brief} "
+            f"  {setting} epoch {epoch}: loss {total / len(order):.3f}, dev {brief} "
             f"({time.perf_counter() - started:.0f}s)",
             flush=True,
         )
@@ -271,7 +300,10 @@ def main(argv: list[str] | None = None) -> int:
         help="where MiniLM's word vectors of the two splits are kept between runs",
     )
     parser.add_argument(
-        "--layers", default="3", help="MiniLM layers the tagger runs, one setting each (e.g. 3,6)"
+        "--settings",
+        default=DEFAULT_SETTINGS,
+        help="comma-separated: N (MiniLM's first N layers), N+clusters (and word cluster embeddings); "
+        f"default {DEFAULT_SETTINGS}",
     )
     parser.add_argument("--epochs", type=int, default=DEFAULTS["epochs"])
     parser.add_argument(
@@ -298,14 +330,18 @@ def main(argv: list[str] | None = None) -> int:
 
     params = {**DEFAULTS, "epochs": args.epochs}
     trials: list[dict[str, Any]] = []
-    chosen: tuple[float, dict[str, np.ndarray], dict[str, Any], int, int] | None = None
-    for layers in [int(value) for value in args.layers.split(",")]:
-        score, weights, scores, epoch = train_setting(train, dev, layers, params, trials)
+    chosen: tuple[float, dict[str, np.ndarray], dict[str, Any], int, str] | None = None
+    clusters = WordClusters.read(MODEL_DIR / CLUSTERS_FILE)
+    for setting in [value.strip() for value in args.settings.split(",") if value.strip()]:
+        score, weights, scores, epoch = train_setting(train, dev, setting, clusters, params, trials)
         if chosen is None or score > chosen[0]:
-            chosen = (score, weights, scores, epoch, layers)
+            chosen = (score, weights, scores, epoch, setting)
     assert chosen is not None
-    _, weights, scores, epoch, layers = chosen
+    _, weights, scores, epoch, setting = chosen
+    layers, with_clusters = int(setting.split("+")[0]), setting.endswith("+clusters")
     args.out.mkdir(parents=True, exist_ok=True)
+    if with_clusters and args.out.resolve() != MODEL_DIR.resolve():
+        shutil.copy(MODEL_DIR / CLUSTERS_FILE, args.out / CLUSTERS_FILE)
     np.savez_compressed(
         args.out / f"{CONTEXT_MODEL_NAME}.npz",
         **{name: value.astype(np.float16) for name, value in weights.items()},
@@ -320,6 +356,7 @@ def main(argv: list[str] | None = None) -> int:
             "layers": layers,
             "pooling": "mean of the word's WordPiece pieces; one sentence per pass",
         },
+        "word_clusters": with_clusters,
         "architecture": {
             "input": "softmax-weighted mix of the embedding layer and the first `layers` layers (learned), "
             f"plus surface features {list(SURFACE_FEATURES)}",
@@ -329,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
             "weights_dtype": "float16",
         },
         "hyper_parameters": {**params, "chosen_epoch": epoch, "seed": SEED, "optimizer": "Adam"},
-        "selection": "each setting of --layers and each epoch: best mean of strict and loose span F1 on "
+        "selection": "each setting of --settings and each epoch: best mean of strict and loose span F1 on "
         "SkillSpan dev (kinds together); dev is never trained on",
         "dev_scores": scores,
         "trials": trials,
@@ -339,13 +376,13 @@ def main(argv: list[str] | None = None) -> int:
             "cpu_process_time": round(time.process_time() - cpu, 1),
             "threads": args.threads,
         },
-        "command": COMMAND + (f" --layers {args.layers}" if args.layers != "3" else ""),
+        "command": COMMAND + (f" --settings {args.settings}" if args.settings != DEFAULT_SETTINGS else ""),
         "license": "CC BY 4.0",
         "attribution": ATTRIBUTION,
     }
     (args.out / f"{CONTEXT_MODEL_NAME}.json").write_text(json.dumps(card, indent=2) + "\n", encoding="utf-8")
     size = (args.out / f"{CONTEXT_MODEL_NAME}.npz").stat().st_size
-    print(f"chose layers {layers}, epoch {epoch}, {size} bytes; {card['train_seconds']}")
+    print(f"chose {setting}, epoch {epoch}, {size} bytes; {card['train_seconds']}")
     return 0
 
 

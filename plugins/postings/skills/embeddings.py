@@ -340,6 +340,11 @@ class MiniLMEmbeddings:
         )
 
 
+def single_blas_thread() -> contextlib.AbstractContextManager[object]:
+    """One BLAS thread inside (when threadpoolctl is installed): for the small matrices of tagging."""
+    return _single_blas_thread(True)
+
+
 def _single_blas_thread(wanted: bool) -> contextlib.AbstractContextManager[object]:
     """One BLAS thread for small batches, when threadpoolctl is installed.
 
