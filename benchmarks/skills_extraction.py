@@ -393,6 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in configs:
             subset = documents if name in EXTRACTOR_CONFIGS else documents[: args.llm_limit]
             print(f"{domain} / {name}: {len(subset)} documents", flush=True)
+            cpu_started = time.process_time()
             if name in EXTRACTOR_CONFIGS:
                 fallback = {"fallback_below": args.fallback_below, "fallback_belief": args.fallback_belief}
                 run = run_extractor(extractor_for(name, taggers, matcher, fallback), subset)
@@ -406,6 +407,10 @@ def main(argv: list[str] | None = None) -> int:
                 generate = llm_generate(llm_for(backend), model)
                 run = run_verified(SkillExtractor(tagger, matcher, mode), generate, subset)
                 run.notes["model"] = model
+            if "cpu_seconds_per_document" not in run.notes:  # the LLM's threads are this process's too
+                run.notes["cpu_seconds_per_document"] = round(
+                    (time.process_time() - cpu_started) / max(len(subset), 1), 4
+                )
             domain_results["configs"][name] = summarize(run, subset)
             print(f"  {brief(domain_results['configs'][name])}", flush=True)
             if domain == "skillspan":
@@ -511,7 +516,7 @@ def render_markdown(results: dict[str, Any]) -> str:
             ]
             for name in domain_results["configs"]:
                 for source, by_config in domain_results["per_source"].items():
-                    if name not in by_config:
+                    if name not in by_config or not by_config[name]["documents"]:
                         continue
                     part = by_config[name]
                     cells = [
