@@ -393,6 +393,10 @@ def main(argv: list[str] | None = None) -> int:
         for name in configs:
             subset = documents if name in EXTRACTOR_CONFIGS else documents[: args.llm_limit]
             print(f"{domain} / {name}: {len(subset)} documents", flush=True)
+            if name == "llm":  # loaded before the clock starts
+                llm_for("configured")
+            elif name not in EXTRACTOR_CONFIGS:
+                llm_for(next(VERIFIERS[suffix] for suffix in VERIFIERS if name.endswith(suffix)))
             cpu_started = time.process_time()
             if name in EXTRACTOR_CONFIGS:
                 fallback = {"fallback_below": args.fallback_below, "fallback_belief": args.fallback_belief}
