@@ -110,8 +110,9 @@ def test_taxonomy_candidates_add_labels_the_tagger_missed() -> None:
 
 
 def test_a_mode_without_what_it_needs_is_a_clear_error() -> None:
-    with pytest.raises(ValueError, match="taxonomy"):
-        SkillExtractor(SkillTagger.load(), None, "tagger+taxonomy")
+    for mode in ("tagger+taxonomy", "tagger+fallback"):
+        with pytest.raises(ValueError, match="taxonomy"):
+            SkillExtractor(SkillTagger.load(), None, mode)
     with pytest.raises(ValueError, match="mode"):
         SkillExtractor(SkillTagger.load(), None, "magic")
 

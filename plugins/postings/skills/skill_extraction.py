@@ -104,7 +104,7 @@ class SkillExtractor:
             raise ValueError(f"extraction mode must be one of {', '.join(EXTRACTION_MODES)}, not {mode!r}")
         if "tagger" in mode and tagger is None:
             raise ValueError(f"mode {mode!r} needs the tagger")
-        if "taxonomy" in mode and matcher is None:
+        if ("taxonomy" in mode or "fallback" in mode) and matcher is None:
             raise ValueError(f"mode {mode!r} needs a taxonomy (labels to match)")
         self.tagger, self.matcher, self.mode = tagger, matcher, mode
         self.fallback_belief, self.fallback_below = fallback_belief, fallback_below
