@@ -36,7 +36,7 @@ DEFAULT_TAGGER = "context"
 FALLBACK_BELOW = 3
 # ...kept when one of their tokens is at least this likely inside a mention, by the tagger's own marginals.
 # Chosen on SkillSpan dev with the matches added to every posting (0.1 / 0.2 / 0.3 / 0.5: mean of strict
-# and loose F1 0.644 / 0.650 / 0.655 / 0.658; 0.0, every label as before, 0.501); docs/skill-extraction.md.
+# and loose F1 0.652 / 0.660 / 0.662 / 0.667; 0.0, every label as before, 0.514); docs/skill-extraction.md.
 FALLBACK_BELIEF = 0.5
 
 

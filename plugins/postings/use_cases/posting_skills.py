@@ -10,7 +10,7 @@ A multi-step use case, so the trace shows what each actor contributed:
 
 Which chain ships is a setting (`pipeline_defs/catalog.py`, PIPELINE_SKILLS_STYLE):
 - `tagger` (the default): candidates -> final. On SkillSpan dev (benchmarks/skills_extraction.py,
-  docs/skill-extraction.md) the context tagger's strict span F1 is 0.56 and loose 0.76 (the CRF
+  docs/skill-extraction.md) the context tagger's strict span F1 is 0.57 and loose 0.77 (the CRF
   tagger before it: 0.42 / 0.63), where the embedded 270M model's prompt scored 0.02 / 0.03.
 - `tagger+llm`: candidates -> verify -> final with PIPELINE_SKILLS_VERIFY_MODEL (the default when
   that is set on Ollama). The embedded 270M model as verifier lowered F1 (loose 0.67 -> 0.56 on
