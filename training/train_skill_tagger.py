@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import pycrfsuite
 
-from plugins.postings.skills.mention_grounding import MENTION_KINDS, Mention, tokenize
+from plugins.postings.skills.mention_grounding import MENTION_KINDS, Mention, Token, tokenize
 from plugins.postings.skills.skill_tagger import (
     CLUSTERS_FILE,
     MODEL_DIR,
@@ -134,42 +134,48 @@ def default_data_dir(arg: str | None) -> Path:
     return path
 
 
+def token_labels(document: GoldDocument) -> tuple[list[Token], dict[str, list[str]]]:
+    """The tagger's tokens of a document and their BIO labels per kind.
+
+    A tagger token lies inside one gold token (gold tokens are separated by spaces); it is
+    labelled B when it is the first tagger token of a gold span, I inside one, else O;
+    punctuation at the edge of a span is labelled O.
+    """
+    tokens = tokenize(document.text)
+    gold_index = [document.gold_token_span(token.start, token.end)[0] for token in tokens]  # type: ignore[index]
+    labels: dict[str, list[str]] = {}
+    for kind in MENTION_KINDS:
+        span_of = {}
+        for first, end in document.gold[kind]:
+            for gold_token in range(first, end):
+                span_of[gold_token] = first
+        spans: list[int | None] = [span_of.get(index) for index in gold_index]
+        # Punctuation at a span's edge was glued to a gold word ("Boot;"): not part of the mention.
+        for index in [*range(len(tokens)), *reversed(range(len(tokens)))]:
+            if spans[index] is not None and is_punctuation(tokens[index].text):
+                before = spans[index - 1] if index > 0 else None
+                after = spans[index + 1] if index + 1 < len(tokens) else None
+                if before != spans[index] or after != spans[index]:
+                    spans[index] = None
+        tags, previous_span = [], None
+        for span in spans:
+            tags.append("O" if span is None else "I" if span == previous_span else "B")
+            previous_span = span
+        labels[kind] = tags
+    return tokens, labels
+
+
 def sequences(
     documents: list[GoldDocument],
     window: int,
     matcher: TaxonomyMatcher | None,
     clusters: WordClusters | None = None,
 ) -> list[tuple[list[list[str]], dict[str, list[str]]]]:
-    """(features, BIO labels per kind) of every sentence, over the tagger's own tokens.
-
-    A tagger token lies inside one gold token (gold tokens are separated by spaces); it is
-    labelled B when it is the first tagger token of a gold span, I inside one, else O;
-    punctuation at the edge of a span is labelled O.
-    """
+    """(features, BIO labels per kind) of every sentence, over the tagger's own tokens (`token_labels`)."""
     result = []
     for document in documents:
-        tokens = tokenize(document.text)
+        tokens, labels = token_labels(document)
         tax = taxonomy_tags(document.text, tokens, matcher) if matcher is not None else None
-        gold_index = [document.gold_token_span(token.start, token.end)[0] for token in tokens]  # type: ignore[index]
-        labels: dict[str, list[str]] = {}
-        for kind in MENTION_KINDS:
-            span_of = {}
-            for first, end in document.gold[kind]:
-                for gold_token in range(first, end):
-                    span_of[gold_token] = first
-            spans: list[int | None] = [span_of.get(index) for index in gold_index]
-            # Punctuation at a span's edge was glued to a gold word ("Boot;"): not part of the mention.
-            for index in [*range(len(tokens)), *reversed(range(len(tokens)))]:
-                if spans[index] is not None and is_punctuation(tokens[index].text):
-                    before = spans[index - 1] if index > 0 else None
-                    after = spans[index + 1] if index + 1 < len(tokens) else None
-                    if before != spans[index] or after != spans[index]:
-                        spans[index] = None
-            tags, previous_span = [], None
-            for span in spans:
-                tags.append("O" if span is None else "I" if span == previous_span else "B")
-                previous_span = span
-            labels[kind] = tags
         for first, end in sentences(tokens, document.text):
             features = token_features(
                 tokens[first:end], window, tax[first:end] if tax is not None else None, clusters

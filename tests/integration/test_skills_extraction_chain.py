@@ -94,10 +94,11 @@ def test_a_posting_that_names_no_skill_gets_an_empty_valid_output(
     assert _outputs(sqlite_url) == {"e-1": {"skills": [], "ungrounded": []}}
 
 
-def test_a_posting_the_tagger_finds_nothing_in_gets_the_taxonomy_labels_it_names(
+def test_a_posting_of_soft_skills_gets_them_and_not_the_plain_words_around_them(
     sqlite_url: str, tmp_path: Path, dagster_instance
 ) -> None:
-    care = {  # the demo's Care Assistant posting, where the tagger finds no mention
+    care = {  # the demo's Care Assistant posting: the CRF tagger found nothing here, and the taxonomy
+        # fallback then listed every label in it, "access" (to a car) included
         "key": "c-1",
         "title": "Care Assistant",
         "description": (
@@ -111,7 +112,12 @@ def test_a_posting_the_tagger_finds_nothing_in_gets_the_taxonomy_labels_it_names
     )
     assert result.success
     skills = _outputs(sqlite_url)["c-1"]["skills"]
-    assert {"patient manner", "reliability", "driving licence"} <= {s["mention"] for s in skills}
+    mentions = {s["mention"] for s in skills}
+    # The context tagger finds "kind" and "patient manner" (2 mentions, so the fallback runs); it believes
+    # "reliability" (0.39) and "driving licence" (0.18) too little for the fallback's 0.5: missed, and said
+    # so in docs/skill-extraction.md. "access" (0.09) stays out.
+    assert "patient manner" in mentions
+    assert "access" not in mentions
     for skill in skills:
         assert care[skill["field"]][skill["start"] : skill["end"]] == skill["mention"]
 

@@ -10,11 +10,13 @@ import jsonschema
 import pytest
 
 from plugins.postings.skills import skill_extraction
+from plugins.postings.skills.context_tagger import ContextTagger
 from plugins.postings.skills.mention_grounding import Mention
 from plugins.postings.skills.skill_extraction import (
     SKILL_MENTIONS_SCHEMA,
     SkillExtractor,
     extract_mentions,
+    extract_with_fallback,
     skills_output,
 )
 from plugins.postings.skills.skill_tagger import (
@@ -33,17 +35,26 @@ KNOWN = "Strong knowledge of Java and Spring Boot; experience with Docker and Ku
 
 def test_the_model_loads_once_per_run(monkeypatch: pytest.MonkeyPatch) -> None:
     loads: list[object] = []
-    original_init = SkillTagger.__init__
+    original_init = ContextTagger.__init__
 
-    def counting_init(self: SkillTagger, *args: object, **kwargs: object) -> None:
+    def counting_init(self: ContextTagger, *args: object, **kwargs: object) -> None:
         loads.append(self)
         original_init(self, *args, **kwargs)
 
-    monkeypatch.setattr(SkillTagger, "__init__", counting_init)
+    monkeypatch.setattr(ContextTagger, "__init__", counting_init)
     monkeypatch.setattr(skill_extraction, "_default", None)
     results = [extract_mentions("Backend developer", KNOWN) for _ in range(3)]
+    results += [extract_with_fallback("Backend developer", KNOWN, DEMO_TAXONOMY_PATH) for _ in range(2)]
     assert len(loads) == 1
-    assert results[0] == results[1] == results[2] != []
+    assert results[0] == results[1] == results[2] == results[3] != []
+
+
+def test_the_crf_tagger_stays_selectable() -> None:
+    extractor = SkillExtractor.load(tagger="crf")
+    assert isinstance(extractor.tagger, SkillTagger)
+    assert ("Docker", "knowledge") in {(m.text, m.kind) for m in extractor.extract("", KNOWN)}
+    with pytest.raises(ValueError, match="tagger must be one of"):
+        SkillExtractor.load(tagger="magic")
 
 
 def test_the_tagger_tags_a_known_sentence() -> None:
@@ -99,8 +110,9 @@ def test_taxonomy_candidates_add_labels_the_tagger_missed() -> None:
 
 
 def test_a_mode_without_what_it_needs_is_a_clear_error() -> None:
-    with pytest.raises(ValueError, match="taxonomy"):
-        SkillExtractor(SkillTagger.load(), None, "tagger+taxonomy")
+    for mode in ("tagger+taxonomy", "tagger+fallback"):
+        with pytest.raises(ValueError, match="taxonomy"):
+            SkillExtractor(SkillTagger.load(), None, mode)
     with pytest.raises(ValueError, match="mode"):
         SkillExtractor(SkillTagger.load(), None, "magic")
 

@@ -1,13 +1,20 @@
-"""Skill and knowledge mentions of a posting on a plain CPU: the CRF tagger, the taxonomy a second signal.
+"""Skill and knowledge mentions of a posting on a plain CPU: a tagger, the taxonomy a second signal.
 
     extractor = SkillExtractor.load(taxonomy_labels)   # once per run (reads the model, indexes the labels)
-    mentions = extractor.extract(title, description)    # ~0.3 s a posting (tagger)
+    mentions = extractor.extract(title, description)    # ~0.5 CPU s a long posting (context tagger)
 
 Every mention carries its field ("title" or "description") and character offsets in it.
-Combinations (`mode`), as measured by benchmarks/skills_extraction.py on SkillSpan dev:
-- "tagger": the CRFs alone;
+Two taggers (`TAGGERS`): "context" (the default: MiniLM's contextual word vectors, a BiLSTM head
+and CRF decoding, `context_tagger.py`) and "crf" (the CRF over word features before it,
+`skill_tagger.py`, kept selectable). Combinations (`mode`), as measured by
+benchmarks/skills_extraction.py on SkillSpan dev:
+- "tagger": the tagger alone;
 - "taxonomy": the taxonomy's labels found in the text, alone;
-- "tagger+taxonomy": the tagger's mentions, plus the taxonomy matches that overlap none of them.
+- "tagger+taxonomy": the tagger's mentions, plus the taxonomy matches that overlap none of them;
+- "tagger+fallback": the tagger's mentions; where it finds fewer than `FALLBACK_BELOW` in a posting,
+  also the taxonomy's labels found there that overlap none of them and that the tagger itself
+  believes (a token of the match at least `FALLBACK_BELIEF` likely inside a mention), so
+  that words such as "kind" or "access", ESCO labels that are mostly plain English, stay out.
 `skills_output` turns mentions into the stored posting_skills shape (mention, kind, evidence, offsets).
 """
 
@@ -15,14 +22,45 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from plugins.postings.skills.mention_grounding import Mention, sentence_around
-from plugins.postings.skills.skill_tagger import SkillTagger
+from plugins.postings.skills.skill_tagger import SkillTagger, TokenBelief
 from plugins.postings.skills.taxonomy_matcher import TaxonomyLabel, TaxonomyMatcher
 
-EXTRACTION_MODES = ("tagger", "taxonomy", "tagger+taxonomy")
+EXTRACTION_MODES = ("tagger", "taxonomy", "tagger+taxonomy", "tagger+fallback")
 DEFAULT_MODE = "tagger"
+TAGGERS = ("context", "crf")
+DEFAULT_TAGGER = "context"
+# The fallback: taxonomy labels where the tagger finds fewer than this many mentions in a posting...
+FALLBACK_BELOW = 3
+# ...kept when one of their tokens is at least this likely inside a mention, by the tagger's own marginals.
+# Chosen on SkillSpan dev with the matches added to every posting (0.1 / 0.2 / 0.3 / 0.5: mean of strict
+# and loose F1 0.652 / 0.660 / 0.662 / 0.667; 0.0, every label as before, 0.514); docs/skill-extraction.md.
+FALLBACK_BELIEF = 0.5
+
+
+class Tagger(Protocol):
+    """What the extractor needs of a tagger (`SkillTagger`, `ContextTagger`)."""
+
+    def tag(self, text: str, field: str = "description") -> list[Mention]: ...
+
+    def tag_detailed(
+        self, text: str, field: str = "description"
+    ) -> tuple[list[Mention], list[TokenBelief]]: ...
+
+
+def load_tagger(name: str = DEFAULT_TAGGER, matcher: TaxonomyMatcher | None = None) -> Tagger:
+    """The shipped tagger called `name` ("context" or "crf")."""
+    if name == "context":
+        from plugins.postings.skills.context_tagger import ContextTagger
+
+        return ContextTagger.load()
+    if name == "crf":
+        return SkillTagger.load(matcher)
+    raise ValueError(f"tagger must be one of {', '.join(TAGGERS)}, not {name!r}")
+
+
 # The posting_skills output with offsets: what `skills_output` returns (the stored schema today has
 # mention, kind and evidence only; field, start and end are what the wiring adds).
 SKILL_MENTIONS_SCHEMA: dict[str, Any] = {
@@ -55,30 +93,57 @@ class SkillExtractor:
     """The loaded tagger and taxonomy index; build once per run and call `extract` per posting."""
 
     def __init__(
-        self, tagger: SkillTagger | None, matcher: TaxonomyMatcher | None, mode: str = DEFAULT_MODE
+        self,
+        tagger: Tagger | None,
+        matcher: TaxonomyMatcher | None,
+        mode: str = DEFAULT_MODE,
+        fallback_belief: float = FALLBACK_BELIEF,
+        fallback_below: int = FALLBACK_BELOW,
     ) -> None:
         if mode not in EXTRACTION_MODES:
             raise ValueError(f"extraction mode must be one of {', '.join(EXTRACTION_MODES)}, not {mode!r}")
         if "tagger" in mode and tagger is None:
             raise ValueError(f"mode {mode!r} needs the tagger")
-        if "taxonomy" in mode and matcher is None:
+        if ("taxonomy" in mode or "fallback" in mode) and matcher is None:
             raise ValueError(f"mode {mode!r} needs a taxonomy (labels to match)")
         self.tagger, self.matcher, self.mode = tagger, matcher, mode
+        self.fallback_belief, self.fallback_below = fallback_belief, fallback_below
 
     @classmethod
-    def load(cls, taxonomy_labels: Iterable[TaxonomyLabel] = (), mode: str = DEFAULT_MODE) -> SkillExtractor:
+    def load(
+        cls,
+        taxonomy_labels: Iterable[TaxonomyLabel] = (),
+        mode: str = DEFAULT_MODE,
+        tagger: str = DEFAULT_TAGGER,
+    ) -> SkillExtractor:
         """The shipped tagger, and an index of `taxonomy_labels` when the mode or the model uses them."""
         labels = list(taxonomy_labels)
         matcher = TaxonomyMatcher(labels) if labels else None
-        tagger = SkillTagger.load(matcher) if "tagger" in mode else None
-        return cls(tagger, matcher, mode)
+        return cls(load_tagger(tagger, matcher) if "tagger" in mode else None, matcher, mode)
 
     def extract(self, title: str, description: str) -> list[Mention]:
         """The mentions of the title, then of the description, each in text order."""
-        return [
-            *self._extract_field(title or "", "title"),
-            *self._extract_field(description or "", "description"),
-        ]
+        fields = (("title", title or ""), ("description", description or ""))
+        if self.mode != "tagger+fallback":
+            return [mention for field, text in fields for mention in self._extract_field(text, field)]
+        assert self.tagger is not None and self.matcher is not None
+        tagged = {
+            field: self.tagger.tag_detailed(text, field) if text.strip() else ([], [])
+            for field, text in fields
+        }
+        if sum(len(mentions) for mentions, _ in tagged.values()) >= self.fallback_below:
+            return [mention for mentions, _ in tagged.values() for mention in mentions]
+        result: list[Mention] = []
+        for field, text in fields:
+            mentions, beliefs = tagged[field]
+            extra = [
+                m
+                for m in self.matcher.mentions(text, field=field)
+                if belief(m, beliefs) >= self.fallback_belief
+                and not any(m.start < t.end and t.start < m.end for t in mentions)
+            ]
+            result += sorted(mentions + extra, key=lambda m: (m.start, m.end, m.kind))
+        return result
 
     def _extract_field(self, text: str, field: str) -> list[Mention]:
         if not text.strip():
@@ -92,6 +157,11 @@ class SkillExtractor:
             return matched
         extra = [m for m in matched if not any(m.start < t.end and t.start < m.end for t in tagged)]
         return sorted(tagged + extra, key=lambda m: (m.start, m.end, m.kind))
+
+
+def belief(mention: Mention, beliefs: list[TokenBelief]) -> float:
+    """The highest probability, among the tokens `mention` overlaps, of being inside a tagged mention."""
+    return max((p for start, end, p in beliefs if start < mention.end and mention.start < end), default=0.0)
 
 
 def skills_output(mentions: Iterable[Mention], title: str, description: str) -> dict[str, Any]:
@@ -139,16 +209,30 @@ def extract_mentions(title: str, description: str, extractor: SkillExtractor | N
 _matchers: dict[str, TaxonomyMatcher] = {}
 
 
-def taxonomy_mentions(title: str, description: str, taxonomy_csv: Path | str) -> list[Mention]:
-    """The taxonomy's labels found in the posting (the index is built once per file and process).
-
-    The fallback for a posting where the tagger finds nothing: tagger+taxonomy together score lower on
-    SkillSpan dev (loose F1 0.52 vs 0.61), but a posting that names skills the taxonomy knows ("patient
-    manner", "reliability") should not come out empty."""
+def _matcher(taxonomy_csv: Path | str) -> TaxonomyMatcher:
+    """The index of a taxonomy file's labels, built once per file and process."""
     key = str(taxonomy_csv)
     if key not in _matchers:
         _matchers[key] = TaxonomyMatcher.from_csv(taxonomy_csv)
-    matcher = _matchers[key]
+    return _matchers[key]
+
+
+def extract_with_fallback(title: str, description: str, taxonomy_csv: Path | str | None) -> list[Mention]:
+    """The shipped tagger's mentions (the same loaded tagger as `extract_mentions`), with the fallback
+    ("tagger+fallback") on the labels of `taxonomy_csv` where it finds little; without a taxonomy, the
+    tagger's alone."""
+    global _default
+    if _default is None:
+        _default = SkillExtractor.load()
+    if taxonomy_csv is None:
+        return _default.extract(title, description)
+    extractor = SkillExtractor(_default.tagger, _matcher(taxonomy_csv), "tagger+fallback")
+    return extractor.extract(title, description)
+
+
+def taxonomy_mentions(title: str, description: str, taxonomy_csv: Path | str) -> list[Mention]:
+    """The taxonomy's labels found in the posting, all of them (one index per file and process)."""
+    matcher = _matcher(taxonomy_csv)
     return [
         *matcher.mentions(title or "", field="title"),
         *matcher.mentions(description or "", field="description"),

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +30,8 @@ MODEL_DIR = Path(__file__).resolve().parent / "models"
 MODEL_NAME = "skill_tagger"
 CLUSTERS_FILE = f"{MODEL_NAME}.clusters.tsv"
 _SENTENCE_END_TOKENS = frozenset({".", "!", "?"})
+# (start, end, probability that the token is inside a mention of either kind), per token of a text
+TokenBelief = tuple[int, int, float]
 _SHAPES = [(re.compile(r"[A-Z]"), "X"), (re.compile(r"[a-z]"), "x"), (re.compile(r"[0-9]"), "d")]
 
 
@@ -238,9 +240,15 @@ class SkillTagger:
 
     def tag(self, text: str, field: str = "description") -> list[Mention]:
         """The skill and knowledge mentions the CRFs find in `text`, in order, with their offsets."""
+        return self.tag_detailed(text, field)[0]
+
+    def tag_detailed(self, text: str, field: str = "description") -> tuple[list[Mention], list[TokenBelief]]:
+        """The mentions of `tag`, and for every token how likely it is inside a mention of either kind
+        (1 - the CRF marginal of O, the larger of the two kinds)."""
         tokens = tokenize(text)
         tax_tags = taxonomy_tags(text, tokens, self.matcher) if self.matcher is not None else None
         mentions: list[Mention] = []
+        beliefs: list[TokenBelief] = []
         for first, end in sentences(tokens, text):
             sentence = tokens[first:end]
             features = token_features(
@@ -249,18 +257,38 @@ class SkillTagger:
                 tax_tags[first:end] if tax_tags is not None else None,
                 self.clusters,
             )
+            inside = [0.0] * len(sentence)
             for kind, tagger in self._taggers.items():
                 tags = tagger.tag(features)
-                for span_first, span_end in spans_of_tags(tags):
-                    while span_first < span_end and is_punctuation(sentence[span_first].text):
-                        span_first += 1
-                    while span_end > span_first and is_punctuation(sentence[span_end - 1].text):
-                        span_end -= 1
-                    if span_first == span_end:
-                        continue
-                    score = min(tagger.marginal(tags[i], i) for i in range(span_first, span_end))
-                    start, stop = sentence[span_first].start, sentence[span_end - 1].end
-                    mentions.append(
-                        Mention(text[start:stop], kind, start, stop, "tagger", round(score, 3), field)
-                    )
-        return sorted(mentions, key=lambda m: (m.start, m.end, m.kind))
+                mentions += mentions_of_tags(
+                    text, sentence, tags, lambda i, t=tagger, g=tags: t.marginal(g[i], i), kind, field
+                )
+                labels = set(tagger.labels())
+                for i in range(len(sentence)):
+                    inside[i] = max(inside[i], 1.0 - tagger.marginal("O", i) if "O" in labels else 0.0)
+            beliefs += [(t.start, t.end, p) for t, p in zip(sentence, inside, strict=True)]
+        return sorted(mentions, key=lambda m: (m.start, m.end, m.kind)), beliefs
+
+
+def mentions_of_tags(
+    text: str,
+    sentence: Sequence[Token],
+    tags: Sequence[str],
+    marginal: Callable[[int], float],
+    kind: str,
+    field: str,
+) -> list[Mention]:
+    """The mentions of one sentence's BIO tags of one kind, edge punctuation trimmed; a mention's score is the
+    least marginal of its tags (`marginal(i)`: the probability of token i's tag)."""
+    mentions = []
+    for span_first, span_end in spans_of_tags(tags):
+        while span_first < span_end and is_punctuation(sentence[span_first].text):
+            span_first += 1
+        while span_end > span_first and is_punctuation(sentence[span_end - 1].text):
+            span_end -= 1
+        if span_first == span_end:
+            continue
+        score = min(marginal(i) for i in range(span_first, span_end))
+        start, stop = sentence[span_first].start, sentence[span_end - 1].end
+        mentions.append(Mention(text[start:stop], kind, start, stop, "tagger", round(float(score), 3), field))
+    return mentions

@@ -2,13 +2,16 @@
 
 A multi-step use case, so the trace shows what each actor contributed:
 
-    candidates (script: the CRF tagger trained on SkillSpan, on a plain CPU, ~0.3 s a posting)
+    candidates (script: the context tagger trained on SkillSpan, MiniLM word vectors and a BiLSTM-CRF
+                head in NumPy, on a plain CPU, ~0.5 s of CPU a posting; the taxonomy's labels it
+                believes where it finds little)
       -> verify (LLM, optional: keep or drop the unsure candidates, skill or knowledge, add missed ones)
       -> final (script: the stored output; every mention located on word boundaries, with offsets)
 
 Which chain ships is a setting (`pipeline_defs/catalog.py`, PIPELINE_SKILLS_STYLE):
-- `tagger` (the default): candidates -> final. On SkillSpan dev (benchmarks/skills_extraction.py)
-  strict span F1 0.40 and loose 0.61, where the embedded 270M model's prompt scored 0.02 / 0.03.
+- `tagger` (the default): candidates -> final. On SkillSpan dev (benchmarks/skills_extraction.py,
+  docs/skill-extraction.md) the context tagger's strict span F1 is 0.57 and loose 0.77 (the CRF
+  tagger before it: 0.42 / 0.63), where the embedded 270M model's prompt scored 0.02 / 0.03.
 - `tagger+llm`: candidates -> verify -> final with PIPELINE_SKILLS_VERIFY_MODEL (the default when
   that is set on Ollama). The embedded 270M model as verifier lowered F1 (loose 0.67 -> 0.56 on
   10 dev postings): worth it only with a larger model.
@@ -31,9 +34,8 @@ from plugins.postings.quality.skillspan_gold import SKILLSPAN_GOLD
 from plugins.postings.skills.mention_grounding import MENTION_KINDS, Mention, ground_mentions, sentence_around
 from plugins.postings.skills.skill_extraction import (
     SKILL_MENTIONS_SCHEMA,
-    extract_mentions,
+    extract_with_fallback,
     skills_output,
-    taxonomy_mentions,
 )
 from plugins.postings.store.postings_kind import POSTINGS
 from plugins.postings.use_cases.review_options import ADD_SKILL, REMOVE_SKILL
@@ -75,13 +77,14 @@ def _texts(inputs: Mapping[str, Any]) -> tuple[str, str]:
 
 
 def find_candidates(inputs: Mapping[str, Any], context: StepContext) -> dict[str, Any]:
-    """The tagger's mentions of the posting (the model is loaded once per process), or the taxonomy's
-    labels found in it when the tagger finds none; the unsure ones numbered for a verifier."""
+    """The tagger's mentions of the posting (the model is loaded once per process), with the taxonomy's
+    labels the tagger believes where it finds little (`skill_extraction` "tagger+fallback"); the
+    unsure ones numbered for a verifier."""
     title, description = _texts(inputs)
-    mentions = extract_mentions(title, description)
     taxonomy = getattr(context.resources, "taxonomy", None) if context is not None else None
-    if not mentions and taxonomy is not None:
-        mentions = taxonomy_mentions(title, description, taxonomy.taxonomy_path())
+    mentions = extract_with_fallback(
+        title, description, taxonomy.taxonomy_path() if taxonomy is not None else None
+    )
     texts = {"title": title, "description": description}
     asked = sorted(
         (index for index, mention in enumerate(mentions) if mention.score < VERIFY_BELOW),
@@ -351,9 +354,9 @@ SKILLS_EDITS = (ReviewEdit((ADD_SKILL, REMOVE_SKILL), edit_skills),)
 POSTING_SKILLS = UseCase(
     name="posting_skills",
     subject=POSTINGS,
-    version="2026-11-23.2",
-    resources=("taxonomy",),  # the fallback when the tagger finds nothing
-    description="Skill and knowledge mentions of each posting, at their offsets in its text (CRF tagger).",
+    version="2026-11-27.1",  # the context tagger and its fallback (issue 42)
+    resources=("taxonomy",),  # the fallback where the tagger finds little
+    description="Skill and knowledge mentions of each posting, at their offsets in its text (a tagger).",
     output_schema=SKILLS_SCHEMA,
     steps=Chain(
         steps=(
@@ -383,11 +386,11 @@ def verified_skills(model: str) -> UseCase:
     return UseCase(
         name="posting_skills",
         subject=POSTINGS,
-        version="2026-11-23.2",
-        resources=("taxonomy",),  # the fallback when the tagger finds nothing
+        version="2026-11-27.1",  # the context tagger and its fallback (issue 42)
+        resources=("taxonomy",),  # the fallback where the tagger finds little
         description=(
             "Skill and knowledge mentions of each posting, at their offsets in its text "
-            f"(CRF tagger, unsure ones verified by {model})."
+            f"(context tagger, unsure ones verified by {model})."
         ),
         output_schema=SKILLS_SCHEMA,
         steps=Chain(

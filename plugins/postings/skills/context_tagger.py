@@ -1,0 +1,292 @@
+"""A span tagger that reads MiniLM's contextual word vectors: a small BiLSTM head with CRF decoding.
+
+Each sentence (the same tokens and sentences as the CRF tagger, `skill_tagger.sentences`) is read
+once by the encoder the linker uses (`MiniLMEmbeddings.word_states`, its first `layers` layers);
+each token's vector is a learned mix of those layers' states (mean over the token's WordPiece
+pieces), with a few surface features MiniLM cannot see (it is uncased: capitals, digits,
+punctuation, sentence edges). A projection, a one-layer BiLSTM and a linear layer give emission
+scores for two BIO tag sets (skill, knowledge: SkillSpan annotates them separately, and a span
+can be both); one linear-chain CRF per kind decodes them (Viterbi), and a mention's score is the
+least CRF marginal of its tags, as in the CRF tagger.
+
+Everything here is NumPy: the head's weights (`skill_context_tagger.npz`, float16, about 1 MB)
+and its card (`skill_context_tagger.json`) are written by `training/train_context_tagger.py`,
+which trains them with torch on SkillSpan train and selects them on SkillSpan dev.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from plugins.postings.skills.embeddings import single_blas_thread
+from plugins.postings.skills.mention_grounding import MENTION_KINDS, Mention, Token, tokenize
+from plugins.postings.skills.skill_tagger import (
+    CLUSTERS_FILE,
+    MODEL_DIR,
+    TokenBelief,
+    WordClusters,
+    is_punctuation,
+    mentions_of_tags,
+    sentences,
+)
+
+CONTEXT_MODEL_NAME = "skill_context_tagger"
+TAGS = ("O", "B", "I")
+SURFACE_FEATURES = ("title", "upper", "digit", "punctuation", "first", "last")
+
+
+def surface_features(words: Sequence[str]) -> np.ndarray:
+    """(words, 6) of 0/1: capitalized, all capitals, has a digit, punctuation, first and last word."""
+    features = np.zeros((len(words), len(SURFACE_FEATURES)), np.float32)
+    for index, word in enumerate(words):
+        features[index] = (
+            word[:1].isupper(),
+            word.isupper() and len(word) > 1,
+            any(char.isdigit() for char in word),
+            is_punctuation(word),
+            index == 0,
+            index == len(words) - 1,
+        )
+    return features
+
+
+def cluster_ids(words: Sequence[str], clusters: WordClusters) -> np.ndarray:
+    """(words, 2): each word's coarse and fine cluster id + 1 (`skill_tagger.WordClusters`), 0 for none."""
+    ids = np.zeros((len(words), 2), np.int64)
+    for index, word in enumerate(words):
+        found = clusters.get(word)
+        if found is not None:
+            ids[index] = (found[0] + 1, found[1] + 1)
+    return ids
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * x))
+
+
+class ContextHead:
+    """The trained head over word vectors: layer mix, projection, BiLSTM, emissions, two CRFs.
+
+    `weights` are the arrays the trainer exports (PyTorch's names and LSTM gate order i, f, g, o).
+    """
+
+    def __init__(
+        self, weights: dict[str, np.ndarray], layers: int, clusters: WordClusters | None = None
+    ) -> None:
+        self.w = {name: np.asarray(value, np.float32) for name, value in weights.items()}
+        self.layers = layers
+        self.clusters = clusters
+        if ("cluster.coarse" in self.w) != (clusters is not None):
+            raise ValueError(
+                "the head's weights and the word cluster table go together: give both or neither"
+            )
+        mix = self.w["mix.weights"]
+        if len(mix) != layers + 1:
+            raise ValueError(f"the head mixes {len(mix)} layers' states, the card says {layers} + 1")
+        mix = np.exp(mix - mix.max())
+        self.mix = (mix / mix.sum() * self.w["mix.gamma"][0]).astype(np.float32)
+
+    def emissions(self, states: np.ndarray, words: Sequence[str]) -> np.ndarray:
+        """(2 kinds, words, 3 tags) emission scores of one sentence; `states` is (layers + 1, words, 384)."""
+        return self.emissions_batch([states], [words])[0]
+
+    def emissions_batch(
+        self, states: Sequence[np.ndarray], words: Sequence[Sequence[str]]
+    ) -> list[np.ndarray]:
+        """`emissions` of several sentences at once (the LSTM steps through them side by side)."""
+        w = self.w
+        lengths = [len(sentence) for sentence in words]
+        parts = [
+            np.concatenate([np.tensordot(self.mix, sentence, axes=1) for sentence in states]),
+            np.concatenate([surface_features(sentence) for sentence in words]),
+        ]
+        if self.clusters is not None:
+            ids = np.concatenate([cluster_ids(sentence, self.clusters) for sentence in words])
+            parts += [w["cluster.coarse"][ids[:, 0]], w["cluster.fine"][ids[:, 1]]]
+        x = np.maximum(np.concatenate(parts, axis=1) @ w["proj.weight"].T + w["proj.bias"], 0.0)
+        offsets = np.cumsum([0, *lengths])
+        pieces = [x[offsets[i] : offsets[i + 1]] for i in range(len(lengths))]
+        forward = self._lstm(pieces, "")
+        backward = self._lstm([piece[::-1] for piece in pieces], "_reverse")
+        hidden = np.concatenate(
+            [np.concatenate([f, b[::-1]], axis=1) for f, b in zip(forward, backward, strict=True)]
+        )
+        out = (hidden @ w["out.weight"].T + w["out.bias"]).reshape(-1, len(MENTION_KINDS), len(TAGS))
+        return [out[offsets[i] : offsets[i + 1]].transpose(1, 0, 2) for i in range(len(lengths))]
+
+    def _lstm(self, sequences: list[np.ndarray], suffix: str) -> list[np.ndarray]:
+        """One LSTM direction over sequences side by side (each starts at step 0; a finished one idles)."""
+        w = self.w
+        recurrent = w[f"lstm.weight_hh_l0{suffix}"].T
+        size = recurrent.shape[0]
+        lengths = [len(sequence) for sequence in sequences]
+        steps = max(lengths, default=0)
+        inputs = np.zeros((len(sequences), steps, 4 * size), np.float32)
+        projection = w[f"lstm.weight_ih_l0{suffix}"].T
+        bias = w[f"lstm.bias_ih_l0{suffix}"] + w[f"lstm.bias_hh_l0{suffix}"]
+        for row, sequence in enumerate(sequences):
+            inputs[row, : len(sequence)] = sequence @ projection + bias
+        h = np.zeros((len(sequences), size), np.float32)
+        c = np.zeros((len(sequences), size), np.float32)
+        result = np.empty((len(sequences), steps, size), np.float32)
+        for step in range(steps):
+            gates = inputs[:, step] + h @ recurrent
+            sigmoid = _sigmoid(gates)
+            c = sigmoid[:, size : 2 * size] * c + sigmoid[:, :size] * np.tanh(gates[:, 2 * size : 3 * size])
+            h = sigmoid[:, 3 * size :] * np.tanh(c)
+            result[:, step] = h
+        return [result[row, :length] for row, length in enumerate(lengths)]
+
+    def decode(self, emissions: np.ndarray, kind_index: int) -> tuple[list[str], np.ndarray]:
+        """The best tag sequence of one kind (Viterbi) and each token's marginal of each tag."""
+        tags, marginals = self.decode_batch([emissions], kind_index)
+        return tags[0], marginals[0]
+
+    def decode_batch(
+        self, emissions: Sequence[np.ndarray], kind_index: int
+    ) -> tuple[list[list[str]], list[np.ndarray]]:
+        """`decode` of several sentences at once: Viterbi and forward-backward step through them side by
+        side; past its end a sentence's scores stand still."""
+        transitions = self.w["crf.transitions"][kind_index]
+        start, end = self.w["crf.start"][kind_index], self.w["crf.end"][kind_index]
+        lengths = np.array([e.shape[1] for e in emissions])
+        batch, steps, tags = len(emissions), int(lengths.max()), len(TAGS)
+        scores = np.zeros((batch, steps, tags), np.float32)
+        for row, sentence in enumerate(emissions):
+            scores[row, : lengths[row]] = sentence[kind_index]
+        # Viterbi; a finished sentence keeps its scores and points back to the same tag.
+        best = start + scores[:, 0]
+        back = np.tile(np.arange(tags), (batch, steps, 1))
+        alpha = np.empty((batch, steps, tags), np.float32)
+        alpha[:, 0] = best
+        for step in range(1, steps):
+            live = (step < lengths)[:, None]
+            candidates = best[:, :, None] + transitions
+            back[:, step] = np.where(live, candidates.argmax(axis=1), back[:, step])
+            best = np.where(live, candidates.max(axis=1) + scores[:, step], best)
+            forward = _logsumexp(alpha[:, step - 1, :, None] + transitions, axis=1) + scores[:, step]
+            alpha[:, step] = np.where(live, forward, alpha[:, step - 1])
+        path = np.empty((batch, steps), np.int64)
+        path[:, -1] = (best + end).argmax(axis=1)
+        for step in range(steps - 1, 0, -1):
+            path[:, step - 1] = back[np.arange(batch), step, path[:, step]]
+        # Backward pass: beta is `end` at a sentence's last token (and past it).
+        beta = np.empty((batch, steps, tags), np.float32)
+        beta[:, -1] = end
+        for step in range(steps - 2, -1, -1):
+            backward = _logsumexp(transitions + (scores[:, step + 1] + beta[:, step + 1])[:, None, :], axis=2)
+            beta[:, step] = np.where((step + 1 < lengths)[:, None], backward, end)
+        total = _logsumexp(alpha[:, -1] + end, axis=1)
+        marginals = np.exp(alpha + beta - total[:, None, None])
+        return (
+            [[TAGS[tag] for tag in path[row, :length]] for row, length in enumerate(lengths)],
+            [marginals[row, :length] for row, length in enumerate(lengths)],
+        )
+
+
+def _logsumexp(x: np.ndarray, axis: int) -> np.ndarray:
+    top = x.max(axis=axis, keepdims=True)
+    return (top + np.log(np.exp(x - top).sum(axis=axis, keepdims=True))).squeeze(axis)
+
+
+class ContextTagger:
+    """The trained head and the MiniLM encoder, loaded once; `tag(text)` as `SkillTagger.tag`."""
+
+    def __init__(self, head: ContextHead, encoder: Any, card: dict[str, Any] | None = None) -> None:
+        self.head, self.encoder, self.card = head, encoder, card or {}
+
+    @classmethod
+    def from_dir(cls, model_dir: Path | str = MODEL_DIR, encoder: Any = None) -> ContextTagger:
+        """The model in `model_dir` (card and weights), with `encoder` or else the installed MiniLM."""
+        model_dir = Path(model_dir)
+        card_path = model_dir / f"{CONTEXT_MODEL_NAME}.json"
+        weights_path = model_dir / f"{CONTEXT_MODEL_NAME}.npz"
+        for path in (card_path, weights_path):
+            if not path.is_file():
+                raise FileNotFoundError(
+                    f"no context tagger model at {path}: "
+                    "train one with `python -m training.train_context_tagger`"
+                )
+        card = json.loads(card_path.read_text(encoding="utf-8"))
+        clusters = None
+        if card.get("word_clusters"):
+            clusters = WordClusters.read(model_dir / CLUSTERS_FILE)
+        with np.load(weights_path, allow_pickle=False) as stored:
+            head = ContextHead(dict(stored), int(card["encoder"]["layers"]), clusters)
+        if encoder is None:
+            from plugins.postings.skills.embeddings import MiniLMEmbeddings
+
+            encoder = MiniLMEmbeddings()
+        return cls(head, encoder, card)
+
+    @classmethod
+    def load(cls) -> ContextTagger:
+        """The model shipped in the package, with the installed MiniLM."""
+        return cls.from_dir(MODEL_DIR)
+
+    def tag(self, text: str, field: str = "description") -> list[Mention]:
+        """The skill and knowledge mentions found in `text`, in order, with their offsets."""
+        return self.tag_detailed(text, field)[0]
+
+    def tag_detailed(self, text: str, field: str = "description") -> tuple[list[Mention], list[TokenBelief]]:
+        """The mentions of `tag`, and for every token how likely it is inside a mention of either kind
+        (1 - the CRF marginal of O, the larger of the two kinds): what the fallback reads."""
+        tokens = tokenize(text)
+        ranges = sentences(tokens, text)
+        if not ranges:
+            return [], []
+        words = [[token.text for token in tokens[first:end]] for first, end in ranges]
+        with single_blas_thread():  # small matrices: BLAS threads only wait for each other
+            states = self.encoder.word_states(words, self.head.layers, all_layers=True)
+            found, inside = self._tag_sentences(
+                text, [tokens[first:end] for first, end in ranges], states, field
+            )
+        beliefs = [
+            (token.start, token.end, float(p))
+            for (first, end), sentence_inside in zip(ranges, inside, strict=True)
+            for token, p in zip(tokens[first:end], sentence_inside, strict=True)
+        ]
+        return sorted(found, key=lambda m: (m.start, m.end, m.kind)), beliefs
+
+    def tag_sentence(
+        self, text: str, sentence: Sequence[Token], states: np.ndarray, field: str = "description"
+    ) -> list[Mention]:
+        """The mentions of one sentence, given its word states (layers + 1, words, 384)."""
+        return self._tag_sentences(text, [sentence], [states], field)[0]
+
+    def tag_sentences(
+        self,
+        text: str,
+        sentences_: Sequence[Sequence[Token]],
+        states: Sequence[np.ndarray],
+        field: str = "description",
+    ) -> list[Mention]:
+        """The mentions of several sentences of `text`, given their word states."""
+        return self._tag_sentences(text, sentences_, states, field)[0]
+
+    def _tag_sentences(
+        self, text: str, sentences_: Sequence[Sequence[Token]], states: Sequence[np.ndarray], field: str
+    ) -> tuple[list[Mention], list[np.ndarray]]:
+        emissions = self.head.emissions_batch(states, [[token.text for token in s] for s in sentences_])
+        mentions: list[Mention] = []
+        inside = [np.zeros(len(sentence), np.float32) for sentence in sentences_]
+        for kind_index, kind in enumerate(MENTION_KINDS):
+            all_tags, all_marginals = self.head.decode_batch(emissions, kind_index)
+            for row, (sentence, tags, marginals) in enumerate(
+                zip(sentences_, all_tags, all_marginals, strict=True)
+            ):
+                inside[row] = np.maximum(inside[row], 1.0 - marginals[:, 0])
+                mentions += mentions_of_tags(
+                    text,
+                    sentence,
+                    tags,
+                    lambda i, tags=tags, m=marginals: m[i, TAGS.index(tags[i])],
+                    kind,
+                    field,
+                )
+        return mentions, inside
