@@ -477,11 +477,15 @@ class LinkerModel:
     models: dict[str, Reranker]
     threshold: float
     card: dict[str, Any]
-    concept_prior: dict[str, int] = field(default_factory=dict)  # preferred label -> training count, filled
-    # for the transversal skills it leaves out (train_skill_linker.fill_uncovered_prior)
+    # preferred label -> how often the concept is asked for, counted from sources independent of any
+    # benchmark (training/independent_data.independent_prior; the card names them)
+    concept_prior: dict[str, int] = field(default_factory=dict)
     adapter: QueryAdapter | None = None
     acceptance: AcceptanceModel | None = None
     prior_taxonomy: str = PRIOR_TAXONOMY_URI_PREFIX  # URI prefix of the concepts the prior counts
+    trained_concepts: tuple[str, ...] = ()  # URIs of the concepts that were positives in training
+    prior_parts: dict[str, list[int]] = field(default_factory=dict)  # label -> count per prior source
+    prior_part_names: tuple[str, ...] = ()  # the sources, in `prior_parts` order
 
     def model(self, kind: str) -> Reranker:
         return self.models[kind]
@@ -517,6 +521,11 @@ class LinkerModel:
                 "concept_prior": dict(sorted(self.concept_prior.items())),
                 "adapter": self.adapter.to_dict() if self.adapter is not None else None,
                 "acceptance": self.acceptance.to_dict() if self.acceptance is not None else None,
+                "trained_concepts": list(self.trained_concepts),
+                "concept_prior_parts": {
+                    "sources": list(self.prior_part_names),
+                    "counts": dict(sorted(self.prior_parts.items())),
+                },
             },
             indent=1,
         )
@@ -531,7 +540,18 @@ class LinkerModel:
         prior = {str(label): int(count) for label, count in data.get("concept_prior", {}).items()}
         adapter = QueryAdapter.from_dict(data["adapter"]) if data.get("adapter") else None
         acceptance = AcceptanceModel.from_dict(data["acceptance"]) if data.get("acceptance") else None
-        return cls(models, float(data["threshold"]), dict(data.get("card", {})), prior, adapter, acceptance)
+        parts = data.get("concept_prior_parts") or {}
+        return cls(
+            models,
+            float(data["threshold"]),
+            dict(data.get("card", {})),
+            prior,
+            adapter,
+            acceptance,
+            trained_concepts=tuple(data.get("trained_concepts", ())),
+            prior_parts={str(k): [int(v) for v in counts] for k, counts in parts.get("counts", {}).items()},
+            prior_part_names=tuple(parts.get("sources", ())),
+        )
 
 
 def load_linker_model(path: Path | None = None) -> LinkerModel:
