@@ -247,7 +247,8 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
             }
             seen, how = seen_concepts(resolver.linker)
             if not seen:  # an older model: its prior's keys are the concepts its training data named
-                seen_labels = {label for label, count in resolver.linker.concept_prior.items() if count}
+                as_shipped = load_linker_model(model_path or args.model)  # before --prior-unknown
+                seen_labels = {label for label, count in as_shipped.concept_prior.items() if count}
                 how = "the prior's nonzero keys (an older model records no trained concepts)"
             entry["seen_in_training_from"] = how
         for split in splits:

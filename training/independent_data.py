@@ -9,9 +9,11 @@ train repeats verbatim); their labels are never read here.
 
 Sources of pairs (`Pair.source`):
 - "esco_alt": an ESCO alternative label as the mention, its concept the answer, with that label
-  hidden from the taxonomy while the pair is scored (so the linker must find the concept through
-  its other labels, as for a mention that is no label); context: the concept's first description
-  sentence, or the alternative label set into a SkillSpan train sentence in place of a span.
+  (and every label that is a re-spelling of it: the same content-word stems) hidden from the
+  taxonomy while the pair is scored, so the linker must find the concept through its other labels,
+  as for a mention that is no label; context: the concept's first description sentence, or the
+  alternative label set into a SkillSpan train sentence in place of a span (that sentence is also
+  a sentence-level query).
 - "skillspan": SkillSpan train skill/knowledge spans that are (after `label_core`-like trimming)
   an ESCO preferred or alternative label, in their sentence; each also with the label hidden.
 - "onet": O*NET technology examples ("PostgreSQL", "Microsoft Visio") that are ESCO labels, with
@@ -250,6 +252,7 @@ class Pair:
     source: str
     group: str
     context_source: str = ""  # "description", "ad" (a SkillSpan train sentence) or "" (none)
+    also_hidden: tuple[str, ...] = ()  # more normalized labels hidden with `hidden_label`
 
 
 def esco_alt_pairs(
@@ -261,15 +264,10 @@ def esco_alt_pairs(
 ) -> list[Pair]:
     """`count` concepts (seeded sample), one alternative label each as a hidden-label mention: bare,
     in the description's first sentence as context, and set into a job-ad frame (a SkillSpan train
-    sentence with one of its spans replaced)."""
-    rng = random.Random(seed)
-    usable = [
-        c
-        for c in concepts
-        if any(normalize_label(a) != normalize_label(c.preferred_label) for a in c.alt_labels)
-    ]
+    sentence with one of its spans replaced), that frame also as a sentence-level query."""
+    rng = random.Random(seed + 1)
     pairs = []
-    for concept in rng.sample(usable, min(count, len(usable))):
+    for concept in sample_concepts(concepts, count, seed):
         alts = [
             a for a in concept.alt_labels if normalize_label(a) != normalize_label(concept.preferred_label)
         ]
@@ -285,13 +283,64 @@ def esco_alt_pairs(
             frame, span = rng.choice(ad_frames)
             context = frame.replace(span, alt, 1)
             pairs.append(Pair("mention", alt, context, gold, hidden, "esco_alt", group, "ad"))
+            # the same job-ad sentence as a sentence-level query (the label hidden there too)
+            pairs.append(Pair("sentence", context, None, gold, hidden, "esco_alt", group, "ad"))
+    return pairs
+
+
+def multi_skill_pairs(
+    concepts: list[EscoConcept],
+    sentences: list[SkillSpanSentence],
+    count: int,
+    seed: int,
+    most: int = 4,
+) -> list[Pair]:
+    """Job-ad sentences naming several skills, as sentence-level queries: `count` SkillSpan train
+    sentences with two or more spans, each span (at most `most`) replaced by an alternative label of
+    a sampled concept; gold: those concepts, all their labels hidden (as in `esco_alt_pairs`).
+    Decorte's sentences, like most job-ad sentences, name several skills at once."""
+    rng = random.Random(seed + 2)
+    pool = sample_concepts(concepts, len(concepts), seed)
+    framed = [s for s in sentences if len({span for span in s.spans if span in s.text}) >= 2]
+    pairs = []
+    for sentence in rng.sample(framed, min(count, len(framed))):
+        text, gold, hidden = sentence.text, set(), []
+        for span in list(dict.fromkeys(span for span in sentence.spans if span in sentence.text))[:most]:
+            concept = rng.choice(pool)
+            alts = [
+                a
+                for a in concept.alt_labels
+                if normalize_label(a) != normalize_label(concept.preferred_label)
+            ]
+            alt = rng.choice(alts)
+            if span not in text:
+                continue
+            text = text.replace(span, alt, 1)
+            gold.add(concept.uri)
+            hidden.append(normalize_label(alt))
+        if len(gold) >= 2:
+            pairs.append(
+                Pair(
+                    "sentence",
+                    text,
+                    None,
+                    frozenset(gold),
+                    hidden[0],
+                    "esco_alt",
+                    f"frame:{sentence.posting}",
+                    "ad",
+                    tuple(hidden[1:]),
+                )
+            )
     return pairs
 
 
 def description_pairs(concepts: list[EscoConcept], count: int, seed: int) -> list[Pair]:
-    """`count` concepts' first description sentences as sentence-level queries (gold: the concept)."""
-    rng = random.Random(seed + 1)
-    described = [c for c in concepts if first_sentence(c.description)]
+    """`count` concepts' first description sentences as sentence-level queries (gold: the concept):
+    the concepts `esco_alt_pairs` samples with the same seed, first (their sentences are embedded
+    once for both), then others."""
+    sampled = sample_concepts(concepts, len(concepts), seed)
+    described = [c for c in sampled if first_sentence(c.description)]
     return [
         Pair(
             "sentence",
@@ -302,8 +351,19 @@ def description_pairs(concepts: list[EscoConcept], count: int, seed: int) -> lis
             "esco_description",
             f"esco:{c.uri}",
         )
-        for c in rng.sample(described, min(count, len(described)))
+        for c in described[:count]
     ]
+
+
+def sample_concepts(concepts: list[EscoConcept], count: int, seed: int) -> list[EscoConcept]:
+    """A seeded sample of the concepts with an alternative label other than the preferred one."""
+    usable = [
+        c
+        for c in concepts
+        if any(normalize_label(a) != normalize_label(c.preferred_label) for a in c.alt_labels)
+    ]
+    random.Random(seed).shuffle(usable)  # the first `count` of one seeded order, whatever `count`
+    return usable[:count]
 
 
 def skillspan_pairs(sentences: list[SkillSpanSentence], lookup: dict[str, set[str]]) -> list[Pair]:

@@ -63,6 +63,7 @@ from plugins.postings.skills.concept_reranker import (
 )
 from plugins.postings.skills.embeddings import MiniLMEmbeddings, RememberingEmbeddings
 from plugins.postings.skills.skill_resolver import SkillResolver
+from plugins.postings.skills.word_stems import content_stems
 from plugins.postings.store.taxonomy import load_taxonomy
 from training.independent_data import (
     ESCO_FILE,
@@ -80,6 +81,7 @@ from training.independent_data import (
     independent_prior,
     label_lookup,
     match_label,
+    multi_skill_pairs,
     occupation_counts,
     onet_pairs,
     read_esco,
@@ -93,13 +95,15 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SEED = 17
 ESCO_ALT_CONCEPTS = 4000  # concepts whose alternative label becomes a mention (embedding all takes long)
 DESCRIPTION_CONCEPTS = 3000  # concepts whose description sentence becomes a sentence-level query
+MULTI_SKILL_SENTENCES = 2000  # SkillSpan train sentences whose spans are all replaced by alternative labels
 HELD_OUT_PERCENT = 25  # of the groups (concepts, postings, technologies), for selection and calibration
 L2_GRID = (1e-3, 1e-2, 1e-1)
 MAX_WRONG = 0.10
 THRESHOLD_RULE = (
-    f"lowest confidence with at most {MAX_WRONG:.0%} of held-out mentions wrong (independent data: "
-    "SkillSpan train spans that are labels, weighted by their share of all SkillSpan train spans; "
-    "hidden-label pairs by the rest)"
+    f"lowest confidence with at most {MAX_WRONG:.0%} of held-out mentions in job-ad sentences wrong "
+    "(independent data: SkillSpan train spans that are labels weighted by their share of all SkillSpan "
+    "train spans; the rest half SkillSpan spans with the label hidden, half ESCO alternative labels "
+    "set into SkillSpan sentences, hidden)"
 )
 PRIOR_COLUMN = FEATURES.index("log_prior")
 EXACT_COLUMN, ALT_LABEL_COLUMN = FEATURES.index("exact"), FEATURES.index("alt_label")
@@ -146,16 +150,40 @@ def build_resolver(esco: Path, cache_dir: Path, embeddings: RememberingEmbedding
             dispose(url)
 
 
-def pair_example(resolver: SkillResolver, pair: Pair) -> Example:
+def respellings(resolver: SkillResolver) -> dict[tuple[str, ...], list[int]]:
+    """Label ids by their sorted content-word stems: the labels a hidden label takes with it."""
+    found: dict[tuple[str, ...], list[int]] = {}
+    for normalized, label_id in resolver._label_ids.items():
+        stems = tuple(sorted(set(content_stems(normalized))))
+        if stems:
+            found.setdefault(stems, []).append(label_id)
+    return found
+
+
+def hidden_labels(
+    resolver: SkillResolver, labels: Sequence[str | None], copies: dict[tuple[str, ...], list[int]]
+) -> frozenset[int]:
+    """The label ids to hide for a pair: its labels and every re-spelling of them ("manage music staff"
+    goes with "manage musical staff"), so a hidden-label pair is as hard as a mention that is no label."""
+    hidden: set[int] = set()
+    for label in labels:
+        if label is None or label not in resolver._label_ids:
+            continue
+        stems = tuple(sorted(set(content_stems(label))))
+        hidden |= {resolver._label_ids[label], *copies.get(stems, [])}
+    return frozenset(hidden)
+
+
+def pair_example(
+    resolver: SkillResolver, pair: Pair, copies: dict[tuple[str, ...], list[int]] | None = None
+) -> Example:
     """Features of the pair's candidates (its label hidden, when it says so) and their labels.
 
     A SkillSpan pair's own span is counted in the prior: its gold concepts' prior is taken without it
     (leave one out), or the model would learn that the prior names the answer."""
     texts = [pair.mention] if pair.context is None else [pair.mention, pair.context]
     vectors = resolver._embed_queries(texts)
-    hidden = frozenset()
-    if pair.hidden_label is not None and pair.hidden_label in resolver._label_ids:
-        hidden = frozenset({resolver._label_ids[pair.hidden_label]})
+    hidden = hidden_labels(resolver, [pair.hidden_label, *pair.also_hidden], copies or {})
     signals, concepts, _ = resolver.candidate_signals(
         pair.mention, vectors[0], None if pair.context is None else vectors[1], hidden
     )
@@ -207,6 +235,12 @@ def reciprocal_rank(model: LogisticModel, example: Example) -> float:
     return 1.0 / (1 + int((logits > best_gold).sum()))
 
 
+def like_a_job_ad(pair: Pair | None) -> bool:
+    """Whether a pair's text is job-ad language: not an ESCO description sentence. Sentence models are
+    selected and calibrated on these only (a description names its concept far more plainly)."""
+    return pair is not None and pair.source != "esco_description" and pair.context_source != "description"
+
+
 def held_out_mrr(model: LogisticModel, examples: Sequence[Example]) -> dict[str, float]:
     """MRR per source over held-out examples (a gold concept not among the candidates counts 0)."""
     by_source: dict[str, list[float]] = {}
@@ -229,31 +263,37 @@ def select(
     ]
     tried = []
     best_mention: tuple[float, Variant, dict[str, LogisticModel]] | None = None
-    best_sentence: tuple[float, Variant, LogisticModel] | None = None
+    best_sentence: tuple[float, Variant, LogisticModel, str] | None = None
+    # The sentence model is also fitted without ESCO description sentences (they may teach it less
+    # about job-ad sentences than they add): held-out job-ad sentences decide.
+    undescribed = [e for e in fit["sentence"] if e.pair is None or e.pair.source != "esco_description"]
+    sentence_sets = {"with descriptions": fit["sentence"]}
+    if undescribed and len(undescribed) < len(fit["sentence"]):
+        sentence_sets["without descriptions"] = undescribed
     for variant in grid:
-        models = {kind: fit_model(fit[kind], variant) for kind in QUERY_KINDS}
-        scores = {kind: held_out_mrr(models[kind], held[kind]) for kind in QUERY_KINDS}
-        mention_score = float(
-            np.mean([np.mean(list(scores[k].values())) for k in ("mention", "bare_mention")])
-        )
-        sentence_score = float(np.mean(list(scores["sentence"].values())))
-        tried.append(
-            {
-                **variant.as_dict(),
-                "mention_score": round(mention_score, 4),
-                "sentence_score": round(sentence_score, 4),
-                "held_out_mrr": scores,
-            }
-        )
-        print(f"  {variant}: mention {mention_score:.4f}, sentence {sentence_score:.4f} {scores}", flush=True)
+        models = {kind: fit_model(fit[kind], variant) for kind in ("mention", "bare_mention")}
+        scores = {kind: held_out_mrr(models[kind], held[kind]) for kind in ("mention", "bare_mention")}
+        mention_score = float(np.mean([np.mean(list(score.values())) for score in scores.values()]))
+        sentence_scores = {}
+        for name, examples in sentence_sets.items():
+            sentence = fit_model(examples, variant)
+            sentence_scores[name] = held_out_mrr(sentence, held["sentence"])
+            score = float(np.mean(list(sentence_scores[name].values())))
+            if best_sentence is None or score > best_sentence[0]:
+                best_sentence = (score, variant, sentence, name)
+        tried.append({**variant.as_dict(), "mention_score": round(mention_score, 4), "held_out_mrr": scores})
+        tried.append({**variant.as_dict(), "sentence_held_out_mrr": sentence_scores})
+        print(f"  {variant}: mention {mention_score:.4f} {scores}; sentence {sentence_scores}", flush=True)
         if best_mention is None or mention_score > best_mention[0]:
             best_mention = (mention_score, variant, models)
-        if best_sentence is None or sentence_score > best_sentence[0]:
-            best_sentence = (sentence_score, variant, models["sentence"])
     assert best_mention is not None and best_sentence is not None
     chosen = {
         "mention_models": {**best_mention[1].as_dict(), "held_out_score": round(best_mention[0], 4)},
-        "sentence_model": {**best_sentence[1].as_dict(), "held_out_score": round(best_sentence[0], 4)},
+        "sentence_model": {
+            **best_sentence[1].as_dict(),
+            "fitted_on": best_sentence[3],
+            "held_out_score": round(best_sentence[0], 4),
+        },
     }
     return {**best_mention[2], "sentence": best_sentence[2]}, chosen, tried
 
@@ -301,27 +341,33 @@ def fit_acceptance(
 def threshold_of(
     models: dict[str, LogisticModel], acceptance: AcceptanceModel, examples: list[Example], label_share: float
 ) -> tuple[float, dict[str, Any]]:
-    """The lowest confidence at which at most `MAX_WRONG` of the (weighted) held-out mentions are
-    answered wrongly: mentions that are labels weigh `label_share` together, hidden-label ones the rest.
-    Only SkillSpan pairs (real job-ad mentions) and ESCO alternative labels set into job-ad sentences."""
+    """The lowest confidence at which at most `MAX_WRONG` of the (weighted) held-out mentions in a
+    job-ad sentence are answered wrongly. SkillSpan spans that are labels, as written, weigh
+    `label_share` together (the share of SkillSpan train spans that are labels); mentions that are
+    no label weigh the rest, half SkillSpan spans with their label hidden (real mentions), half ESCO
+    alternative labels set into job-ad sentences (many concepts)."""
     answers = []
     for example in examples:
         pair = example.pair
         assert pair is not None
-        if pair.kind != "mention" or not len(example.labels):
+        if pair.kind != "mention" or not len(example.labels) or pair.context_source != "ad":
             continue
-        if pair.context_source == "description":
-            continue  # not a job-ad sentence
         probabilities, tiers, right = ranking_of(models[pair.kind], example)
         confidence = acceptance.confidence(probabilities, tiers)
-        answers.append((confidence, right, pair.hidden_label is None))
-    visible = sum(1 for a in answers if a[2])
-    hidden = len(answers) - visible
-    weight = {True: label_share / max(visible, 1), False: (1 - label_share) / max(hidden, 1)}
+        group = "label" if pair.hidden_label is None else f"hidden {pair.source}"
+        answers.append((confidence, right, group))
+    sizes = Counter(group for _, _, group in answers)
+    share = {
+        "label": label_share,
+        "hidden skillspan": (1 - label_share) / 2,
+        "hidden esco_alt": (1 - label_share) / 2,
+    }
+    weight = {group: share.get(group, 0.0) / count for group, count in sizes.items()}
+    total = sum(weight[g] * n for g, n in sizes.items()) or 1.0
 
     def shares(threshold: float) -> dict[str, float]:
-        right = sum(weight[v] for c, r, v in answers if c >= threshold and r)
-        wrong = sum(weight[v] for c, r, v in answers if c >= threshold and not r)
+        right = sum(weight[g] for c, r, g in answers if c >= threshold and r) / total
+        wrong = sum(weight[g] for c, r, g in answers if c >= threshold and not r) / total
         return {
             "threshold": round(threshold, 4),
             "right": round(right, 4),
@@ -334,7 +380,7 @@ def threshold_of(
         if shares(threshold)["wrong"] <= MAX_WRONG:
             chosen = threshold
             break
-    return chosen, {**shares(chosen), "mentions": len(answers), "labels": visible, "hidden_labels": hidden}
+    return chosen, {**shares(chosen), "mentions": dict(sorted(sizes.items()))}
 
 
 @dataclass
@@ -366,6 +412,7 @@ def prepare(args: argparse.Namespace) -> tuple[SkillResolver, Data]:
         + skillspan_pairs(skillspan, lookup)
         + onet_pairs(onet, lookup)
         + description_pairs(concepts, DESCRIPTION_CONCEPTS, SEED)
+        + multi_skill_pairs(concepts, skillspan, MULTI_SKILL_SENTENCES, SEED)
     )
     resolver.linker = LinkerModel({}, 0.0, {}, prior.total)  # candidate signals read the prior from it
     texts = list(dict.fromkeys(t for p in pairs for t in (p.mention, p.context) if t))
@@ -375,7 +422,8 @@ def prepare(args: argparse.Namespace) -> tuple[SkillResolver, Data]:
     embeddings.save()
     print(f"  embedded in {time.perf_counter() - started:.0f} s", flush=True)
     started = time.perf_counter()
-    examples = [pair_example(resolver, pair) for pair in pairs]
+    copies = respellings(resolver)
+    examples = [pair_example(resolver, pair, copies) for pair in pairs]
     print(f"  features in {time.perf_counter() - started:.0f} s", flush=True)
     facts = {
         "skillspan_train_sentences": len(skillspan),
@@ -404,8 +452,14 @@ def train_variant(
     calibration = [e for e in held if e.pair is not None and held_out_part(e.pair.group) == "calibration"]
     threshold_part = [e for e in held if e.pair is not None and held_out_part(e.pair.group) == "threshold"]
     print(f"{name}: {len(fit)} fitting queries ({', '.join(sources)}), prior {use_prior}", flush=True)
-    chosen_models, chosen, tried = select(by_kind(fit), by_kind(held), use_prior)
-    calibrated = by_kind(calibration)
+    fitting = by_kind(fit)
+    for kind in QUERY_KINDS:  # a source alone may teach no query of a kind (O*NET: bare mentions only)
+        if not fitting[kind]:
+            fitting[kind] = fitting["bare_mention"] or fitting["mention"]
+    chosen_models, chosen, tried = select(
+        fitting, by_kind([e for e in held if like_a_job_ad(e.pair)]), use_prior
+    )
+    calibrated = by_kind([e for e in calibration if like_a_job_ad(e.pair)])
     models = {kind: with_platt(chosen_models[kind], calibrated[kind]) for kind in QUERY_KINDS}
     acceptance, acceptance_card = fit_acceptance(models, calibrated)
     threshold, at_threshold = threshold_of(models, acceptance, threshold_part, data.label_share)

@@ -21,6 +21,7 @@ from training.independent_data import (
     independent_prior,
     label_lookup,
     match_label,
+    multi_skill_pairs,
     occupation_counts,
     onet_pairs,
     read_onet_examples,
@@ -30,7 +31,9 @@ from training.independent_data import (
 
 ESCO = "http://data.europa.eu/esco/skill/"
 CONCEPTS = [
-    EscoConcept(ESCO + "py", "Python (computer programming)", ("Python",), "Techniques of programming.", "k", ""),
+    EscoConcept(
+        ESCO + "py", "Python (computer programming)", ("Python",), "Techniques of programming.", "k", ""
+    ),
     EscoConcept(ESCO + "sql", "SQL", ("structured query language",), "A query language.", "knowledge", ""),
     EscoConcept(ESCO + "team", "work in teams", ("teamwork", "team working"), "Work with others.", "s", ""),
     EscoConcept(ESCO + "stone", "carve stone", ("sculpt stone",), "Carve stone. Shape it.", "s", ""),
@@ -42,14 +45,14 @@ def skillspan_file(tmp_path: Path) -> Path:
         {
             "idx": 1,
             "source": "tech",
-            "tokens": "Knowledge of Python and teamwork".split(),
+            "tokens": ["Knowledge", "of", "Python", "and", "teamwork"],
             "tags_skill": ["O", "O", "O", "O", "B"],
             "tags_knowledge": ["B", "I", "I", "O", "O"],
         },
         {  # the text of a benchmark sentence: dropped
             "idx": 2,
             "source": "tech",
-            "tokens": "financial services".split(),
+            "tokens": ["financial", "services"],
             "tags_skill": ["O", "O"],
             "tags_knowledge": ["B", "I"],
         },
@@ -86,7 +89,9 @@ def test_the_prior_counts_occupations_onet_and_skillspan_train_never_a_benchmark
     assert prior.parts["skillspan"] == {"Python (computer programming)": 1, "work in teams": 1}
     assert prior.total == {"Python (computer programming)": 5, "work in teams": 2}
     assert "carve stone" not in prior.total  # no source names it
-    assert not any("skillskape" in text.lower() or "decorte" in text.lower() for text in prior.sources.values())
+    assert not any(
+        "skillskape" in text.lower() or "decorte" in text.lower() for text in prior.sources.values()
+    )
 
 
 def test_spans_that_are_labels_become_pairs_as_written_and_with_the_label_hidden(tmp_path: Path) -> None:
@@ -117,14 +122,29 @@ def test_an_alternative_label_is_a_mention_with_itself_hidden_never_the_preferre
     assert set(by_concept) == {ESCO + "py", ESCO + "sql", ESCO + "team", ESCO + "stone"}
     for concept in CONCEPTS:
         kinds = {(p.kind, p.context_source) for p in by_concept[concept.uri]}
-        assert kinds == {("bare_mention", ""), ("mention", "description"), ("mention", "ad")}
+        assert kinds == {
+            ("bare_mention", ""),
+            ("mention", "description"),
+            ("mention", "ad"),
+            ("sentence", "ad"),
+        }
         for pair in by_concept[concept.uri]:
-            assert pair.mention in concept.alt_labels and pair.hidden_label == normalize_label(pair.mention)
-            assert pair.hidden_label != normalize_label(concept.preferred_label)
-    [ad] = [p for p in by_concept[ESCO + "sql"] if p.context_source == "ad"]
-    assert ad.context == "You know structured query language well"
+            alt = pair.mention if pair.kind != "sentence" else pair.hidden_label
+            assert alt in concept.alt_labels or alt in map(normalize_label, concept.alt_labels)
+            assert pair.hidden_label == normalize_label(alt) != normalize_label(concept.preferred_label)
+    [ad, ad_sentence] = [p for p in by_concept[ESCO + "sql"] if p.context_source == "ad"]
+    assert ad.context == ad_sentence.mention == "You know structured query language well"
     [described] = [p for p in by_concept[ESCO + "stone"] if p.context_source == "description"]
     assert described.context == "Carve stone."  # the first sentence
+
+
+def test_a_job_ad_sentence_gets_several_skills_set_in_with_their_labels_hidden(tmp_path: Path) -> None:
+    sentences, _ = read_skillspan_train(skillspan_file(tmp_path))
+    [pair] = multi_skill_pairs(CONCEPTS, sentences, 5, seed=3)
+    assert pair.kind == "sentence" and pair.source == "esco_alt" and len(pair.gold) == 2
+    assert "Knowledge of Python" not in pair.mention and pair.mention.startswith("structured query language")
+    hidden = {pair.hidden_label, *pair.also_hidden}
+    assert len(hidden) == 2 and all(label in normalize_label(pair.mention) for label in hidden)
 
 
 def test_benchmark_sentences_are_read_as_text_only(tmp_path: Path) -> None:

@@ -580,7 +580,7 @@ class SkillResolver:
         return self._index
 
     def _concept_prior(self) -> np.ndarray:
-        """The linker's training count of each concept (0 without a linker), matched by preferred label
+        """The linker's prior count of each concept (0 without a linker), matched by preferred label
         (`LinkerModel.prior_count`)."""
         key = id(self.linker)
         if self._prior_for != key:
