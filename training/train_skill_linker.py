@@ -29,7 +29,7 @@ trainer reads neither SkillSkape nor any Decorte label:
   the hidden-label pairs (mentions that are no label) by the rest.
 
 `--ablation DIR` writes, besides the shipped model, one model per variant of the data into DIR
-(without each source, each source alone, no prior), selected the same way, for
+(without each source, no prior), selected the same way, for
 `benchmarks.linking_quality --ablation DIR`.
 """
 
@@ -563,9 +563,6 @@ def ablation_variants(sources: Sequence[str]) -> list[tuple[str, list[str], bool
     variants = [("no_prior", list(sources), False)]
     for source in sources:
         variants.append((f"without_{source}", [s for s in sources if s != source], True))
-    for source in sources:
-        if source != "esco_description":  # alone it teaches no mention model
-            variants.append((f"only_{source}", [source, "esco_description"], True))
     return variants
 
 

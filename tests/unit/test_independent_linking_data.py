@@ -190,6 +190,10 @@ def test_a_hidden_label_is_absent_from_the_candidates_signals() -> None:
     position = int(np.flatnonzero(concepts == team)[0])  # still found, through its other labels
     assert tiers[position] == 0 and signals.cos_mention[position] < 0.99 and signals.fuzzy[position] < 1.0
     assert signals.cos_concept[position] < 0.99  # its meaning without the hidden label
+    preferred = frozenset({resolver._label_ids["work in teams"], resolver._label_ids["teamwork"]})
+    signals, concepts, _ = resolver.candidate_signals("teamwork", query, None, preferred)
+    position = int(np.flatnonzero(concepts == team)[0])  # its preferred label hidden too: not read
+    assert signals.cos_preferred[position] == signals.cos_mention[position] < 0.99
 
 
 def test_the_shipped_linker_names_its_sources_and_none_is_benchmark_derived() -> None:

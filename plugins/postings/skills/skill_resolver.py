@@ -418,8 +418,9 @@ class SkillResolver:
         context, the context signals repeat the query's (the models are trained that way).
 
         hidden_labels: label ids treated as absent from the taxonomy (training only: an ESCO
-        alternative label used as a mention must not find itself; see training/train_skill_linker).
-        A concept's preferred label is never hidden by the trainer, so `cos_preferred` stays fair.
+        alternative label used as a mention must not find itself, nor its re-spellings; see
+        training/train_skill_linker). A concept whose preferred label is hidden gets, as
+        `cos_preferred`, its best remaining label's cosine.
         """
         index = self.label_index()
         queries = np.stack([query] if context is None else [query, context])
@@ -489,9 +490,14 @@ class SkillResolver:
         centroids = self._concept_vectors[concepts]
         for position, centroid in centroids_of_hidden.items():
             centroids[position] = centroid
+        preferred = self._preferred_label_of[concepts]
+        cos_preferred = vectors[preferred] @ query
+        if hidden_labels:
+            gone = np.isin(preferred, np.fromiter(hidden_labels, np.int64))
+            cos_preferred = np.where(gone, cos_mention, cos_preferred)
         signals = CandidateSignals(
             cos_mention=cos_mention,
-            cos_preferred=vectors[self._preferred_label_of[concepts]] @ query,
+            cos_preferred=cos_preferred,
             cos_context=cos_context,
             cos_concept=centroids @ query,
             cos_concept_context=centroids @ (query if context is None else context),
