@@ -11,22 +11,22 @@ test and dev splits, and its variants and threshold were chosen on the Decorte v
 trainer reads neither SkillSkape nor any Decorte label:
 
 - **Positives** (`training/independent_data.py`): ESCO alternative labels as mentions, each scored
-  with that label hidden from the taxonomy, in the concept's description sentence or set into a
-  SkillSpan train sentence; SkillSpan **train** spans that are an ESCO label, in their sentence,
-  as written and with the label hidden; O*NET technology examples that are an ESCO label; ESCO
-  description sentences as sentence-level queries. SkillSpan train sentences that are the text of
-  a Decorte validation sentence are dropped (their text only is read, for that).
+  with that label and its re-spellings hidden from the taxonomy, bare, in the concept's description
+  sentence or set into a SkillSpan train sentence (that sentence also a sentence-level query; 970
+  more sentences get 2-4 such labels); SkillSpan **train** spans that are an ESCO label, in their
+  sentence, as written and with the label hidden; O*NET technology examples that are an ESCO label;
+  ESCO description sentences as sentence-level queries. SkillSpan train sentences that are the text
+  of a Decorte validation sentence are dropped (their text only is read, for that).
 - **Prior** (`log_prior`): occupations that list the concept in ESCO (essential + optional),
   O*NET occupations that list a technology that is one of its labels, SkillSpan train spans that
   are one of its labels. `--prior none`: no prior at all.
 - **Selection**: a quarter of the pairs (whole concepts, postings, technologies: `group`) is held
   out. The rerankers are fitted on the rest for every point of the grid (L2 penalty, prior on or
-  off, word features on or off); the mention models and the sentence model are chosen by held-out
-  MRR (mean over the sources, so no source outweighs the others). Platt scaling and the acceptance
-  model are fitted on one half of the held-out pairs, the "unmatched" threshold is set on the
-  other half: the lowest confidence at which at most 10 % of mentions are answered wrongly, the
-  spans of SkillSpan that are labels weighted by their share of all SkillSpan train spans and
-  the hidden-label pairs (mentions that are no label) by the rest.
+  off, word features on or off; for the sentence model also with or without ESCO descriptions);
+  the mention models are chosen by held-out MRR (mean over the sources, so no source outweighs the
+  others), the sentence model by held-out MRR on job-ad sentences. Platt scaling and the acceptance
+  model are fitted on one half of the held-out pairs (job-ad ones), the "unmatched" threshold is set
+  on the other half (`THRESHOLD_RULE`).
 
 `--ablation DIR` writes, besides the shipped model, one model per variant of the data into DIR
 (without each source, no prior), selected the same way, for
