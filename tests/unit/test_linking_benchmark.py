@@ -80,3 +80,28 @@ def test_the_threshold_is_the_lowest_with_at_most_a_tenth_wrong() -> None:
     assert [point["threshold"] for point in curve][:3] == [0.0, 0.1, 0.2]
     assert curve[0]["unmatched"] == 0.0 and curve[-1]["unmatched"] == 1.0
     assert all(p["right"] + p["wrong"] + p["unmatched"] == pytest.approx(1.0) for p in curve)
+
+
+def test_the_report_says_which_linker_saw_the_benchmark_and_what_training_saw(tmp_path: Path) -> None:
+    from benchmarks.linking_quality import RULE_BASED_EXPOSURE, exposure, seen_shares
+    from plugins.postings.skills.concept_reranker import LinkerModel
+    from plugins.postings.skills.skill_resolver import SkillResolver, TaxonomyLabelEntry
+
+    old = LinkerModel({}, 0.2, {"training_data": {"train": "SkillSkape train.csv"}})
+    new = LinkerModel({}, 0.6, {"benchmark_exposure": {"decorte_labels": False, "skillskape": False}})
+    assert exposure("linker", old).startswith("yes")
+    assert exposure("linker", new).startswith("no")
+    assert exposure("fuzzy", None) == RULE_BASED_EXPOSURE
+    path = tmp_path / "tech.csv"
+    path.write_text(DECORTE, encoding="utf-8")
+    split = read_decorte(path, "tech")
+    concepts = {"u:js": "JavaScript", "u:java": "Java (computer programming)", "u:team": "work in teams"}
+    concepts["u:comm"] = "communication"
+    entries = [TaxonomyLabelEntry(uri, label, label.lower(), True) for uri, label in concepts.items()]
+    resolver = SkillResolver(entries, concepts)
+    shares = seen_shares(resolver, split, {"u:js", "u:team"}, set())
+    # spans: javascript, java, team player, communication skills, collaboration skills -> 3 of 5 seen
+    assert shares["spans_all_seen"] == 0.6 and shares["spans_any_seen"] == 0.6
+    # sentences: {JavaScript, Java} and {work in teams, communication}: all seen in none, any in both
+    assert shares["sentences_all_seen"] == 0.0 and shares["sentences_any_seen"] == 1.0
+    assert seen_shares(resolver, split, set(), {"JavaScript"})["spans_any_seen"] == 0.2  # by label

@@ -38,13 +38,7 @@ from plugins.postings.skills.word_stems import content_stems
 from plugins.postings.store.taxonomy import DEMO_TAXONOMY_PATH, normalize_label, read_taxonomy_csv
 from plugins.postings.taxonomy_resource import TaxonomyResource
 from plugins.postings.use_cases.skill_entities import entities_display
-from training.train_skill_linker import (
-    AdapterExample,
-    Example,
-    _adapter_step,
-    fill_uncovered_prior,
-    fit_acceptance,
-)
+from training.train_skill_linker import Example, fit_acceptance
 
 needs_minilm = pytest.mark.skipif(
     importlib.util.find_spec(MINILM_PACKAGE) is None,
@@ -185,21 +179,6 @@ def test_a_taxonomy_the_prior_does_not_know_still_gets_confident_answers() -> No
     assert (part.concept_label, part.stage) == ("prepare tax returns", "learned")
 
 
-def test_the_prior_fills_in_transversal_skills_the_training_data_does_not_name() -> None:
-    counts = {"Python (computer programming)": 40, "SQL": 10, "work in teams": 3, "lead a team": 90}
-    levels = {
-        "work in teams": "transversal",
-        "meet commitments": "transversal",
-        "show determination": "transversal",
-        "lead a team": "cross-sector",
-        "carve stone": "occupation-specific",
-    }
-    filled, card = fill_uncovered_prior(counts, levels)
-    median = 25  # of 3, 10, 40, 90
-    assert filled == {**counts, "meet commitments": median, "show determination": median}
-    assert (card["concepts"], card["count"]) == (2, median)
-
-
 def test_the_shipped_model_is_read_once_and_carries_its_card(monkeypatch: pytest.MonkeyPatch) -> None:
     concept_reranker._load_linker_model.cache_clear()
     reads = []
@@ -216,10 +195,11 @@ def test_the_shipped_model_is_read_once_and_carries_its_card(monkeypatch: pytest
     assert first is not None and resource.linker(NamedLikeMiniLM()) is first is load_linker_model()
     assert len(reads) == 1
     card = first.card
-    assert "MIT" in card["training_data"]["train"] and "European Union" in card["training_data"]["taxonomy"]
+    assert "CC BY 4.0" in card["training_data"]["licenses"]["skillspan"]
+    assert "European Union" in card["training_data"]["taxonomy"]
     assert 0.0 < first.threshold < 1.0
-    assert {"tech", "house"} <= set(card["validation_scores"])
-    assert DEFAULT_MODEL_PATH.stat().st_size < 1_000_000  # a small artefact
+    assert card["threshold_at_selection"]["threshold"] == pytest.approx(first.threshold, abs=1e-4)
+    assert DEFAULT_MODEL_PATH.stat().st_size < 10_000_000  # a small artefact
 
     class OtherModel:
         name, model = "ollama", "nomic-embed-text"
@@ -368,19 +348,11 @@ def test_word_stems_tie_the_forms_of_a_word_together() -> None:
     assert content_stems("the and of") == ()
 
 
-def test_the_query_adapter_round_trips_and_its_gradient_is_right(tmp_path: Path) -> None:
+def test_a_query_adapter_of_an_older_model_round_trips() -> None:
     rng = np.random.default_rng(0)
-    labels = rng.normal(size=(30, 12))
-    labels /= np.linalg.norm(labels, axis=1, keepdims=True)
-    query = labels[4] + 0.5 * rng.normal(size=12)
+    query = rng.normal(size=12)
     query /= np.linalg.norm(query)
-    example = AdapterExample(query, np.arange(30), np.repeat(np.arange(10), 3), (np.arange(10) == 1) * 1.0)
     adapter = QueryAdapter(rng.normal(0, 0.3, (12, 3)), rng.normal(0, 0.3, (12, 3)))
-    loss, grad_up, _ = _adapter_step(adapter, example, labels)
-    bumped = adapter.up.copy()
-    bumped[2, 1] += 1e-6
-    numeric = (_adapter_step(QueryAdapter(bumped, adapter.down), example, labels)[0] - loss) / 1e-6
-    assert numeric == pytest.approx(grad_up[2, 1], abs=1e-4)
     adapted = adapter.apply(query[None, :])
     assert np.linalg.norm(adapted) == pytest.approx(1.0, abs=1e-5)
     model = LinkerModel(load_linker_model().models, 0.5, {}, {}, QueryAdapter.from_dict(adapter.to_dict()))

@@ -14,10 +14,11 @@ as skill_entities sends today) and "sentence" (the sentence is the query). A mod
 `RankerModel` (one hidden layer, trained listwise; the trainer's `--models ranker`), read from the
 same JSON by its "type".
 
-Trained by `python -m training.train_skill_linker` on SkillSkape train only; the weights
-and their card (data, licence, hyper-parameters, validation scores) ship as
-`plugins/postings/skills/models/skill_linker.json`. NumPy only: twenty weights and a rank-32 adapter need no
-framework.
+Trained by `python -m training.train_skill_linker` on data that knows no benchmark answers
+(ESCO's own labels and descriptions, SkillSpan train spans that are ESCO labels, O*NET technology
+examples; issue 43, docs/skill-linking.md); the weights and their card (every source of a positive
+and of a prior count, licences, hyper-parameters, the held-out selection) ship as
+`plugins/postings/skills/models/skill_linker.json`. NumPy only: twenty weights need no framework.
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ FEATURES = (
     "alt_label",  # the mention is one of its alternative labels
     "log_rank_mention",  # log(1 + rank) among the candidates, by cos_mention
     "log_rank_context",  # log(1 + rank) by cos_context
-    "log_prior",  # log(1 + how often SkillSkape train names the concept; its median for the
-    # transversal skills it leaves out: train_skill_linker.fill_uncovered_prior)
+    "log_prior",  # log(1 + how often the concept is asked for: ESCO occupations that list it, O*NET
+    # occupations and SkillSpan train spans that name one of its labels; `LinkerModel.concept_prior`)
     "stem_jaccard",  # best Jaccard overlap of the mention's content-word stems with a label's
     "stem_cover",  # best share of the mention's content-word stems found in one label
     "head_match",  # the mention's last content word (stemmed) is in one of the labels
@@ -66,7 +67,7 @@ ACCEPTANCE_FEATURES = (
 )
 ACCEPTANCE_DEPTH = 10
 DEFAULT_MODEL_PATH = Path(__file__).with_name("models") / "skill_linker.json"
-# The taxonomy whose concepts `LinkerModel.concept_prior` counts (SkillSkape's labels are ESCO's).
+# The taxonomy whose concepts `LinkerModel.concept_prior` counts (ESCO's).
 PRIOR_TAXONOMY_URI_PREFIX = "http://data.europa.eu/esco/"
 
 
@@ -81,7 +82,7 @@ class CandidateSignals:
     cos_concept_context: np.ndarray
     fuzzy: np.ndarray
     tier: np.ndarray  # 2: exact preferred label, 1: alternative label, 0: neither
-    prior: np.ndarray  # training-set frequency of the concept (see `LinkerModel.concept_prior`)
+    prior: np.ndarray  # how often the concept is asked for (see `LinkerModel.concept_prior`)
     stem_jaccard: np.ndarray
     stem_cover: np.ndarray
     head_match: np.ndarray
@@ -299,8 +300,8 @@ class AcceptanceModel:
 
     A reranker scores each candidate on its own; whether to answer at all also depends on the others
     (a runner-up almost as likely makes the best one doubtful). A logistic model over
-    `ACCEPTANCE_FEATURES`, trained on SkillSkape dev pseudo-mentions (`train_skill_linker`): its
-    output is the `confidence` of a resolved mention and what the "unmatched" threshold is set on.
+    `ACCEPTANCE_FEATURES`, trained on held-out training pairs (`train_skill_linker`): its output is
+    the `confidence` of a resolved mention and what the "unmatched" threshold is set on.
     """
 
     scorer: LogisticModel
@@ -446,9 +447,9 @@ def fit_ranker(
 class QueryAdapter:
     """A linear map of mention vectors towards the labels they name: q -> unit(q + U (V^T q)).
 
-    Low rank (U, V: dimension x rank) over the frozen encoder, trained contrastively on
-    SkillSkape train mentions (`train_skill_linker.train_adapter`); label vectors stay as they are,
-    so the label index serves both. The identity when absent.
+    Low rank (U, V: dimension x rank) over the frozen encoder; read from older model files (the
+    current trainer trains none); label vectors stay as they are, so the label index serves both.
+    The identity when absent.
     """
 
     up: np.ndarray  # U
@@ -470,26 +471,30 @@ class QueryAdapter:
 @dataclass(frozen=True)
 class LinkerModel:
     """The three reranking models, the confidence below which resolve() answers "unmatched", the card,
-    how often each concept (by preferred label) is a skill in the training sentences (a prior), and
-    the acceptance model that turns a ranking into that confidence (without one: the best
-    candidate's probability)."""
+    how often each concept (by preferred label) is asked for (a prior, from sources independent of
+    any benchmark), and the acceptance model that turns a ranking into that confidence (without one:
+    the best candidate's probability)."""
 
     models: dict[str, Reranker]
     threshold: float
     card: dict[str, Any]
-    concept_prior: dict[str, int] = field(default_factory=dict)  # preferred label -> training count, filled
-    # for the transversal skills it leaves out (train_skill_linker.fill_uncovered_prior)
+    # preferred label -> how often the concept is asked for, counted from sources independent of any
+    # benchmark (training/independent_data.independent_prior; the card names them)
+    concept_prior: dict[str, int] = field(default_factory=dict)
     adapter: QueryAdapter | None = None
     acceptance: AcceptanceModel | None = None
     prior_taxonomy: str = PRIOR_TAXONOMY_URI_PREFIX  # URI prefix of the concepts the prior counts
+    trained_concepts: tuple[str, ...] = ()  # URIs of the concepts that were positives in training
+    prior_parts: dict[str, list[int]] = field(default_factory=dict)  # label -> count per prior source
+    prior_part_names: tuple[str, ...] = ()  # the sources, in `prior_parts` order
 
     def model(self, kind: str) -> Reranker:
         return self.models[kind]
 
     def prior_count(self, concept_uri: str, preferred_label: str) -> float:
         """The prior's count for a concept. It was counted on ESCO: there, a concept it leaves out is one
-        the training data does not name (0). A concept of another taxonomy (the demo's, a user's own)
-        that it does not know by label has no count at all, so it gets the median: with 0 for every
+        no source names (0). A concept of another taxonomy (the demo's, a user's own) that it does
+        not know by label has no count at all, so it gets the median: with 0 for every
         concept, the linker left 74% of Decorte spans unmatched instead of 49% (docs/benchmarks.md)."""
         count = self.concept_prior.get(preferred_label)
         if count is not None:
@@ -517,6 +522,11 @@ class LinkerModel:
                 "concept_prior": dict(sorted(self.concept_prior.items())),
                 "adapter": self.adapter.to_dict() if self.adapter is not None else None,
                 "acceptance": self.acceptance.to_dict() if self.acceptance is not None else None,
+                "trained_concepts": list(self.trained_concepts),
+                "concept_prior_parts": {
+                    "sources": list(self.prior_part_names),
+                    "counts": dict(sorted(self.prior_parts.items())),
+                },
             },
             indent=1,
         )
@@ -531,7 +541,18 @@ class LinkerModel:
         prior = {str(label): int(count) for label, count in data.get("concept_prior", {}).items()}
         adapter = QueryAdapter.from_dict(data["adapter"]) if data.get("adapter") else None
         acceptance = AcceptanceModel.from_dict(data["acceptance"]) if data.get("acceptance") else None
-        return cls(models, float(data["threshold"]), dict(data.get("card", {})), prior, adapter, acceptance)
+        parts = data.get("concept_prior_parts") or {}
+        return cls(
+            models,
+            float(data["threshold"]),
+            dict(data.get("card", {})),
+            prior,
+            adapter,
+            acceptance,
+            trained_concepts=tuple(data.get("trained_concepts", ())),
+            prior_parts={str(k): [int(v) for v in counts] for k, counts in parts.get("counts", {}).items()},
+            prior_part_names=tuple(parts.get("sources", ())),
+        )
 
 
 def load_linker_model(path: Path | None = None) -> LinkerModel:

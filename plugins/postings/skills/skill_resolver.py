@@ -405,26 +405,40 @@ class SkillResolver:
         return concepts[order], probabilities[order], tiers[order]
 
     def candidate_signals(
-        self, text: str, query: np.ndarray, context: np.ndarray | None
+        self,
+        text: str,
+        query: np.ndarray,
+        context: np.ndarray | None,
+        hidden_labels: frozenset[int] = frozenset(),
     ) -> tuple[CandidateSignals, np.ndarray, np.ndarray]:
         """The candidate concepts of one query, their reranking signals and label tiers.
 
         Candidates: the concepts of the `MENTION_NEIGHBOURS` labels nearest the query, of the
         `CONTEXT_NEIGHBOURS` nearest the context, and those the query names exactly. Without a
         context, the context signals repeat the query's (the models are trained that way).
+
+        hidden_labels: label ids treated as absent from the taxonomy (training only: an ESCO
+        alternative label used as a mention must not find itself, nor its re-spellings; see
+        training/train_skill_linker). A concept whose preferred label is hidden gets, as
+        `cos_preferred`, its best remaining label's cosine.
         """
         index = self.label_index()
         queries = np.stack([query] if context is None else [query, context])
-        label_ids, _ = index.search(queries, MENTION_NEIGHBOURS)
+        depth = MENTION_NEIGHBOURS + len(hidden_labels)
+        label_ids, _ = index.search(queries, depth)
+        if hidden_labels:
+            hidden = np.fromiter(hidden_labels, np.int64)
+            label_ids = [row[~np.isin(row, hidden)][:MENTION_NEIGHBOURS] for row in label_ids]
         found = [label_ids[0][label_ids[0] >= 0]]
         if context is not None:
             found.append(label_ids[1][:CONTEXT_NEIGHBOURS][label_ids[1][:CONTEXT_NEIGHBOURS] >= 0])
         normalized = normalize_label(text)
         tier_of: dict[int, int] = {}
-        for uri in self._alternative.get(normalized, []):
-            tier_of[self._concept_index[uri]] = 1
-        for uri in self._exact.get(normalized, []):
-            tier_of[self._concept_index[uri]] = 2
+        if self._label_ids.get(normalized) not in hidden_labels:
+            for uri in self._alternative.get(normalized, []):
+                tier_of[self._concept_index[uri]] = 1
+            for uri in self._exact.get(normalized, []):
+                tier_of[self._concept_index[uri]] = 2
         concepts = np.unique(
             np.concatenate(
                 [*(self._concepts_of_labels(ids) for ids in found), np.fromiter(tier_of, np.int64)]
@@ -434,6 +448,22 @@ class SkillResolver:
         starts, ends = self._concept_starts[concepts], self._concept_ends[concepts]
         owner = np.repeat(np.arange(len(concepts)), ends - starts)
         labels = self._pair_labels[_ranges(starts, ends)]
+        centroids_of_hidden: dict[int, np.ndarray] = {}
+        if hidden_labels:
+            keep = ~np.isin(labels, np.fromiter(hidden_labels, np.int64))
+            changed = np.unique(owner[~keep])
+            owner, labels = owner[keep], labels[keep]
+            assert self._label_vectors is not None
+            for position in changed.tolist():  # each such concept's meaning without the hidden label
+                own = labels[owner == position]
+                centroids_of_hidden[position] = _unit_rows(self._label_vectors[own].sum(axis=0)[None])[0]
+            if len(np.unique(owner)) != len(concepts):  # a concept left with no label: not a candidate
+                kept = np.unique(owner)
+                concepts = concepts[kept]
+                owner = np.searchsorted(kept, owner)
+                centroids_of_hidden = {
+                    int(np.searchsorted(kept, p)): v for p, v in centroids_of_hidden.items() if p in kept
+                }
         vectors = self._label_vectors
         assert vectors is not None
         cos_mention = _group_max(vectors[labels] @ query, owner, len(concepts))
@@ -458,9 +488,16 @@ class SkillResolver:
         prior = self._concept_prior()[concepts]
         assert self._concept_vectors is not None
         centroids = self._concept_vectors[concepts]
+        for position, centroid in centroids_of_hidden.items():
+            centroids[position] = centroid
+        preferred = self._preferred_label_of[concepts]
+        cos_preferred = vectors[preferred] @ query
+        if hidden_labels:
+            gone = np.isin(preferred, np.fromiter(hidden_labels, np.int64))
+            cos_preferred = np.where(gone, cos_mention, cos_preferred)
         signals = CandidateSignals(
             cos_mention=cos_mention,
-            cos_preferred=vectors[self._preferred_label_of[concepts]] @ query,
+            cos_preferred=cos_preferred,
             cos_context=cos_context,
             cos_concept=centroids @ query,
             cos_concept_context=centroids @ (query if context is None else context),
@@ -549,7 +586,7 @@ class SkillResolver:
         return self._index
 
     def _concept_prior(self) -> np.ndarray:
-        """The linker's training count of each concept (0 without a linker), matched by preferred label
+        """The linker's prior count of each concept (0 without a linker), matched by preferred label
         (`LinkerModel.prior_count`)."""
         key = id(self.linker)
         if self._prior_for != key:

@@ -186,7 +186,7 @@ def entities_gold_items(output: dict[str, Any]) -> set[str]:
 SKILL_ENTITIES = UseCase(
     name="skill_entities",
     subject=POSTINGS,
-    version="2026-11-24.2",  # candidates kept for review; the prior's median for non-ESCO concepts
+    version="2026-11-27.1",  # the linker retrained without benchmark-derived data (issue 43)
     description="Each skill mention resolved to a taxonomy concept (exact, alt label, fuzzy, semantic).",
     function=resolve_skill_mentions,
     resources=("taxonomy",),
@@ -237,7 +237,7 @@ def refereed_skill_entities(model: str) -> UseCase:
     """skill_entities with `model` choosing among the candidates of the linker's unsure answers."""
     return dataclasses.replace(
         SKILL_ENTITIES,
-        version="2026-11-24.3",
+        version="2026-11-27.2",  # the linker retrained without benchmark-derived data (issue 43)
         description=(
             "Each skill mention resolved to a taxonomy concept by the learned linker; "
             f"its unsure answers refereed by {model} among its three best concepts."
