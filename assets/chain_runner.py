@@ -19,7 +19,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import jsonschema
@@ -29,6 +29,7 @@ from appdb import inputs
 from assets.batch_state import BatchRun
 from assets.llm_calls import LLMRequest, generate_in_order
 from assets.outputs import keep_unchanged, output_materialization, record_call, record_failure, store_output
+from domain.language.chat_prompts import CHAT_STYLE, messages_text
 from domain.language.declaration import SCRIPT_BACKEND, UseCase
 from domain.language.declaration_parts import ScriptContext, validate_json
 from domain.language.llm_types import BackendUnavailable, Generation, ItemError
@@ -63,6 +64,7 @@ class _StepCall:
     generation: Generation | None = None
     error: Exception | None = None
     value: Any = None  # a script step's output (an LLM step's is parsed from the generation)
+    chat: bool = False  # sent in chat form: `prompt` holds the messages
 
 
 def chain_input_hash(use_case: UseCase, values: Mapping[str, Any]) -> str:
@@ -142,20 +144,29 @@ def _call_step(
         for subject in batch:
             yield subject, _call_script(step, subject, values[subject.key], script_context)
         return
+    chat = (
+        step.chat is not None and run.llm.resolve_style(step.model, run.use_case.prompt_style) == CHAT_STYLE
+    )
     ready: list[tuple[tuple[SubjectChain, _StepCall], LLMRequest]] = []
     for subject in batch:
+        inputs = _inputs(values[subject.key], subject)
+        messages = None
         try:
-            prompt, system_prompt, truncated = step.render(_inputs(values[subject.key], subject))
+            if chat:
+                messages, truncated = step.render_chat(inputs)
+                prompt, system_prompt = messages_text(messages), ""
+            else:
+                prompt, system_prompt, truncated = step.render(inputs)
         except TemplateVariableError as exc:  # never send a prompt with a literal {placeholder}
             yield subject, _StepCall("", "", {}, error=ItemError(f"step {step.name}: {exc}"))
             continue
-        request = LLMRequest(step.model, prompt, system_prompt, step.output_schema, step.options)
-        ready.append(((subject, _StepCall(prompt, system_prompt, truncated)), request))
+        request = LLMRequest(step.model, prompt, system_prompt, step.output_schema, step.options, messages)
+        ready.append(((subject, _StepCall(prompt, system_prompt, truncated, chat=chat)), request))
     for (subject, call), result in generate_in_order(run.llm, ready):
         if isinstance(result, Generation):
-            yield subject, _StepCall(call.prompt, call.system_prompt, call.truncated, generation=result)
+            yield subject, replace(call, generation=result)
         else:
-            yield subject, _StepCall(call.prompt, call.system_prompt, call.truncated, error=result)
+            yield subject, replace(call, error=result)
 
 
 def _inputs(values: Mapping[str, Any], subject: SubjectChain) -> dict[str, Any]:
@@ -371,6 +382,8 @@ def _step_options(
     options = {**getattr(step, "options", {}), "chain": chain_record}
     if call.truncated:
         options["truncated_chars"] = call.truncated
+    if call.chat:
+        options["prompt_style"] = CHAT_STYLE
     return options
 
 

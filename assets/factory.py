@@ -100,6 +100,12 @@ def job_name(use_case: UseCase) -> str:
     return f"{use_case.name}_job"
 
 
+def llm_resource_key(use_case: UseCase) -> str:
+    """The LLM resource a use case's runs use: `llm` (the deployment's backend), or `llm_<backend>` for a
+    use case served by another backend."""
+    return f"llm_{use_case.backend}" if use_case.backend else "llm"
+
+
 def work_spec(use_case: UseCase, registry: Mapping[str, UseCase], _path: tuple[str, ...] = ()) -> WorkSpec:
     """What discovery needs: this use case's version and model, and the specs of what it reads."""
     missing = [name for name in use_case.upstream if name not in registry]
@@ -183,7 +189,7 @@ def build_use_case_asset(use_case: UseCase, spec: WorkSpec, first_in_run: bool =
             "app_db",
             "gym",
             *use_case.resources,
-            *(("llm",) if use_case.uses_llm else ()),
+            *((llm_resource_key(use_case),) if use_case.uses_llm else ()),
         },
         metadata={
             "model": model_label(use_case),
@@ -193,7 +199,7 @@ def build_use_case_asset(use_case: UseCase, spec: WorkSpec, first_in_run: bool =
     )
     def _use_case_asset(context: AssetExecutionContext, config: UseCaseRunConfig) -> Iterator[Any]:
         app_db: AppDatabase = context.resources.app_db
-        llm = context.resources.llm if use_case.uses_llm else None
+        llm = getattr(context.resources, llm_resource_key(use_case)) if use_case.uses_llm else None
         outcome = yield from process_batch(context, use_case, spec, app_db, llm, force=config.force)
         context.log.info(
             f"{use_case.name}: finished: {len(outcome.done)} done, {len(outcome.unchanged)} unchanged input, "
@@ -209,7 +215,8 @@ def group_name_for(use_case: UseCase) -> str:
     if not use_case.uses_llm:  # a script, or a chain of script steps only
         return use_case.name
     base = re.sub(r"[^a-z0-9]+", "_", use_case.model.lower()).strip("_")
-    return f"{base}{use_case.subject.suffix}"
+    backend = f"_{use_case.backend}" if use_case.backend else ""
+    return f"{base}{backend}{use_case.subject.suffix}"
 
 
 def build_work_groups(built: Sequence[UseCaseDefinitions]) -> list[WorkGroup]:

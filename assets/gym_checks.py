@@ -42,6 +42,7 @@ from assets.batch_state import BatchRun
 from assets.llm_calls import LLMRequest, call_llm, generate_in_order
 from assets.outputs import record_call
 from assets.run_tags import WORK_GROUP_TAG
+from domain.language.chat_prompts import CHAT_STYLE, messages_text
 from domain.language.declaration import SCRIPT_BACKEND, UseCase
 from domain.language.llm_types import BackendUnavailable, Generation
 from domain.quality.gold import GoldScores, score_corpus, score_public, whole_output
@@ -248,13 +249,22 @@ def _choose_judge(run: BatchRun, gym: GymResource, rubric: Rubric) -> tuple[str 
 def _llm_grader(run: BatchRun, gym: GymResource, rubric: Rubric) -> Any:
     """The configured LLM judge as a grader for its calibration set, through the one LLM caller."""
 
-    def generate(prompt: str, schema: dict[str, Any]) -> str:
-        result = call_llm(run.llm, LLMRequest(gym.judge_model, prompt, "", schema, JUDGE_OPTIONS))
+    chat = _judge_style(run, gym) == CHAT_STYLE
+
+    def generate(prompt: Any, schema: dict[str, Any]) -> str:
+        text, messages = (messages_text(prompt), prompt) if chat else (prompt, None)
+        result = call_llm(run.llm, LLMRequest(gym.judge_model, text, "", schema, JUDGE_OPTIONS, messages))
         if isinstance(result, Exception):
             raise result
         return result.text
 
-    return llm_grader(generate, rubric, run.use_case.name, run.use_case.subject.describe)
+    return llm_grader(generate, rubric, run.use_case.name, run.use_case.subject.describe, chat=chat)
+
+
+def _judge_style(run: BatchRun, gym: GymResource) -> str:
+    """The judge model's prompt form: the gym's style (PIPELINE_PROMPT_STYLE), `auto` resolved by the
+    backend for that model."""
+    return run.llm.resolve_style(gym.judge_model, gym.prompt_style)
 
 
 def _judgements(
@@ -270,21 +280,16 @@ def _judgements(
             except Exception as exc:  # a bug in a grader is this grade's error, never a failed run
                 yield key, shown, {"status": "item_error", "error": f"{type(exc).__name__}: {exc}"}
         return
-    requests = [
-        (
-            key,
-            LLMRequest(
-                judge,
-                rubric.prompt(
-                    use_case.name, use_case.subject.describe(subjects[key]), use_case.judge_view(value)
-                ),
-                "",
-                rubric.schema,
-                JUDGE_OPTIONS,
-            ),
-        )
-        for key, value in outputs
-    ]
+    chat = _judge_style(run, run.context.resources.gym) == CHAT_STYLE
+    requests = []
+    for key, value in outputs:
+        shown = (use_case.name, use_case.subject.describe(subjects[key]), use_case.judge_view(value))
+        if chat:
+            messages = rubric.messages(*shown)
+            request = LLMRequest(judge, messages_text(messages), "", rubric.schema, JUDGE_OPTIONS, messages)
+        else:
+            request = LLMRequest(judge, rubric.prompt(*shown), "", rubric.schema, JUDGE_OPTIONS)
+        requests.append((key, request))
     for (key, request), result in zip(requests, _judge_calls(run.llm, requests), strict=False):
         yield key, request.prompt, result
 

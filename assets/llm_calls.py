@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -29,13 +29,15 @@ CPU-bound Python keeps it in 5 ms slices, which delayed each send by ~10 ms."""
 
 @dataclass(frozen=True)
 class LLMRequest:
-    """One completion request, exactly as the backend gets it."""
+    """One request, exactly as the backend gets it: a completion of `prompt`, or with `messages` a chat
+    (then `prompt` is those messages as stored in the trace)."""
 
     model: str
     prompt: str
     system_prompt: str = ""
     schema: Mapping[str, Any] | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
+    messages: Sequence[Mapping[str, str]] | None = None
 
 
 def call_llm(llm: LLMResource, request: LLMRequest) -> Generation | Exception:
@@ -47,6 +49,7 @@ def call_llm(llm: LLMResource, request: LLMRequest) -> Generation | Exception:
             request.system_prompt,
             dict(request.schema) if request.schema is not None else None,
             dict(request.options),
+            request.messages,
         )
     except Exception as exc:
         return exc

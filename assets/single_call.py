@@ -30,11 +30,12 @@ from assets.outputs import (
     record_failure,
     store_output,
 )
+from domain.language.chat_prompts import CHAT_STYLE, COMPLETION_STYLE, messages_text, retry_messages
 from domain.language.declaration import model_label
 from domain.language.declaration_parts import ScriptContext
 from domain.language.llm_types import BackendUnavailable, Generation, ItemError
 from domain.language.output_parsing import BlockedOutput, parse_output
-from domain.language.templates import TemplateVariableError, retry_options, retry_prompt
+from domain.language.templates import TemplateVariableError, retry_note, retry_options, retry_prompt
 
 PROGRESS_EVERY_SECONDS = 5.0
 SCRIPT_WRITES_PER_TRANSACTION = 50
@@ -44,18 +45,21 @@ SCRIPT_WRITE_WAIT_SECONDS = 0.5  # a slow script's outputs still land within thi
 @dataclass(frozen=True)
 class PreparedCall:
     key: str
-    prompt: str
+    prompt: str  # in chat form: the messages as stored in the trace
     system_prompt: str
     input_hash: str
     truncated: dict[str, int]
     options: dict[str, Any]
+    messages: list[dict[str, str]] | None = None
 
 
 def run_single_calls(run: BatchRun, held: Sequence[str]) -> Iterator[AssetMaterialization]:
     """Process every held subject; yields one materialization per stored output."""
     use_case = run.use_case
+    style = COMPLETION_STYLE
     if run.llm is not None:
         run.load_model(use_case.model)
+        style = run.llm.resolve_style(use_case.model, use_case.prompt_style)
     with run.app_db.session() as session:
         subjects, values = inputs.load_inputs(
             session, use_case.subject.table, held, use_case.subject_variables, use_case.upstream
@@ -67,20 +71,29 @@ def run_single_calls(run: BatchRun, held: Sequence[str]) -> Iterator[AssetMateri
     prepared: list[PreparedCall] = []
     for key in held:
         try:
-            prompt, system_prompt, truncated, input_hash = use_case.prepare(values[key], references)
+            call = use_case.prepare(values[key], references, style)
         except TemplateVariableError as exc:
             fail(run, key, str(exc))
             continue
         previous = existing.get(key)
-        if previous is not None and previous.input_hash == input_hash and not run.force:
+        if previous is not None and previous.input_hash == call.input_hash and not run.force:
             keep_unchanged(run, key, previous)
             continue
         options = dict(use_case.options)
+        prompt, messages = call.prompt, call.messages
         if key in failed_before:  # a retry varies: the earlier error in the prompt, another seed
             attempts, error = failed_before[key]
-            prompt = retry_prompt(prompt, error, use_case.subject.noun)
+            if messages is None:
+                prompt = retry_prompt(prompt, error, use_case.subject.noun)
+            else:
+                messages = retry_messages(messages, retry_note(error, use_case.subject.noun))
+                prompt = messages_text(messages)
             options = retry_options(options, attempts)
-        prepared.append(PreparedCall(key, prompt, system_prompt, input_hash, truncated, options))
+        if messages is not None:
+            options["prompt_style"] = CHAT_STYLE
+        prepared.append(
+            PreparedCall(key, prompt, call.system_prompt, call.input_hash, call.truncated, options, messages)
+        )
 
     progress = Progress(run, len(prepared))
     if run.llm is None:
@@ -126,12 +139,22 @@ def _generate_all(
         (
             item,
             LLMRequest(
-                use_case.model, item.prompt, item.system_prompt, use_case.grammar_schema, item.options
+                use_case.model,
+                item.prompt,
+                item.system_prompt,
+                use_case.grammar_schema,
+                _generation_options(item.options),
+                item.messages,
             ),
         )
         for item in prepared
     )
     return generate_in_order(run.llm, requests)
+
+
+def _generation_options(options: dict[str, Any]) -> dict[str, Any]:
+    """What the backend gets of the recorded options (the prompt style is the trace's, not the model's)."""
+    return {name: value for name, value in options.items() if name != "prompt_style"}
 
 
 def _call_script_all(

@@ -10,6 +10,7 @@ from __future__ import annotations
 from domain.core.plugins import DomainPlugin
 from domain.language.declaration import UseCase
 from domain.language.subject_kinds import SubjectKind
+from pipeline_defs.model_choice import choose_models
 from pipeline_defs.settings import Settings
 from plugins.autodo.plugin import AUTODO_PLUGIN
 from plugins.postings.plugin import POSTINGS_PLUGIN
@@ -32,11 +33,14 @@ def plugin_settings(settings: Settings, plugin: DomainPlugin) -> object:
 
 
 def declared_use_cases(settings: Settings) -> tuple[UseCase, ...]:
-    """Each declared plugin's use cases, as its settings choose them."""
+    """Each declared plugin's use cases, as its settings choose them, on the models, backends and prompt
+    styles the settings choose (`pipeline_defs/model_choice.py`)."""
     chosen: list[UseCase] = []
-    for plugin in declared_plugins(settings):
+    plugins = declared_plugins(settings)
+    for plugin in plugins:
         chosen += plugin.declared_use_cases(plugin_settings(settings, plugin))
-    return tuple(chosen)
+    defaults = {plugin.name: plugin.default_model for plugin in plugins}
+    return tuple(choose_models(chosen, settings, defaults))
 
 
 def declared_kinds(settings: Settings) -> list[SubjectKind]:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from dagster import Definitions
 
-from assets.factory import UseCaseDefinitions, WorkGroup, build_work_groups
+from assets.factory import UseCaseDefinitions, WorkGroup, build_work_groups, llm_resource_key
 from assets.gym_checks import build_gold_check, build_gym_job
 from assets.retention import build_retirement
 from domain.core.plugins import DomainPlugin, PluginContext
@@ -86,6 +86,11 @@ def engine_definitions(
                 heartbeat_seconds=settings.heartbeat_seconds,
             ),
             "llm": llm or build_llm_resource(settings, env_vars=True),
+            **{
+                llm_resource_key(item.use_case): build_llm_resource(settings, True, item.use_case.backend)
+                for item in built
+                if item.use_case.uses_llm and item.use_case.backend
+            },
             "gym": build_gym_resource(settings),
         },
     )

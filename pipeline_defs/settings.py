@@ -42,6 +42,7 @@ from domain.core.configuration import (
     text,
     whole_number,
 )
+from domain.language.chat_prompts import PROMPT_STYLES
 from plugins.postings.postings_settings import PostingsSettings
 from resources.llm_hosts import LLMHost, parse_hosts
 from resources.run_heartbeat import DEFAULT_HEARTBEAT_SECONDS
@@ -152,6 +153,48 @@ class Settings:
             "PIPELINE_OPENAI_BASE_URL is, else `embedded`",
         ),
         parse=one_of(*LLM_BACKENDS),
+    )
+    model: str = setting(
+        "PIPELINE_MODEL",
+        "the model every LLM use case runs on, as the backend names it (e.g. `qwen2.5:7b-instruct` on "
+        "Ollama); unset: each use case's own (Gemma 3 270M); with a model server it also turns on the "
+        "skills verifier and the linking referee",
+        "",
+        parse=text,
+    )
+    prompt_style: str = setting(
+        "PIPELINE_PROMPT_STYLE",
+        "how prompts are sent: `chat` (a system message, the subject in a message of its own: for "
+        "instruction-tuned models), `completion` (few-shot, for base models) or `auto` (chat on a model "
+        "server, as Ollama's template says; completion on the embedded base model)",
+        "auto",
+        parse=one_of(*PROMPT_STYLES),
+    )
+    use_case_models: tuple[tuple[str, str], ...] = setting(
+        "PIPELINE_MODELS",
+        "per use case, `name=model,...` (e.g. `posting_summary=llama3.1:8b`); wins over PIPELINE_MODEL; "
+        "`judge=...` for the judge. In the config file: `[use_cases.<name>] model = ...`",
+        (),
+        parse=name_pairs,
+    )
+    use_case_prompt_styles: tuple[tuple[str, str], ...] = setting(
+        "PIPELINE_PROMPT_STYLES",
+        "per use case, `name=style,...`; wins over PIPELINE_PROMPT_STYLE",
+        (),
+        parse=name_pairs,
+    )
+    use_case_backends: tuple[tuple[str, str], ...] = setting(
+        "PIPELINE_BACKENDS",
+        "per use case, `name=backend,...` (`ollama`, `openai`, `embedded`): a use case served by another "
+        "backend than the deployment's",
+        (),
+        parse=name_pairs,
+    )
+    embedded_models: tuple[tuple[str, str], ...] = setting(
+        "PIPELINE_EMBEDDED_MODELS",
+        "GGUF files the embedded backend serves beside Gemma 3 270M: `name=/path/model.gguf,...`",
+        (),
+        parse=name_pairs,
     )
     ollama_num_parallel: int | None = setting(
         "OLLAMA_NUM_PARALLEL",
@@ -426,6 +469,7 @@ def read_settings(environ: Mapping[str, str]) -> Settings:
             table = tomllib.loads(path.read_text(encoding="utf-8"))
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise SettingsError(f"{path}: cannot read the config file: {exc}") from None
+    table = _use_case_table(table, path)
     values: dict[str, Any] = {}
     origins: dict[str, str] = {}
     core = _read_section(Settings, environ, table, path, "", values, origins)
@@ -440,6 +484,37 @@ def read_settings(environ: Mapping[str, str]) -> Settings:
     remember_environment(environ)
     configure_sqlite(settings.sqlite_busy_timeout, settings.sqlite_lock_wait)
     return settings
+
+
+USE_CASE_KEYS = {
+    "model": "use_case_models",
+    "prompt_style": "use_case_prompt_styles",
+    "backend": "use_case_backends",
+}
+
+
+def _use_case_table(table: Mapping[str, Any], path: Path | None) -> dict[str, Any]:
+    """The config file's `[use_cases.<name>]` tables (model, prompt_style, backend) as the per-use-case
+    settings they are (`use_case_models` and its siblings, `name=value` pairs)."""
+    given = dict(table)
+    per_use_case = given.pop("use_cases", {})
+    if not isinstance(per_use_case, dict):
+        raise SettingsError(f"{path}: [use_cases] must hold a table per use case")
+    pairs: dict[str, list[str]] = {}
+    for name, choices in per_use_case.items():
+        if not isinstance(choices, dict):
+            raise SettingsError(f"{path}: [use_cases.{name}] must be a table (model, prompt_style, backend)")
+        for key, value in choices.items():
+            if key not in USE_CASE_KEYS:
+                raise SettingsError(
+                    f"{path}: [use_cases.{name}] has no setting {key!r} (known: {', '.join(USE_CASE_KEYS)})"
+                )
+            pairs.setdefault(USE_CASE_KEYS[key], []).append(f"{name}={value}")
+    for setting_name, items in pairs.items():
+        if setting_name in given:
+            raise SettingsError(f"{path}: {setting_name} is given twice: as a key and in [use_cases]")
+        given[setting_name] = ",".join(items)
+    return given
 
 
 def _read_section(

@@ -13,6 +13,7 @@ from appdb.redaction import redact
 from assets.factory import UseCaseDefinitions, build_use_case
 from domain.language.declaration import UseCase
 from pipeline_defs.catalog import declared_use_cases
+from pipeline_defs.model_choice import judge_choice
 from pipeline_defs.settings import DEFAULT_OLLAMA_HOST, Settings
 from resources.embedded_backend import EmbeddedLLMResource
 from resources.gym_resource import GymResource
@@ -74,12 +75,16 @@ def configured(settings: Settings, name: str, *, env_vars: bool = True) -> Any:
     return EnvVar(variable) if variable and value else value
 
 
-def build_llm_resource(settings: Settings, env_vars: bool = False) -> LLMResource:
+def build_llm_resource(settings: Settings, env_vars: bool = False, backend: str = "") -> LLMResource:
     """Ollama or an OpenAI-compatible server when configured; otherwise the embedded model (no server).
 
     A server backend gets the host list (each run is pinned to one host) with each host's parallel
     slots, so a run keeps as many requests in flight as its server works on at once. `env_vars`: URLs and
-    keys as `EnvVar` (for the code location; a resource used outside a Dagster run needs the values)."""
+    keys as `EnvVar` (for the code location; a resource used outside a Dagster run needs the values).
+    `backend`: another backend than the deployment's, for the use cases PIPELINE_BACKENDS sends there
+    (its one server: the host list is the deployment's backend's)."""
+    if backend and backend != settings.llm_backend:
+        settings = replace(settings, llm_backend=backend, llm_hosts=())
     hosts = [_host_spec(host) for host in settings.resolved_hosts()]
     credentials = _host_credentials(settings, env_vars)
     if settings.llm_backend == "ollama":
@@ -104,7 +109,7 @@ def build_llm_resource(settings: Settings, env_vars: bool = False) -> LLMResourc
             model_names=dict(settings.openai_models),
             **paid_backend_fields(settings, f"openai:{redact(settings.openai_url)}", env_vars),
         )
-    return EmbeddedLLMResource()
+    return EmbeddedLLMResource(model_paths=dict(settings.embedded_models))
 
 
 def _host_credentials(settings: Settings, env_vars: bool) -> Any:
@@ -140,8 +145,10 @@ def paid_backend_fields(settings: Settings, bucket: str, env_vars: bool = False)
 
 
 def build_gym_resource(settings: Settings) -> GymResource:
+    judge_model, judge_style = judge_choice(settings)
     return GymResource(
-        judge_model=settings.judge_model,
+        judge_model=judge_model,
+        prompt_style=judge_style,
         judge_sample=settings.judge_sample,
         calibrate_judge=settings.judge_calibration,
         rubric_path=settings.judge_rubric_path,

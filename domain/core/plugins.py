@@ -9,6 +9,8 @@ fields and a content hash. A plugin supplies the rest:
 - `definitions(context)`: its own Dagster objects beside the engine's (source assets, reference data,
   their sensors and resources), merged by the entry (`pipeline_defs/definitions.py`);
 - `settings`: its section of the configuration (a dataclass of `domain.core.configuration.setting`s);
+- `default_model`: the model its use cases declare when the deployment names none (PIPELINE_MODEL
+  replaces it; a model its settings chose, such as the skills verifier's, stays);
 - its ingest or scan, in its own modules.
 
 The plugins live in `plugins/`; the entry lists them (`pipeline_defs/catalog.py`) and PIPELINE_DOMAINS
@@ -45,6 +47,7 @@ class DomainPlugin:
     use_cases: Callable[[Any], tuple[UseCase, ...]]
     definitions: Callable[[PluginContext], Any] | None = None
     settings: type | None = None
+    default_model: str = ""  # the model its declarations name when the deployment names none
 
     @property
     def name(self) -> str:

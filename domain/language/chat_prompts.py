@@ -20,9 +20,10 @@ from typing import Any
 
 from domain.language.templates import render_templates, template_variables
 
-PROMPT_STYLES = ("completion", "chat", "auto")
-CHAT_STYLE = "chat"
 COMPLETION_STYLE = "completion"
+CHAT_STYLE = "chat"
+AUTO_STYLE = "auto"
+PROMPT_STYLES = (COMPLETION_STYLE, CHAT_STYLE, AUTO_STYLE)
 
 Message = Mapping[str, str]
 

@@ -25,6 +25,13 @@ from typing import Any
 import jsonschema
 
 from appdb.retry_policy import DEFAULT_RETRY_POLICY, RetryPolicy
+from domain.language.chat_prompts import (
+    CHAT_STYLE,
+    COMPLETION_STYLE,
+    PROMPT_STYLES,
+    ChatPrompt,
+    messages_text,
+)
 from domain.language.declaration_parts import DeclarationError, OutputCheck, ScriptContext, validate_json
 from domain.language.steps import Chain
 from domain.language.subject_kinds import SubjectKind
@@ -36,13 +43,32 @@ SCRIPT_BACKEND = "script"
 
 
 @dataclass(frozen=True)
+class Prepared:
+    """One item's call as prepared: the prompt (a chat's messages as JSON), the system prompt, the chars
+    cut from long values, the input hash (the idempotence key) and, in chat form, the messages."""
+
+    prompt: str
+    system_prompt: str
+    truncated: dict[str, int]
+    input_hash: str
+    messages: list[dict[str, str]] | None = None
+
+
+@dataclass(frozen=True)
 class UseCase:
     """One use case, declared as data.
 
     version: explicit semantic string (`YYYY-MM-DD.N`); bump it when the prompt,
         schema or options change, and every output made by an older version is stale.
     model: the model name the configured backend serves (e.g. `gemma3:270m`).
-    prompt: the completion prompt, with `{variables}`.
+    prompt: the completion prompt, with `{variables}` (few-shot: it suits base models).
+    chat: the prompt's chat form for instruction-tuned models (`ChatPrompt`: a system message, worked
+        examples, the subject in a message of its own); None: the use case runs in completion form only.
+    prompt_style: which form is sent: `completion`, `chat`, or `auto` (the backend decides by the model:
+        Ollama by its template, an OpenAI-compatible server chat, the embedded base model completion);
+        the deployment's settings set it (PIPELINE_PROMPT_STYLE), and it is part of the outputs'
+        identity, so changing it makes them stale once.
+    backend: the backend that serves `model`: "" (the deployment's), `ollama`, `openai` or `embedded`.
     output_schema: JSON schema of the stored output (checked on every output).
     generation_schema: JSON schema the model fills (the grammar / Ollama `format`) when
         it differs from output_schema, e.g. when postprocess adds derived fields.
@@ -117,6 +143,9 @@ class UseCase:
     review_edits: tuple[Any, ...] = ()  # domain.quality.corrections.ReviewEdit (above this layer)
     run_figures: Callable[[Sequence[dict[str, Any]]], Mapping[str, float | int]] | None = None
     quality_grade: Callable[[Mapping[str, Any], dict[str, Any]], dict[str, int]] | None = None
+    chat: ChatPrompt | None = None
+    prompt_style: str = COMPLETION_STYLE
+    backend: str = ""
     judge_rubric: Any = None  # a domain.quality.judge_rubric.Rubric (the language knows no quality logic)
     judge_calibration: Callable[[str, Callable[..., Any]], Any] | None = None
     public_gold: Any = None  # a domain.quality.gold.PublicGold
@@ -131,6 +160,15 @@ class UseCase:
             )
         if self.batch_size < 1:
             raise DeclarationError(f"{self.name}: batch_size must be at least 1")
+        if self.prompt_style not in PROMPT_STYLES:
+            raise DeclarationError(
+                f"{self.name}: prompt style {self.prompt_style!r} must be one of {', '.join(PROMPT_STYLES)}"
+            )
+        if self.prompt_style != COMPLETION_STYLE and not self.has_chat_form:
+            raise DeclarationError(
+                f"{self.name}: has no chat form, so its prompt style must be completion, "
+                f"not {self.prompt_style}"
+            )
         if self.steps is not None:
             if self.function is not None or self.prompt or self.model not in ("", self.steps.model):
                 raise DeclarationError(
@@ -190,8 +228,16 @@ class UseCase:
 
     @property
     def variables(self) -> tuple[str, ...]:
-        """The variables the prompt and system prompt use, in order of first use."""
-        return template_variables(self.prompt, self.system_prompt)
+        """The variables the prompt, the system prompt and the chat form use, in order of first use."""
+        chat = self.chat.variables if self.chat is not None else ()
+        return tuple(dict.fromkeys((*template_variables(self.prompt, self.system_prompt), *chat)))
+
+    @property
+    def has_chat_form(self) -> bool:
+        """Whether every model call of this use case has a chat form (a chain: each of its LLM steps)."""
+        if self.steps is not None:
+            return all(step.chat is not None for step in self.steps.steps if not step.is_script)
+        return self.chat is not None
 
     def render(self, values: Mapping[str, Any]) -> tuple[str, str, dict[str, int]]:
         """Substitute variables; returns (prompt, system prompt, {variable: chars cut})."""
@@ -206,16 +252,20 @@ class UseCase:
         validate_json(value, self.grammar_schema)
 
     def prepare(
-        self, values: Mapping[str, Any], reference_hashes: Mapping[str, str]
-    ) -> tuple[str, str, dict[str, int], str]:
-        """(prompt, system prompt, chars cut, input hash) for one item; a script's "prompt" is its
-        inputs as JSON (what the trace shows)."""
+        self, values: Mapping[str, Any], reference_hashes: Mapping[str, str], style: str = COMPLETION_STYLE
+    ) -> Prepared:
+        """One item's prompt in `style` (the style resolved for the run), chars cut and input hash; a
+        script's "prompt" is its inputs as JSON (what the trace shows)."""
         if self.is_script:
             inputs = {name: values.get(name) for name in self.upstream}
             prompt = json.dumps(inputs, ensure_ascii=False, sort_keys=True, default=str)
-            return prompt, "", {}, self.script_input_hash(values, reference_hashes)
+            return Prepared(prompt, "", {}, self.script_input_hash(values, reference_hashes))
+        if style == CHAT_STYLE and self.chat is not None:
+            messages, truncated = self.chat.render(self.input_limits, values)
+            prompt = messages_text(messages)
+            return Prepared(prompt, "", truncated, self.input_hash(self.model, prompt, ""), messages)
         prompt, system_prompt, truncated = self.render(values)
-        return prompt, system_prompt, truncated, self.input_hash(self.model, prompt, system_prompt)
+        return Prepared(prompt, system_prompt, truncated, self.input_hash(self.model, prompt, system_prompt))
 
     def input_hash(self, model: str, prompt: str, system_prompt: str) -> str:
         """Identity of one generation's input: same hash, same work (the idempotence key)."""
@@ -252,10 +302,15 @@ def display_output(use_case: UseCase | None, output: Any) -> str:
 
 
 def model_label(use_case: UseCase) -> str:
-    """The model an output is made by: the LLM's name, or `script:<function>`."""
+    """The model an output is made by: the LLM's name (and its prompt style, but completion), or
+    `script:<function>`."""
+    style = "" if use_case.prompt_style == COMPLETION_STYLE else f" [{use_case.prompt_style}]"
     if use_case.steps is not None:  # a multi-step use case: its steps' models
-        return " + ".join(use_case.steps.models) or f"{SCRIPT_BACKEND}:{use_case.name}"
-    return use_case.model or f"{SCRIPT_BACKEND}:{use_case.function.__name__}"
+        models = " + ".join(use_case.steps.models)
+        return f"{models}{style}" if models else f"{SCRIPT_BACKEND}:{use_case.name}"
+    if not use_case.model:
+        return f"{SCRIPT_BACKEND}:{use_case.function.__name__}"
+    return f"{use_case.model}{style}"
 
 
 def code_version(use_case: UseCase) -> str:

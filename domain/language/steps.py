@@ -54,6 +54,7 @@ from typing import Any
 
 import jsonschema
 
+from domain.language.chat_prompts import ChatPrompt
 from domain.language.declaration_parts import DeclarationError, ScriptContext
 from domain.language.templates import render_templates, template_variables
 
@@ -218,6 +219,7 @@ class LLMStep:
     system_prompt: str = ""
     input_limits: Mapping[str, int] = field(default_factory=dict)
     postprocess: Callable[[dict[str, Any], Mapping[str, Any]], dict[str, Any]] | None = None
+    chat: ChatPrompt | None = None  # its chat form, for instruction-tuned models
 
     def __post_init__(self) -> None:
         _check_step(self)
@@ -241,11 +243,18 @@ class LLMStep:
 
     @property
     def variables(self) -> tuple[str, ...]:
-        return template_variables(self.prompt, self.system_prompt)
+        chat = self.chat.variables if self.chat is not None else ()
+        return tuple(dict.fromkeys((*template_variables(self.prompt, self.system_prompt), *chat)))
 
     def render(self, values: Mapping[str, Any]) -> tuple[str, str, dict[str, int]]:
         """(prompt, system prompt, {variable: chars cut}); raises TemplateVariableError."""
         return render_templates(self.prompt, self.system_prompt, self.input_limits, values)
+
+    def render_chat(self, values: Mapping[str, Any]) -> tuple[list[dict[str, str]], dict[str, int]]:
+        """The chat form's messages and {variable: chars cut}; raises TemplateVariableError."""
+        if self.chat is None:
+            raise DeclarationError(f"step {self.name} has no chat form")
+        return self.chat.render(self.input_limits, values)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,12 +88,18 @@ def neutralize_markers(text: str, markers: TemplateMarkers, *, json_shape: bool 
 
 
 def render_templates(
-    prompt: str, system_prompt: str, input_limits: Mapping[str, int], values: Mapping[str, Any]
+    prompt: str,
+    system_prompt: str,
+    input_limits: Mapping[str, int],
+    values: Mapping[str, Any],
+    *,
+    structure: Sequence[str] = (),
 ) -> tuple[str, str, dict[str, int]]:
     """Substitute variables (cut to their input limits); (prompt, system prompt, {variable: chars cut}).
+    `structure`: more fixed text whose markers a value may not imitate (a chat prompt's examples).
 
     Raises TemplateVariableError naming a variable with no value: never a literal placeholder."""
-    markers = TemplateMarkers.of(prompt, system_prompt)
+    markers = TemplateMarkers.of(prompt, system_prompt, *structure)
     resolved: dict[str, str] = {}
     truncated: dict[str, int] = {}
     for variable in template_variables(prompt, system_prompt):
@@ -130,15 +136,20 @@ RETRY_NOTE_CHARS = 300
 RETRY_MIN_TEMPERATURE = 0.4
 
 
-def retry_prompt(prompt: str, error: str, noun: str = "subject") -> str:
-    """The prompt of a retry: the earlier answer's error, right before the answer's cue (the last line,
-    such as `Summary:`), so the model does not make the same mistake; at temperature 0 with the same
-    seed it otherwise answers the same again."""
-    head, _, cue = prompt.rstrip("\n").rpartition("\n")
-    note = (
+def retry_note(error: str, noun: str = "subject") -> str:
+    """What a retry tells the model: the earlier answer's error (at temperature 0 with the same seed it
+    would otherwise answer the same again)."""
+    return (
         f"(An earlier answer for this {noun} was rejected: {' '.join(error.split())[:RETRY_NOTE_CHARS]}. "
         "Answer again without that mistake.)"
     )
+
+
+def retry_prompt(prompt: str, error: str, noun: str = "subject") -> str:
+    """The completion prompt of a retry: the note right before the answer's cue (the last line, such as
+    `Summary:`), so the model does not make the same mistake."""
+    head, _, cue = prompt.rstrip("\n").rpartition("\n")
+    note = retry_note(error, noun)
     return f"{head}\n{note}\n{cue}" if head else f"{note}\n{cue}"
 
 

@@ -100,6 +100,34 @@ class Rubric:
         lines += [f"{self.label}: {subject}", f"Output: {' '.join(output.split())}", "Grades:"]
         return "\n".join(lines)
 
+    def messages(self, use_case: str, subject: str, output: str) -> list[dict[str, str]]:
+        """The same grading in chat form, for an instruction-tuned judge: the criteria in a system message,
+        the examples as turns, the output to grade (with what it was made from) in a message of its own."""
+        examples = self.examples.get(use_case) or next(iter(self.examples.values()), ())
+        system = "\n".join(
+            [
+                f"You grade outputs made from {self.made_from}, each from 1 (poor) to 5 (excellent) on:",
+                *(f"- {name}: {description}" for name, description in self.criteria.items()),
+                "Answer with JSON only, one grade per criterion, e.g. "
+                + json.dumps({name: 3 for name in self.answer_order})
+                + ".",
+            ]
+        )
+        messages = [{"role": "system", "content": system}]
+        for example in examples:
+            grades = json.dumps({name: example.grades[name] for name in self.answer_order})
+            messages += [
+                {"role": "user", "content": f"{self.label}: {example.subject}\nOutput: {example.output}"},
+                {"role": "assistant", "content": grades},
+            ]
+        subject = " ".join(subject.split())
+        if len(subject) > SUBJECT_CHARS:
+            subject = subject[:SUBJECT_CHARS].rstrip() + " [...]"
+        messages.append(
+            {"role": "user", "content": f"{self.label}: {subject}\nOutput: {' '.join(output.split())}"}
+        )
+        return messages
+
     def parse(self, text: str) -> dict[str, int]:
         """The grades in the judge's answer; ValueError saying what is wrong."""
         try:
@@ -166,15 +194,19 @@ Grader = Callable[[Mapping[str, Any], str], Mapping[str, int]]
 
 
 def llm_grader(
-    generate: Callable[[str, dict[str, Any]], str],
+    generate: Callable[..., str],
     rubric: Rubric,
     use_case: str,
     describe: Callable[[Mapping[str, Any]], str],
+    *,
+    chat: bool = False,
 ) -> Grader:
-    """A grader that asks an LLM: `generate(prompt, schema) -> text`, parsed under the rubric; `describe`
-    shows it the subject (its kind's `describe`)."""
+    """A grader that asks an LLM: `generate(prompt, schema) -> text` (with `chat`, `generate(messages,
+    schema)`), parsed under the rubric; `describe` shows it the subject (its kind's `describe`)."""
 
     def grade(subject: Mapping[str, Any], output: str) -> Mapping[str, int]:
+        if chat:
+            return rubric.parse(generate(rubric.messages(use_case, describe(subject), output), rubric.schema))
         return rubric.parse(generate(rubric.prompt(use_case, describe(subject), output), rubric.schema))
 
     return grade

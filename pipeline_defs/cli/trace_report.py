@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from appdb import discovery, reports
 from appdb.discovery import WorkSpec
 from appdb.models import Interaction, UseCaseOutput
+from domain.language.chat_prompts import messages_of
 from domain.language.subject_kinds import SubjectKind
 from domain.quality.judge_rubric import JUDGE_SUFFIX
 from pipeline_defs.cli.terminal import markdown_code_block, markdown_text, one_line, safe_text
@@ -122,8 +123,15 @@ def trace_blocks(
             )
             if interaction.error:
                 yield Block("line", f"error: {interaction.error}")
-            yield Block("verbatim", interaction.system_prompt or "(none)", "System prompt")
-            yield Block("verbatim", interaction.prompt, "Prompt sent")
+            messages = messages_of(interaction.prompt)
+            if messages is None:
+                yield Block("verbatim", interaction.system_prompt or "(none)", "System prompt")
+                yield Block("verbatim", interaction.prompt, "Prompt sent")
+            else:  # chat form: each message as sent
+                for number, message in enumerate(messages, 1):
+                    yield Block(
+                        "verbatim", message.get("content", ""), f"Message {number} ({message['role']})"
+                    )
             yield Block(
                 "verbatim",
                 interaction.raw_response if interaction.raw_response is not None else "(none)",

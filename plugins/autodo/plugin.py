@@ -10,7 +10,7 @@ from dagster import Definitions
 from assets.subjects_asset import build_subject_asset
 from domain.core.plugins import DomainPlugin, PluginContext
 from plugins.autodo.autodo_kind import AUTODO
-from plugins.autodo.autodo_use_cases import AUTODO_USE_CASES
+from plugins.autodo.autodo_use_cases import AUTODO_SCOPE, AUTODO_USE_CASES
 
 DESCRIPTION = "TODO files and code comments as work items (`pipeline autodo scan`)."
 
@@ -24,5 +24,9 @@ def _use_cases(settings: Any) -> tuple:
 
 
 AUTODO_PLUGIN = DomainPlugin(
-    kind=AUTODO, description=DESCRIPTION, use_cases=_use_cases, definitions=autodo_definitions
+    kind=AUTODO,
+    description=DESCRIPTION,
+    use_cases=_use_cases,
+    definitions=autodo_definitions,
+    default_model=AUTODO_SCOPE.model,
 )

@@ -13,6 +13,7 @@ from plugins.postings.store.postings_kind import POSTINGS
 from plugins.postings.taxonomy_asset import skills_taxonomy
 from plugins.postings.taxonomy_resource import TaxonomyResource
 from plugins.postings.taxonomy_sensor import skills_taxonomy_job, skills_taxonomy_sensor
+from plugins.postings.use_cases.posting_skills import MODEL
 from plugins.postings.use_cases.shipped import posting_use_cases
 
 
@@ -44,4 +45,5 @@ POSTINGS_PLUGIN = DomainPlugin(
     use_cases=posting_use_cases,
     definitions=postings_definitions,
     settings=PostingsSettings,
+    default_model=MODEL,
 )

@@ -59,10 +59,20 @@ class PostingsSettings:
         "plain",
         parse=one_of(*SUMMARY_STYLES),
     )
+    skills_tagger: str = setting(
+        "PIPELINE_SKILLS_TAGGER",
+        "which tagger finds skills: `context` (MiniLM's contextual vectors and a BiLSTM-CRF head: better, "
+        "~0.4 s of CPU a posting) or `crf` (the earlier CRF, ~0.1 s)",
+        Derived(
+            lambda values: "context" if _minilm_installed(values) == "minilm" else "crf",
+            "`context` when MiniLM's package is installed (`make` does it), else `crf`",
+        ),
+        parse=one_of("context", "crf"),
+    )
     skills_verify_model: str = setting(
         "PIPELINE_SKILLS_VERIFY_MODEL",
         "the model that verifies the tagger's unsure mentions (`tagger+llm`)",
-        "",
+        Derived(lambda values: values.get("model") or "", "PIPELINE_MODEL"),
         parse=text,
     )
     skills_style: str = setting(
@@ -75,7 +85,7 @@ class PostingsSettings:
     link_referee_model: str = setting(
         "PIPELINE_LINK_REFEREE_MODEL",
         "the model that referees the linker's unsure answers (`linker+llm`)",
-        "",
+        Derived(lambda values: values.get("model") or "", "PIPELINE_MODEL"),
         parse=text,
     )
     link_style: str = setting(

@@ -27,7 +27,7 @@ from pipeline_defs.wiring import build_use_cases
 from plugins.postings.quality import output_checks
 from plugins.postings.quality.postings_rubric import POSTINGS_RUBRIC
 from plugins.postings.store.postings_kind import POSTINGS
-from plugins.postings.use_cases.posting_skills import POSTING_SKILLS, SKILLS_SCHEMA
+from plugins.postings.use_cases.posting_skills import POSTING_SKILLS_LLM, SKILLS_SCHEMA
 from plugins.postings.use_cases.posting_summary import POSTING_SUMMARY
 from plugins.postings.use_cases.shipped import USE_CASES
 from resources.app_database import AppDatabase
@@ -297,12 +297,12 @@ def test_corrections_change_the_gold_metrics(gym) -> None:
                 session,
                 use_case="posting_skills",
                 subject_key=key,
-                use_case_version=POSTING_SKILLS.version,
+                use_case_version=POSTING_SKILLS_LLM.version,  # the gym's skills come from the fake model
                 reason="spot check",
                 output=review.current_output(session, "posting_skills", key).value,
                 interaction_id=review.current_output(session, "posting_skills", key).interaction_id,
             )
-    registry = {use_case.name: use_case for use_case in USE_CASES}
+    registry = {use_case.name: use_case for use_case in (*USE_CASES, POSTING_SKILLS_LLM)}
     with session_scope(url) as session:
         accept(session, ids["g-2"], registry)
     accepted = _gold(defs, instance)["posting_skills"].metadata

@@ -34,6 +34,7 @@ def reviewed(app_db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("PIPELINE_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("PIPELINE_DATABASE_URL", app_db_url)
     monkeypatch.delenv("OLLAMA_HOST", raising=False)
+    monkeypatch.setenv("PIPELINE_SKILLS_STYLE", "llm")  # as the run above (gym_settings): same version
     return app_db_url
 
 

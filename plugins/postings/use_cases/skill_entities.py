@@ -258,6 +258,7 @@ def refereed_skill_entities(model: str) -> UseCase:
                     link_referee.REFEREE_SCHEMA,
                     routes=(Route("final"),),
                     options={"temperature": 0.0, "max_tokens": 200},
+                    chat=link_referee.REFEREE_CHAT,
                 ),
                 ScriptStep("final", refereed_entities),
             ),
