@@ -1,6 +1,6 @@
 """A stand-in Ollama server for throughput benchmarks: Ollama's real API shapes, a fixed latency.
 
-    python -m benchmarks.simulated_ollama [--port 11500] [--latency-ms 100] [--parallel 1]
+    python -m benchmarks.simulated_ollama [--port 11500] [--latency-ms 100] [--parallel 1] [--models A,B]
 
 It answers /api/generate, /api/chat, /api/tags, /api/show, /api/ps and /api/version
 like Ollama does. Every generation takes `--latency-ms` (a sleep standing in for a GPU)
@@ -123,6 +123,7 @@ def _phrases(text: str) -> list[str]:
 def _last_field(prompt: str, name: str) -> str:
     """The value of the last `Name: ...` line of a few-shot prompt (the posting being asked about)."""
     marker = f"\n{name}: "
+    prompt = f"\n{prompt}"  # a chat message starts with its first field
     start = prompt.rfind(marker)
     if start < 0:
         return ""
@@ -282,11 +283,20 @@ def _model_entry(name: str) -> dict[str, Any]:
     }
 
 
+BASE_MODELS = ("gemma3:270m",)
+"""Served with a raw template (`{{ .Prompt }}`, a base model); any other model gets an instruct model's
+chat template, so `auto` prompt style reads chat for it, as from a real Ollama."""
+CHAT_TEMPLATE = (
+    '{{- range .Messages }}<start_of_turn>{{ if eq .Role "assistant" }}model{{ else }}{{ .Role }}{{ end }}\n'
+    "{{ .Content }}<end_of_turn>\n{{ end }}<start_of_turn>model\n"
+)
+
+
 def _show(model: str) -> dict[str, Any]:
     return {
         "modelfile": f"FROM {model}\n",
         "parameters": 'stop "<end_of_turn>"',
-        "template": "{{ .Prompt }}",
+        "template": "{{ .Prompt }}" if model in BASE_MODELS else CHAT_TEMPLATE,
         "details": MODEL_DETAILS,
         "model_info": {"general.architecture": "gemma3", "gemma3.context_length": 32768},
         "capabilities": ["completion"],
@@ -294,9 +304,11 @@ def _show(model: str) -> dict[str, Any]:
     }
 
 
-def serve(host: str, port: int, latency_ms: float, parallel: int) -> ThreadingHTTPServer:
+def serve(
+    host: str, port: int, latency_ms: float, parallel: int, models: tuple[str, ...] = BASE_MODELS
+) -> ThreadingHTTPServer:
     """Build (not start) the server; `server.serve_forever()` runs it."""
-    state = SimulatedOllama(latency_ms, parallel)
+    state = SimulatedOllama(latency_ms, parallel, models)
     server = ThreadingHTTPServer((host, port), make_handler(state))
     server.daemon_threads = True
     server.state = state  # type: ignore[attr-defined]
@@ -309,8 +321,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=11500, help="0 picks a free port (printed)")
     parser.add_argument("--latency-ms", type=float, default=100.0, help="time per generation")
     parser.add_argument("--parallel", type=int, default=1, help="generations served at once")
+    parser.add_argument(
+        "--models",
+        default=",".join(BASE_MODELS),
+        help="the models it serves, comma-separated (all but gemma3:270m with an instruct chat template)",
+    )
     args = parser.parse_args(argv)
-    server = serve(args.host, args.port, args.latency_ms, args.parallel)
+    models = tuple(name.strip() for name in args.models.split(",") if name.strip())
+    server = serve(args.host, args.port, args.latency_ms, args.parallel, models)
     print(f"http://{args.host}:{server.server_address[1]}", flush=True)
     with contextlib.suppress(KeyboardInterrupt):
         server.serve_forever()

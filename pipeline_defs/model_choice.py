@@ -37,6 +37,8 @@ class Choice:
     backend: str
     prompt_style: str
     origins: Mapping[str, str]
+    models: tuple[str, ...]
+    """Every model it calls: its own, or each LLM step's of a chain."""
 
 
 def choose_models(
@@ -63,7 +65,7 @@ def choices(use_cases: Sequence[UseCase], settings: Settings) -> list[Choice]:
                 use_case.model,
                 use_case.backend or settings.llm_backend,
                 use_case.prompt_style,
-                {
+                origins={
                     "model": _origin(settings, "use_case_models", use_case.name in models, "model"),
                     "backend": _origin(
                         settings, "use_case_backends", use_case.name in backends, "llm_backend"
@@ -72,6 +74,9 @@ def choices(use_cases: Sequence[UseCase], settings: Settings) -> list[Choice]:
                         settings, "use_case_prompt_styles", use_case.name in styles, "prompt_style"
                     ),
                 },
+                models=tuple(dict.fromkeys(use_case.steps.models))
+                if use_case.steps is not None
+                else (use_case.model,),
             )
         )
     return listed

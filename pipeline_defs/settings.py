@@ -400,6 +400,10 @@ class Settings:
     def openai_url(self) -> str:
         return self.openai_base_url or DEFAULT_OPENAI_BASE_URL
 
+    @property
+    def ollama_url(self) -> str:
+        return (self.ollama_host or DEFAULT_OLLAMA_HOST).rstrip("/")
+
     def changed(self, **changes: Any) -> Settings:
         """These settings with some values changed, the core's or a plugin section's, by name."""
         core = {name for name, _ in declared_settings(Settings)} | {"origins"}

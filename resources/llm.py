@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from dagster import ConfigurableResource, InitResourceContext, get_dagster_logger
@@ -18,6 +19,15 @@ PACER_LOG_WAITS_FROM_SECONDS = 1.0
 
 # Generation options every backend understands (each maps them to its own names).
 DEFAULT_OPTIONS: dict[str, Any] = {"temperature": 0.0, "max_tokens": 256, "repeat_penalty": 1.15, "seed": 0}
+
+
+@dataclass(frozen=True)
+class ModelCheck:
+    """What a backend says of one model before any run (`pipeline config --check`): whether it serves
+    it, and in a line, what it found or what to do (`ollama pull NAME`)."""
+
+    served: bool
+    detail: str
 
 
 class LLMResource(ConfigurableResource):
@@ -163,6 +173,10 @@ class LLMResource(ConfigurableResource):
     def _auto_style(self, model: str) -> str:
         """`auto` on this backend: completion (a base model); servers ask or assume an instruct model."""
         return COMPLETION_STYLE
+
+    def check_model(self, model: str) -> ModelCheck:
+        """Whether this backend serves `model`, asked of its server (nothing is generated or loaded)."""
+        raise NotImplementedError
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:
         for model, handle in list(self._loaded.items()):

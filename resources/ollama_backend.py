@@ -24,7 +24,7 @@ import ollama
 
 from domain.language.chat_prompts import CHAT_STYLE, COMPLETION_STYLE
 from domain.language.llm_types import BackendUnavailable, Generation, ItemError
-from resources.llm import LLMResource
+from resources.llm import LLMResource, ModelCheck
 from resources.llm_hosts import is_loopback_host
 
 # Our option names -> Ollama's `options` names.
@@ -194,6 +194,20 @@ class OllamaResource(LLMResource):
         except (ollama.ResponseError, ConnectionError, httpx.HTTPError):
             return COMPLETION_STYLE
         return CHAT_STYLE if template_has_roles(getattr(shown, "template", "") or "") else COMPLETION_STYLE
+
+    def check_model(self, model: str) -> ModelCheck:
+        """Pulled on this host (GET /api/tags; a name without a tag means `:latest`), and the prompt style
+        its template calls for (POST /api/show)."""
+        try:
+            with ollama.Client(
+                host=self.url, timeout=self.probe_timeout_seconds, verify=_tls_context()
+            ) as client:
+                pulled = {entry.model for entry in client.list().models}
+        except (ollama.ResponseError, ConnectionError, httpx.HTTPError) as exc:
+            return ModelCheck(False, f"cannot reach Ollama at {self.url}: {exc}")
+        if model not in pulled and f"{model}:latest" not in pulled:
+            return ModelCheck(False, f"not pulled on {self.url}: run `ollama pull {model}` there")
+        return ModelCheck(True, f"pulled; its template calls for {self._auto_style(model)} prompts")
 
     def _unload(self, model: str, handle: ollama.Client) -> None:
         if not self.unload_after_run:

@@ -20,7 +20,7 @@ from pydantic import PrivateAttr
 
 from domain.language.chat_prompts import CHAT_STYLE
 from domain.language.llm_types import BackendUnavailable, Generation, ItemError
-from resources.llm import LLMResource
+from resources.llm import LLMResource, ModelCheck
 from resources.llm_hosts import is_loopback_host
 
 # Our option names -> the OpenAI request's names (the common core every compatible server takes).
@@ -140,6 +140,25 @@ class OpenAICompatibleResource(LLMResource):
         """`auto`: chat. What vLLM, llama-server and hosted APIs serve is mostly instruction-tuned, and a
         server's model list does not say; set the style to completion for a base model."""
         return CHAT_STYLE
+
+    def check_model(self, model: str) -> ModelCheck:
+        """Listed by the server (GET /models), under the name PIPELINE_OPENAI_MODELS gives it."""
+        served_as = self.model_names.get(model, model)
+        try:
+            response = httpx.get(
+                f"{self.url}/models", headers=self._headers(), timeout=self.probe_timeout_seconds
+            )
+            listed = [entry.get("id") for entry in response.json().get("data", [])]
+        except (httpx.HTTPError, ValueError, AttributeError) as exc:
+            return ModelCheck(False, f"cannot list the models of {self.url}: {exc}")
+        named = f"{model!r}" + (f" (as {served_as!r})" if served_as != model else "")
+        if served_as not in listed:
+            return ModelCheck(
+                False,
+                f"{self.url} does not serve {named}; it serves {', '.join(map(str, listed)) or 'none'} "
+                f"(name it with PIPELINE_OPENAI_MODELS={model}=<its name>)",
+            )
+        return ModelCheck(True, f"served as {served_as!r}")
 
     def _body(self, model: str, schema: dict[str, Any] | None, options: dict[str, Any]) -> dict[str, Any]:
         """The request's common part: the server's model name, sampling options, the answer's schema."""

@@ -302,9 +302,10 @@ def display_output(use_case: UseCase | None, output: Any) -> str:
 
 
 def model_label(use_case: UseCase) -> str:
-    """The model an output is made by: the LLM's name (and its prompt style, but completion), or
-    `script:<function>`."""
-    style = "" if use_case.prompt_style == COMPLETION_STYLE else f" [{use_case.prompt_style}]"
+    """The model an output is made by: the LLM's name (and its prompt style when chosen as chat), or
+    `script:<function>`. `auto` adds nothing: the backend picks the form per model, the model's name
+    already says which, and upgrading must not make every existing output stale."""
+    style = f" [{CHAT_STYLE}]" if use_case.prompt_style == CHAT_STYLE else ""
     if use_case.steps is not None:  # a multi-step use case: its steps' models
         models = " + ".join(use_case.steps.models)
         return f"{models}{style}" if models else f"{SCRIPT_BACKEND}:{use_case.name}"

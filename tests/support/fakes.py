@@ -12,16 +12,45 @@ from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
 
-class FakeOllama:
-    """Answers /api/generate like Ollama: an empty prompt loads the model; others get a summary."""
+RAW_TEMPLATE = "{{ .Prompt }}"  # a base model's template in Ollama
+GEMMA_CHAT_TEMPLATE = (  # an instruct model's (Ollama's gemma3 template, shortened): roles laid out
+    "{{- range $i, $_ := .Messages }}<start_of_turn>{{ if eq .Role \"user\" }}user{{ else }}model{{ end }}\n"
+    "{{ .Content }}<end_of_turn>\n{{ end }}<start_of_turn>model\n"
+)
 
-    def __init__(self, server: HTTPServer, models: tuple[str, ...] = ("gemma3:270m",)) -> None:
+
+class FakeOllama:
+    """Answers like Ollama: POST /api/generate and /api/chat (an empty prompt or no messages loads the
+    model; others get a summary naming the last `Title:`), /api/show (the raw template of a base model,
+    a chat template for `instruct` models), GET /api/tags. `requests`: every generate and chat body, with
+    its `path`."""
+
+    def __init__(
+        self, server: HTTPServer, models: tuple[str, ...] = ("gemma3:270m",), instruct: tuple[str, ...] = ()
+    ) -> None:
         self.requests: list[dict] = []
-        self.models = models
-        server.expect_request("/api/generate", method="POST").respond_with_handler(self.handle)
+        self.shown: list[str] = []
+        self.models = models + instruct
+        self.instruct = instruct
+        for path in ("/api/generate", "/api/chat"):
+            server.expect_request(path, method="POST").respond_with_handler(self.handle)
+        server.expect_request("/api/show", method="POST").respond_with_handler(self.show)
+        server.expect_request("/api/tags", method="GET").respond_with_json(
+            {"models": [{"name": model, "model": model} for model in self.models]}
+        )
+
+    def show(self, request: Request) -> Response:
+        model = json.loads(request.data)["model"]
+        self.shown.append(model)
+        if model not in self.models:
+            return Response(json.dumps({"error": f"model '{model}' not found"}), status=404)
+        template = GEMMA_CHAT_TEMPLATE if model in self.instruct else RAW_TEMPLATE
+        return Response(json.dumps({"template": template, "capabilities": ["completion"]}))
 
     def handle(self, request: Request) -> Response:
-        body = json.loads(request.data)
+        body = {**json.loads(request.data), "path": request.path}
+        if request.path == "/api/chat" and body.get("messages"):
+            body["prompt"] = body["messages"][-1]["content"]  # what it answers to, as a generation
         self.requests.append(body)
         if body["model"] not in self.models:
             return Response(
@@ -37,8 +66,11 @@ class FakeOllama:
         }
         if body.get("prompt"):
             title = body["prompt"].rsplit("Title: ", 1)[-1].split("\n", 1)[0]
+            text = json.dumps({"summary": f"A company hires a {title} for the work described."})
+            if request.path == "/api/chat":
+                answer["message"] = {"role": "assistant", "content": text}
             answer.update(
-                response=json.dumps({"summary": f"A company hires a {title} for the work described."}),
+                response=text,
                 done_reason="stop",
                 prompt_eval_count=412,
                 eval_count=31,
@@ -46,6 +78,7 @@ class FakeOllama:
             )
         else:
             answer["response"] = ""
+            answer["message"] = {"role": "assistant", "content": ""}
         return Response(json.dumps(answer), content_type="application/json")
 
     @property
