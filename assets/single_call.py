@@ -212,7 +212,7 @@ def _store_result(
         run,
         item.key,
         use_case=use_case.name,
-        model=model_label(use_case),
+        model=use_case.model or model_label(use_case),  # the model as the backend names it; a script's label
         backend=run.backend,
         prompt=item.prompt,
         system_prompt=item.system_prompt,

@@ -9,8 +9,9 @@ defaults, the settings choose.
   without a chat form runs in completion form; `auto` on the embedded backend is completion (its model
   is a base model) and, on a server, what the server says of the model at the run.
 
-The chosen model and style are part of an output's identity (`model_label`): change either and every
-output of that use case is stale once. Work groups, sensors and jobs follow the chosen models.
+The chosen model (and the style, when set to chat) is part of an output's identity (`model_label`):
+change it and every output of that use case is stale once. Work groups, sensors and jobs follow the
+chosen models.
 """
 
 from __future__ import annotations

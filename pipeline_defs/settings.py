@@ -62,8 +62,15 @@ DEFAULT_RUNS_PER_HOST = 3
 DEFAULT_SENSOR_INTERVAL_SECONDS = 1
 
 
+def running_from_a_clone() -> bool:
+    """Run from a checkout (`make`, the README) rather than from an installed package (`pip install`)."""
+    return (PROJECT_ROOT / "pyproject.toml").is_file() and (PROJECT_ROOT / "workspace.yaml").is_file()
+
+
 def _default_data_dir(values: Mapping[str, Any]) -> Path:
-    return PROJECT_ROOT / "data"
+    if running_from_a_clone():
+        return PROJECT_ROOT / "data"
+    return values["data_home"] / "posting-enrichment"  # an installed package: not inside site-packages
 
 
 def _hosts(value: str) -> tuple[str, ...]:
@@ -109,10 +116,16 @@ def _prices(value: str) -> tuple[tuple[str, float, float], ...]:
 class Settings:
     """The core settings, and each plugin's section (`postings`)."""
 
+    data_home: Path = setting(
+        "XDG_DATA_HOME",
+        "where an installed package (not a clone) keeps its data directory, under `posting-enrichment/`",
+        Derived(lambda v: Path.home() / ".local" / "share", "`~/.local/share`"),
+        parse=_path,
+    )
     data_dir: Path = setting(
         "PIPELINE_DATA_DIR",
         "where the SQLite files, the Dagster home and the caches live",
-        Derived(_default_data_dir, "`data/` in the project"),
+        Derived(_default_data_dir, "`data/` in a clone; `<XDG_DATA_HOME>/posting-enrichment` when installed"),
         parse=_path,
     )
     database_url: str = setting(
@@ -245,6 +258,13 @@ class Settings:
         "`ours=theirs,...`: the server's name for a use case's model, e.g. `gemma3:270m=google/gemma-3-270m`",
         (),
         parse=name_pairs,
+    )
+    openai_schema_format: str = setting(
+        "PIPELINE_OPENAI_SCHEMA_FORMAT",
+        "how the output's JSON schema is sent: `json_schema` (OpenAI structured outputs: vLLM, llama-server, "
+        "LiteLLM) or `json_object` (llama-cpp-python's `llama_cpp.server`, which refuses `json_schema`)",
+        "json_schema",
+        parse=one_of("json_schema", "json_object"),
     )
     batch_size_override: int | None = setting(
         "PIPELINE_BATCH_SIZE",

@@ -107,6 +107,7 @@ def build_llm_resource(settings: Settings, env_vars: bool = False, backend: str 
             api_key=configured(settings, "openai_api_key", env_vars=env_vars),
             api=settings.openai_api,
             model_names=dict(settings.openai_models),
+            schema_format=settings.openai_schema_format,
             **paid_backend_fields(settings, f"openai:{redact(settings.openai_url)}", env_vars),
         )
     return EmbeddedLLMResource(model_paths=dict(settings.embedded_models))

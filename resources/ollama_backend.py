@@ -15,17 +15,21 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import ssl
 import time
 from typing import Any
 
 import httpx
 import ollama
+import pydantic
 
 from domain.language.chat_prompts import CHAT_STYLE, COMPLETION_STYLE
 from domain.language.llm_types import BackendUnavailable, Generation, ItemError
 from resources.llm import LLMResource, ModelCheck
 from resources.llm_hosts import is_loopback_host
+
+log = logging.getLogger(__name__)
 
 # Our option names -> Ollama's `options` names.
 _OPTION_NAMES = {
@@ -191,7 +195,9 @@ class OllamaResource(LLMResource):
         does; completion for a raw template (`{{ .Prompt }}`, a base model) or when the server cannot say."""
         try:
             shown = self._client().show(model)
-        except (ollama.ResponseError, ConnectionError, httpx.HTTPError):
+        except (ollama.ResponseError, ConnectionError, httpx.HTTPError, pydantic.ValidationError) as exc:
+            # an older or look-alike server whose answer the client cannot read: the form any model takes
+            log.warning("cannot read %s's template from %s (%s): completion prompts", model, self.url, exc)
             return COMPLETION_STYLE
         return CHAT_STYLE if template_has_roles(getattr(shown, "template", "") or "") else COMPLETION_STYLE
 

@@ -1,7 +1,8 @@
 """`pipeline`: the command line beside the Dagster UI.
 
 pipeline migrate                 create or upgrade the application database; create DAGSTER_HOME
-pipeline config [--json]         the effective configuration: every setting, its value, where it came from
+pipeline config [--json] [--check]   the effective configuration: every setting, its value, where it
+                                 came from; each use case's model; --check: does its server serve it
 pipeline ingest FILE...          load postings (JSONL or CSV); exit 1 if any row was rejected
 pipeline run [--use-case NAME]   process all pending work now, in this process
 pipeline demo                    ingest the demo postings, summarize them, print a table
@@ -32,6 +33,7 @@ import sys
 import traceback
 from types import TracebackType
 
+from domain.language.declaration_parts import DeclarationError
 from pipeline_defs.cli import (
     autodo_commands,
     config_command,
@@ -98,7 +100,11 @@ def _run_command(argv: list[str] | None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    return args.handler(settings, args)
+    try:
+        return args.handler(settings, args)
+    except DeclarationError as exc:  # a setting naming no use case, style or backend: found at build
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from pipeline_defs.cli.in_process_runs import (
 )
 from pipeline_defs.cli.run_watch import RunWatch
 from pipeline_defs.cli.terminal import EXIT_ERROR, clip, one_line
-from pipeline_defs.settings import PROJECT_ROOT, Settings
+from pipeline_defs.settings import PROJECT_ROOT, Settings, running_from_a_clone
 from plugins.postings.store.ingest import ingest_files
 from plugins.postings.store.postings_kind import POSTINGS
 
@@ -108,9 +108,10 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
     print(f"wall time {wall:.1f}s for {len(keys)} postings; {runs} runs ({failed_runs} failed)")
     for use_case, mean_ms, count in latency:
         print(f"  {use_case}: mean LLM time {mean_ms / 1000:.1f}s per posting over {count} postings")
-    print("trace a posting:  .venv/bin/pipeline trace demo-001")
-    print("quality, review:  .venv/bin/pipeline review")
-    print("open the UI:      make ui   (then http://127.0.0.1:3000)")
+    command, ui = (".venv/bin/pipeline", "make ui") if running_from_a_clone() else ("pipeline", "pipeline ui")
+    print(f"trace a posting:  {command} trace demo-001")
+    print(f"quality, review:  {command} review")
+    print(f"open the UI:      {ui}   (then http://127.0.0.1:3000)")
     return 0 if ok else 1
 
 

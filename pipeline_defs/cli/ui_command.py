@@ -23,7 +23,7 @@ from typing import Any
 
 from pipeline_defs.cli.terminal import safe_text
 from pipeline_defs.dagster_home import ensure_dagster_home
-from pipeline_defs.settings import PROJECT_ROOT, Settings
+from pipeline_defs.settings import PROJECT_ROOT, Settings, running_from_a_clone
 
 WEBSERVER_MODULE = "dagster_webserver"
 GUARDED_WEBSERVER_MODULE = "pipeline_defs.webserver"
@@ -69,7 +69,7 @@ def cmd_ui(settings: Settings, args: argparse.Namespace) -> int:
     handlers = {sig: signal.signal(sig, signal.default_int_handler) for sig in stop_signals}
     original = dagster_dev.open_ipc_subprocess
     dagster_dev.open_ipc_subprocess = swap_modules(original)
-    workspace = str(PROJECT_ROOT / "workspace.yaml")
+    workspace = workspace_file(settings)
     try:
         with output_through_safe_text():
             dagster_dev.dev_command.main(
@@ -91,7 +91,7 @@ def cmd_webserver(settings: Settings, args: argparse.Namespace) -> int:
     from pipeline_defs import webserver
 
     ensure_dagster_home(settings)
-    workspace = str(PROJECT_ROOT / "workspace.yaml")
+    workspace = workspace_file(settings)
     sys.argv = ["dagster-webserver", "-h", args.host, "-p", str(args.port), "-w", workspace]
     webserver.main()
     return 0
@@ -101,9 +101,29 @@ def cmd_daemon(settings: Settings, args: argparse.Namespace) -> int:
     from pipeline_defs import daemon
 
     ensure_dagster_home(settings)
-    sys.argv = ["dagster-daemon", "run", "-w", str(PROJECT_ROOT / "workspace.yaml")]
+    sys.argv = ["dagster-daemon", "run", "-w", workspace_file(settings)]
     daemon.main()
     return 0
+
+
+WORKSPACE_YAML = """\
+load_from:
+  - python_module:
+      module_name: pipeline_defs.definitions
+      location_name: posting_enrichment
+"""
+
+
+def workspace_file(settings: Settings) -> str:
+    """The clone's workspace.yaml; for an installed package (no clone), the same written into the Dagster
+    home, as Dagster needs a file to name the code location."""
+    if running_from_a_clone():
+        return str(PROJECT_ROOT / "workspace.yaml")
+    path = settings.dagster_home / "workspace.yaml"
+    if not path.is_file() or path.read_text() != WORKSPACE_YAML:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(WORKSPACE_YAML)
+    return str(path)
 
 
 def swap_modules(open_subprocess: Callable[..., Any]) -> Callable[..., Any]:

@@ -11,10 +11,9 @@ import pytest
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
-
 RAW_TEMPLATE = "{{ .Prompt }}"  # a base model's template in Ollama
 GEMMA_CHAT_TEMPLATE = (  # an instruct model's (Ollama's gemma3 template, shortened): roles laid out
-    "{{- range $i, $_ := .Messages }}<start_of_turn>{{ if eq .Role \"user\" }}user{{ else }}model{{ end }}\n"
+    '{{- range $i, $_ := .Messages }}<start_of_turn>{{ if eq .Role "user" }}user{{ else }}model{{ end }}\n'
     "{{ .Content }}<end_of_turn>\n{{ end }}<start_of_turn>model\n"
 )
 
@@ -45,7 +44,14 @@ class FakeOllama:
         if model not in self.models:
             return Response(json.dumps({"error": f"model '{model}' not found"}), status=404)
         template = GEMMA_CHAT_TEMPLATE if model in self.instruct else RAW_TEMPLATE
-        return Response(json.dumps({"template": template, "capabilities": ["completion"]}))
+        shown = {
+            "template": template,
+            "capabilities": ["completion"],
+            "model_info": {"general.architecture": "gemma3"},
+            "details": {"family": "gemma3", "format": "gguf"},
+            "modified_at": "2026-11-22T01:00:00Z",
+        }
+        return Response(json.dumps(shown), content_type="application/json")
 
     def handle(self, request: Request) -> Response:
         body = {**json.loads(request.data), "path": request.path}

@@ -24,6 +24,15 @@ CONFIGURATIONS = {
     "default": {},
     "all_opt_ins": {"summary_style": "refined", "extra_use_cases": ("posting_assessment",)},
     "postings_autodo": {"domains": ("postings", "autodo")},
+    "two_models": {},
+}
+# Configurations a user makes in the environment: the work groups, jobs and sensors follow the models.
+ENVIRONMENTS = {
+    "two_models": {
+        "OLLAMA_HOST": "http://gpu-box:11434",
+        "PIPELINE_MODEL": "qwen2.5:7b-instruct",
+        "PIPELINE_MODELS": "posting_summary=llama3.1:8b",
+    },
 }
 
 
@@ -79,6 +88,8 @@ def test_the_code_location_matches_its_snapshot(
     configuration: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("OLLAMA_HOST", raising=False)
+    for name, value in ENVIRONMENTS.get(configuration, {}).items():
+        monkeypatch.setenv(name, value)
     monkeypatch.setenv("PIPELINE_DATA_DIR", str(tmp_path))
     monkeypatch.setenv("PIPELINE_DATABASE_URL", f"sqlite:///{tmp_path / 'app.db'}")
     settings = Settings.from_env().changed(**CONFIGURATIONS[configuration])
