@@ -280,6 +280,8 @@ def _judgements(
             except Exception as exc:  # a bug in a grader is this grade's error, never a failed run
                 yield key, shown, {"status": "item_error", "error": f"{type(exc).__name__}: {exc}"}
         return
+    if not outputs or judge is None:
+        return  # nothing to grade: ask the backend nothing about the judge's model
     chat = _judge_style(run, run.context.resources.gym) == CHAT_STYLE
     requests = []
     for key, value in outputs:

@@ -105,6 +105,9 @@ def answer_for(prompt: str, schema: Any) -> str:
         return json.dumps({"knowledge": phrases[:1], "skills": phrases[1:2]})
     if not properties:
         return "{}"
+    if "choices" in properties:  # the linking referee: the first choice (the linker's best) for each entity
+        choices = properties["choices"]
+        return json.dumps({"choices": choices["items"]["enum"][:1] * choices.get("maxItems", 1)})
     empty = {"string": "", "array": [], "object": {}, "integer": 0, "number": 0, "boolean": False}
     required = schema.get("required", list(properties))
     return json.dumps({name: empty.get(properties[name].get("type")) for name in required})
