@@ -304,32 +304,38 @@ def measure_raw(config: RunConfig, env: Environment, workdir: Path) -> dict[str,
     from appdb import inputs
     from appdb.database import session_scope
     from assets.factory import build_work_groups
-    from domain.language.templates import POSTING_VARIABLES
     from pipeline_defs.wiring import build_use_cases
 
     keys = ingest(env.app_db_url, benchmark_postings(config.postings, config.shared), workdir)
     ensure_model_indexes(env.app_db_url)
     group = llm_group(build_work_groups(build_use_cases(env.settings)))
     llm = build_llm(config, env.settings)
-    calls: list[tuple[Any, str, str]] = []
+    calls: list[tuple[Any, Any]] = []
     with session_scope(env.app_db_url) as session:
         for start in range(0, len(keys), group.batch_size):  # in the order the runs process them
             batch = keys[start : start + group.batch_size]
             for member in group.members:
                 use_case = member.use_case
-                _, values = inputs.load_posting_inputs(session, batch, POSTING_VARIABLES, use_case.upstream)
+                _, values = inputs.load_inputs(
+                    session, use_case.subject.table, batch, use_case.subject_variables, use_case.upstream
+                )
                 references = inputs.reference_hashes(session, use_case.reference_inputs)
+                style = llm.resolve_style(use_case.model, use_case.prompt_style)  # as the runs send them
                 for key in batch:
-                    prompt, system_prompt, _, _ = use_case.prepare(values[key], references)
-                    calls.append((use_case, prompt, system_prompt))
+                    calls.append((use_case, use_case.prepare(values[key], references, style)))
     started = time.perf_counter()
     llm.ensure_loaded(group.model)
     load_seconds = time.perf_counter() - started
 
-    def call(item: tuple[Any, str, str]) -> float:
-        use_case, prompt, system_prompt = item
+    def call(item: tuple[Any, Any]) -> float:
+        use_case, prepared = item
         generation = llm.generate(
-            use_case.model, prompt, system_prompt, dict(use_case.grammar_schema), dict(use_case.options)
+            use_case.model,
+            prepared.prompt,
+            prepared.system_prompt,
+            dict(use_case.grammar_schema),
+            dict(use_case.options),
+            prepared.messages,
         )
         return generation.latency_ms
 
