@@ -68,7 +68,8 @@ DEFAULT_LIMITS = {
     "verification": 4,
     "referee": 6,  # sentences per split
 }
-"""Small enough that `--prompt-style both` on the embedded 270M model on 2 busy cores takes ~10-15 min."""
+"""Small: `--prompt-style both` on the embedded 270M model took 656 CPU s without the referee (2026-11-27),
+about 11 minutes of two cores."""
 SKILLSPAN_SPLIT = "dev"  # the validation split; the test split is never read
 STYLE_CHOICES = (AUTO_STYLE, COMPLETION_STYLE, CHAT_STYLE, "both")
 
