@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.report import DEFAULT_RESULTS_DIR, write_report
+from domain.language.chat_prompts import CHAT_STYLE, COMPLETION_STYLE, retry_messages
 from domain.language.declaration import UseCase
 from domain.language.llm_types import ItemError
 from domain.language.output_parsing import BlockedOutput, parse_output
@@ -130,13 +131,22 @@ class CachedGenerator:
             self.cache = json.loads(path.read_text())
         self.calls = 0
 
-    def __call__(self, model: str, prompt: str, schema: Mapping[str, Any], options: Mapping[str, Any]) -> str:
-        key = hashlib.sha256(
-            json.dumps([self.llm.backend_name, model, prompt, schema, options], sort_keys=True).encode()
-        ).hexdigest()
+    def __call__(
+        self,
+        model: str,
+        prompt: str,
+        schema: Mapping[str, Any],
+        options: Mapping[str, Any],
+        messages: list[dict[str, str]] | None = None,
+    ) -> str:
+        """The answer to `prompt`, or in chat form to `messages` (then `prompt` is unused)."""
+        keyed: list[Any] = [self.llm.backend_name, model, prompt, schema, options]
+        if messages is not None:
+            keyed.append(messages)
+        key = hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()
         if key not in self.cache:
             self.calls += 1
-            self.cache[key] = self.llm.generate(model, prompt, "", dict(schema), dict(options)).text
+            self.cache[key] = self.llm.generate(model, prompt, "", dict(schema), dict(options), messages).text
             if self.path is not None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self.path.write_text(json.dumps(self.cache))
@@ -155,17 +165,23 @@ def summarize(
     posting: Mapping[str, Any],
     retries: bool,
     retry_temperature: float = RETRY_TEMPERATURE,
+    style: str = COMPLETION_STYLE,
 ) -> list[dict[str, Any]]:
-    """The attempts at one posting's summary: each with its text (or error) and what blocked it."""
+    """The attempts at one posting's summary: each with its text (or error) and what blocked it;
+    `style`: the completion prompt, or the use case's chat form (the posting in a message of its own)."""
     values = values_of(posting)
-    prompt, _, _ = use_case.render(values)
+    prepared = use_case.prepare(values, {}, style)
+    prompt, messages = prepared.prompt, prepared.messages
     attempts: list[dict[str, Any]] = []
     for attempt in range(1, (ATTEMPTS if retries else 1) + 1):
         options = dict(use_case.options)
         if attempt > 1:  # the simulated retry: the reason in the prompt, a new seed, some temperature
-            prompt = retry_prompt(prompt, attempts[-1]["blocked_phrases"])
+            if messages is not None:
+                messages = retry_messages(messages, leave_out_note(attempts[-1]["blocked_phrases"]))
+            else:
+                prompt = retry_prompt(prompt, attempts[-1]["blocked_phrases"])
             options.update(seed=attempt, temperature=retry_temperature)
-        text = generate(use_case.model, prompt, use_case.grammar_schema, options)
+        text = generate(use_case.model, prompt, use_case.grammar_schema, options, messages)
         record: dict[str, Any] = {"attempt": attempt, "summary": None, "error": None, "blocked_phrases": []}
         try:
             unchecked = parse_output(replace(use_case, checks=()), text, values)
@@ -186,8 +202,12 @@ def summarize(
 def retry_prompt(prompt: str, phrases: list[str]) -> str:
     """The prompt with the blocked phrases named just before the answer."""
     head, _, _ = prompt.rpartition("Summary:")
-    note = f"Leave out (not in the posting): {', '.join(phrases)}.\n" if phrases else ""
+    note = f"{leave_out_note(phrases)}\n" if phrases else ""
     return f"{head}{note}Summary:"
+
+
+def leave_out_note(phrases: list[str]) -> str:
+    return f"Leave out (not in the posting): {', '.join(phrases)}." if phrases else ""
 
 
 # --- judges --------------------------------------------------------------------------------------
@@ -197,14 +217,20 @@ def deterministic_grader(checker: FaithfulnessChecker) -> Grader:
     return lambda posting, summary: quality_grade(summary, posting, checker=checker).grades
 
 
-def llm_judge(generate: CachedGenerator, settings: Settings) -> Grader:
+def llm_judge(
+    generate: CachedGenerator, settings: Settings, model: str = "", style: str = COMPLETION_STYLE
+) -> Grader:
+    """The LLM judge under the rubric: `model` (default PIPELINE_JUDGE_MODEL) asked in `style`."""
     path = settings.judge_rubric_path
     rubric = load_rubric(path, like=POSTINGS_RUBRIC) if path else POSTINGS_RUBRIC
+    model = model or settings.judge_model
 
-    def ask(prompt: str, schema: dict[str, Any]) -> str:
-        return generate(settings.judge_model, prompt, schema, JUDGE_OPTIONS)
+    def ask(prompt: str | list[dict[str, str]], schema: dict[str, Any]) -> str:
+        if isinstance(prompt, list):
+            return generate(model, "", schema, JUDGE_OPTIONS, prompt)
+        return generate(model, prompt, schema, JUDGE_OPTIONS)
 
-    return llm_grader(ask, rubric, POSTING_SUMMARY.name, describe_posting)
+    return llm_grader(ask, rubric, POSTING_SUMMARY.name, describe_posting, chat=style == CHAT_STYLE)
 
 
 def judge_cases(grade: Grader, cases: list[tuple[str, Mapping[str, Any], str]], review_below: float) -> dict:

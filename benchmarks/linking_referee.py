@@ -21,6 +21,7 @@ import json
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -52,34 +53,47 @@ def oracle_choice(entity: dict[str, Any], gold: set[str]) -> str:
     return link_referee.NO_CONCEPT
 
 
+def completion_referee(generate: Callable[[str], str]) -> Callable[[str], str]:
+    """listing -> answer: the few-shot prompt exactly as the chain's referee step renders it."""
+
+    def ask(listing: str) -> str:
+        prompt, _, _ = render_templates(
+            link_referee.REFEREE_PROMPT, "", {}, {"resolve": {"listing": listing}}
+        )
+        return generate(prompt)
+
+    return ask
+
+
 def run_split(
-    split: Any, resolver: Any, generate: Any, limit: int | None, ask_below: float
+    split: Any, resolver: Any, ask: Callable[[str], str], limit: int | None, ask_below: float
 ) -> dict[str, Any]:
+    """Right / wrong / unmatched before and after the referee; `ask(listing) -> answer` asks it about
+    one sentence's unsure entities (the first `limit` sentences with a gold concept)."""
     gold = GoldMapper(resolver)
-    sentences: dict[str, list[tuple[list[dict[str, Any]], set[str]]]] = {}
+    queries: dict[str, list[tuple[Any, set[str]]]] = {}
     for query in split.span_queries:
         uris = gold(query.gold_labels)
-        if not uris:
-            continue
-        entities = [
-            resolution_entity(r, query.span, "skill") for r in resolver.resolve(query.span, query.sentence)
+        if uris:
+            queries.setdefault(query.sentence, []).append((query, uris))
+    sentences = {
+        sentence: [
+            ([resolution_entity(r, q.span, "skill") for r in resolver.resolve(q.span, q.sentence)], uris)
+            for q, uris in spans
         ]
-        sentences.setdefault(query.sentence, []).append((entities, uris))
+        for sentence, spans in list(queries.items())[:limit]
+    }
     before, after, oracle, transitions = Counter(), Counter(), Counter(), Counter()
     counts = link_referee.RefereeCounts()
     calls, seconds, unreadable_calls = 0, 0.0, 0
-    for sentence, spans in list(sentences.items())[:limit]:
+    for sentence, spans in sentences.items():
         entities = [entity for span_entities, _ in spans for entity in span_entities]
         asked = link_referee.asked_entities(entities, ask_below)
         choices: list[Any] = []
         if asked:
             listing = link_referee.referee_listing(entities, asked, [sentence] * len(entities))
-            # the prompt exactly as the chain's referee step renders it
-            prompt, _, _ = render_templates(
-                link_referee.REFEREE_PROMPT, "", {}, {"resolve": {"listing": listing}}
-            )
             started = time.perf_counter()
-            text = generate(prompt)
+            text = ask(listing)
             seconds += time.perf_counter() - started
             calls += 1
             try:
@@ -104,26 +118,33 @@ def run_split(
             after[now] += 1
             transitions[f"{was} -> {now}"] += was != now
     spans = sum(before.values())
+    shares = max(spans, 1)
     return {
         "spans": spans,
         "sentences_asked": calls,
         "seconds_per_call": round(seconds / calls, 2) if calls else None,
         "unreadable_calls": unreadable_calls,
         "referee": asdict(counts),
-        "before": {k: round(100 * before[k] / spans, 1) for k in ("right", "wrong", "unmatched")},
-        "after": {k: round(100 * after[k] / spans, 1) for k in ("right", "wrong", "unmatched")},
-        "perfect_referee": {k: round(100 * oracle[k] / spans, 1) for k in ("right", "wrong", "unmatched")},
+        "before": {k: round(100 * before[k] / shares, 1) for k in ("right", "wrong", "unmatched")},
+        "after": {k: round(100 * after[k] / shares, 1) for k in ("right", "wrong", "unmatched")},
+        "perfect_referee": {k: round(100 * oracle[k] / shares, 1) for k in ("right", "wrong", "unmatched")},
         "changes": {k: v for k, v in sorted(transitions.items()) if v},
     }
 
 
-def run(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+def referee_setup(args: argparse.Namespace) -> tuple[list[Any], Any, RememberingEmbeddings]:
+    """The Decorte validation splits, the shipped linker over ESCO, and its query vectors (save them
+    at the end: the next run reads them)."""
     root = shared_data_dir(args.data_dir)
     splits = read_decorte_splits(root)
     embeddings = RememberingEmbeddings(
         MiniLMEmbeddings(), args.embedding_cache / "linking-benchmark-queries.npz"
     )
-    resolver = build_resolver(root / ESCO_FILE, "linker", args, embeddings)
+    return splits, build_resolver(root / ESCO_FILE, "linker", args, embeddings), embeddings
+
+
+def run(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    splits, resolver, embeddings = referee_setup(args)
     settings = Settings.from_env()
     llm = build_llm_resource(settings)
     llm.ensure_loaded(args.referee_model)
@@ -143,7 +164,9 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     }
     for split in splits:
         print(f"referee: {split.name}", flush=True)
-        results["splits"][split.name] = run_split(split, resolver, generate, args.limit, args.ask_below)
+        results["splits"][split.name] = run_split(
+            split, resolver, completion_referee(generate), args.limit, args.ask_below
+        )
     embeddings.save()
     return results, render_markdown(results)
 

@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.report import shared_data_dir, write_report
+from pipeline_defs.settings import Settings
 from plugins.postings.skills.context_tagger import CONTEXT_MODEL_NAME
 from plugins.postings.skills.mention_grounding import Mention, ground_mentions
 from plugins.postings.skills.mention_verification import verify_mentions
@@ -67,6 +68,7 @@ from plugins.postings.skills.skill_extraction import (
 from plugins.postings.skills.skill_metrics import Span, bio_to_spans
 from plugins.postings.skills.skill_tagger import MODEL_DIR, MODEL_NAME
 from plugins.postings.skills.taxonomy_matcher import TaxonomyLabel, TaxonomyMatcher, labels_of_concepts
+from plugins.postings.use_cases.posting_skills import MODEL as SKILLS_MODEL
 from training.span_corpus import GoldDocument, load_conll, load_skillspan, score_mentions
 
 TAGGER_NAMES = ("context", "crf")
@@ -171,7 +173,7 @@ def extractor_for(
     return SkillExtractor(taggers[tagger_name], matcher, mode, **(fallback or {}))
 
 
-def run_llm(llm: Any, documents: list[GoldDocument]) -> Run:
+def run_llm(llm: Any, documents: list[GoldDocument], model: str) -> Run:
     """Today's posting_skills path: prompt, grammar, postprocess; then each mention located once."""
     from domain.language.llm_types import ItemError
     from domain.language.output_parsing import parse_output
@@ -179,7 +181,7 @@ def run_llm(llm: Any, documents: list[GoldDocument]) -> Run:
 
     run = Run()
     limit = POSTING_SKILLS.input_limits.get("description")
-    llm.ensure_loaded(POSTING_SKILLS.model)
+    llm.ensure_loaded(model)
     for number, document in enumerate(documents, start=1):
         values = {"title": "not stated", "description": document.text}
         prompt, system_prompt, cut = POSTING_SKILLS.render(values)
@@ -192,7 +194,7 @@ def run_llm(llm: Any, documents: list[GoldDocument]) -> Run:
             )
         started = time.perf_counter()
         generation = llm.generate(
-            POSTING_SKILLS.model,
+            model,
             prompt,
             system_prompt,
             dict(POSTING_SKILLS.grammar_schema),
@@ -247,6 +249,13 @@ def llm_generate(llm: Any, model: str) -> Callable[[str, dict], str]:
 # ---- the benchmark ----
 
 
+def configured_model(settings: Settings, named: str | None = None) -> str:
+    """The model of the LLM configurations: the one named, else the configured verifier's
+    (PIPELINE_SKILLS_VERIFY_MODEL, which follows PIPELINE_MODEL), else posting_skills' declared one: an
+    unset setting is "", a model no backend has."""
+    return named or settings.postings.skills_verify_model or settings.model or SKILLS_MODEL
+
+
 def model_bytes(tagger_name: str) -> int:
     """Bytes of the files the tagger reads from the model folder (not MiniLM's, which the linker shares)."""
     prefix = CONTEXT_MODEL_NAME if tagger_name == "context" else f"{MODEL_NAME}."
@@ -291,7 +300,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--taxonomy", help=f"skills CSV (default: <data-dir>/{ESCO_CSV}), with the demo taxonomy"
     )
-    parser.add_argument("--ollama-model", default="gemma3:270m", help="model for the Ollama verification")
+    parser.add_argument(
+        "--model",
+        help="model of the `llm` and verification configurations (default: the configured one, "
+        "PIPELINE_SKILLS_VERIFY_MODEL or PIPELINE_MODEL, else posting_skills' declared model)",
+    )
+    parser.add_argument("--ollama-model", help="model for the Ollama verification (default: as --model)")
     parser.add_argument(
         "--fallback-below",
         type=int,
@@ -352,22 +366,24 @@ def main(argv: list[str] | None = None) -> int:
         }
         print(f"taxonomy index: {loading['taxonomy']}", flush=True)
     llm_resources: dict[str, Any] = {}
+    settings = Settings.from_env()
+    model = configured_model(settings, args.model)
+    models = {"embedded": model, "ollama": args.ollama_model or model}
 
     def llm_for(backend: str) -> Any:
         if backend not in llm_resources:
-            from pipeline_defs.settings import Settings
             from pipeline_defs.wiring import build_llm_resource
             from resources.embedded_backend import EmbeddedLLMResource
             from resources.ollama_backend import OllamaResource
 
             if backend == "configured":
-                llm_resources[backend] = build_llm_resource(Settings.from_env())
+                llm_resources[backend] = build_llm_resource(settings)
             elif backend == "embedded":
                 llm_resources[backend] = EmbeddedLLMResource()
             else:
                 llm_resources[backend] = OllamaResource(host=os.environ["OLLAMA_HOST"])
             started = time.perf_counter()
-            model = "gemma3:270m" if backend != "ollama" else args.ollama_model
+            model = models["ollama" if backend == "ollama" else "embedded"]
             llm_resources[backend].ensure_loaded(model)
             loading[f"{backend}_llm_load_seconds"] = round(time.perf_counter() - started, 1)
         return llm_resources[backend]
@@ -402,15 +418,14 @@ def main(argv: list[str] | None = None) -> int:
                 fallback = {"fallback_below": args.fallback_below, "fallback_belief": args.fallback_belief}
                 run = run_extractor(extractor_for(name, taggers, matcher, fallback), subset)
             elif name == "llm":
-                run = run_llm(llm_for("configured"), subset)
-                run.notes["backend"] = llm_for("configured").backend_name
+                run = run_llm(llm_for("configured"), subset, model)
+                run.notes.update(backend=llm_for("configured").backend_name, model=model)
             else:
                 suffix = next(suffix for suffix in VERIFIERS if name.endswith(suffix))
                 backend, mode = VERIFIERS[suffix], name.removesuffix(suffix)
-                model = "gemma3:270m" if backend == "embedded" else args.ollama_model
-                generate = llm_generate(llm_for(backend), model)
+                generate = llm_generate(llm_for(backend), models[backend])
                 run = run_verified(SkillExtractor(tagger, matcher, mode), generate, subset)
-                run.notes["model"] = model
+                run.notes["model"] = models[backend]
             if "cpu_seconds_per_document" not in run.notes:  # the LLM's threads are this process's too
                 run.notes["cpu_seconds_per_document"] = round(
                     (time.process_time() - cpu_started) / max(len(subset), 1), 4

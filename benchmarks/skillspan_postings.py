@@ -21,6 +21,18 @@ from benchmarks.skills_extraction import load_postings
 from plugins.postings.quality.skillspan_gold import SKILLSPAN_KEY_PREFIX
 
 
+def skillspan_pipeline_postings(source: Path, limit: int | None = None) -> list[dict[str, str]]:
+    """The first `limit` SkillSpan postings of `source` as pipeline input rows (key, title, description)."""
+    return [
+        {
+            "key": f"{SKILLSPAN_KEY_PREFIX}{posting.doc_id}",
+            "title": "not stated",
+            "description": "\n".join(posting.sentences),
+        }
+        for posting in load_postings(source)[:limit]
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path, help="JSON lines to write (for `pipeline ingest`)")
@@ -29,14 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir")
     args = parser.parse_args(argv)
     source = shared_data_dir(args.data_dir) / "skillspan" / f"{args.split}.json"
-    postings = load_postings(source)[: args.limit]
+    postings = skillspan_pipeline_postings(source, args.limit)
     with args.out.open("w", encoding="utf-8") as handle:
-        for posting in postings:
-            row = {
-                "key": f"{SKILLSPAN_KEY_PREFIX}{posting.doc_id}",
-                "title": "not stated",
-                "description": "\n".join(posting.sentences),
-            }
+        for row in postings:
             handle.write(json.dumps(row, ensure_ascii=False) + "\n")
     print(f"wrote {len(postings)} SkillSpan {args.split} postings to {args.out}")
     print(f"gold: PIPELINE_GOLD_SKILLSPAN={source}")
