@@ -81,3 +81,23 @@ def test_listing_commands_print_json_for_scripts(migrated: Path) -> None:
         assert json.loads(done.stdout) == empty
     _, done = run_probe(migrated, "events", "--json")
     assert json.loads(done.stdout) == {"hours": 24.0, "events": [], "errors_by_class": []}
+
+
+def test_the_fast_migration_check_knows_alembics_head() -> None:
+    """`migrate` skips Alembic when the database is at the head it reads from the migration files."""
+    from alembic.script import ScriptDirectory
+
+    from appdb.database import alembic_config, head_revision
+
+    assert head_revision() == ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+
+
+def test_the_command_table_lists_what_each_module_registers() -> None:
+    """`pipeline --help` lists the commands from main.COMMANDS without importing their modules: the same
+    names and help texts as the modules register."""
+    from pipeline_defs.cli.main import COMMANDS, build_parser
+
+    parser = build_parser()  # every module imported
+    [subcommands] = [action for action in parser._actions if action.dest == "command"]
+    registered = {choice.dest: (choice.help or "") for choice in subcommands._choices_actions}
+    assert registered == {name: command.help for name, command in COMMANDS.items()}
