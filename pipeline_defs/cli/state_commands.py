@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from appdb import claims, discovery, events, heartbeats, pauses, reports
 from appdb.database import session_scope
 from appdb.models import utcnow
 from appdb.redaction import redact
-from domain.language.declaration import model_label
-from pipeline_defs.catalog import DeclaredWork, declared_kinds, declared_work
 from pipeline_defs.cli.terminal import (
     ERROR_CHARS,
     JSON_HELP,
@@ -22,6 +20,9 @@ from pipeline_defs.cli.terminal import (
     when,
 )
 from pipeline_defs.settings import Settings, export_for_dagster
+
+if TYPE_CHECKING:
+    from pipeline_defs.catalog import DeclaredWork
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -63,6 +64,9 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
+    from domain.language.declaration import model_label
+    from pipeline_defs.catalog import declared_kinds, declared_work
+
     if getattr(args, "by_source", False):
         return _status_by_source(settings, args.hours, getattr(args, "json", False))
     built = declared_work(settings)
@@ -180,6 +184,8 @@ def _status_by_source(settings: Settings, hours: int, as_json: bool = False) -> 
 
 
 def cmd_failures(settings: Settings, args: argparse.Namespace) -> int:
+    from pipeline_defs.catalog import declared_kinds
+
     with session_scope(settings.database_url) as session:
         parked = claims.list_failures(session, args.use_case)
         keys = [item.subject_key for item in parked]
