@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import ColumnElement, Select, and_, or_, select, tuple_, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.orm import Session
 
 from appdb.dialects import CHUNK, insert_for, is_postgres
@@ -164,7 +164,12 @@ def complete_item(session: Session, use_case: str, key: str, run_id: str, output
 @functools.lru_cache(maxsize=32)
 def _output_upsert(dialect: str, columns: tuple[str, ...]) -> Any:
     """The outputs upsert for these columns, built once (building it per subject cost more than it ran)."""
-    insert = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(UseCaseOutput.__table__)
+    if dialect == "postgresql":
+        from sqlalchemy.dialects import postgresql  # only on PostgreSQL (see appdb.dialects.insert_for)
+
+        insert = postgresql.insert(UseCaseOutput.__table__)
+    else:
+        insert = sqlite.insert(UseCaseOutput.__table__)
     changing = {
         name: insert.excluded[name]
         for name in columns

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.orm import Session
 
 CHUNK = 500
@@ -13,7 +13,11 @@ CHUNK = 500
 
 def insert_for(session: Session) -> Any:
     """The dialect's INSERT constructor (both have ON CONFLICT)."""
-    return postgresql.insert if is_postgres(session) else sqlite.insert
+    if is_postgres(session):
+        from sqlalchemy.dialects import postgresql  # its drivers' modules cost ~0.1 s: only on PostgreSQL
+
+        return postgresql.insert
+    return sqlite.insert
 
 
 def is_postgres(session: Session) -> bool:

@@ -179,7 +179,8 @@ def check_results(use_case: UseCase, outcome: BatchOutcome) -> Iterator[AssetChe
             "failed": len(outcome.failed),
             "skipped_current": outcome.skipped_current,
             "skipped_held_elsewhere": outcome.skipped_held_elsewhere,
-            "llm_seconds": round(outcome.llm_ms / 1000, 2),
+            # a script's runs call no model: no line of zeros to plot
+            **({"llm_seconds": round(outcome.llm_ms / 1000, 2)} if use_case.uses_llm else {}),
             "failures": MetadataValue.json(dict(list(outcome.failed.items())[:50])),
             **_figures(use_case, outcome),
         },

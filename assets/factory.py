@@ -44,6 +44,7 @@ from domain.language.declaration import UseCase, code_version, model_label
 from domain.language.declaration_parts import DeclarationError
 from domain.language.output_parsing import describe_check
 from domain.language.subject_kinds import SubjectKind
+from domain.language.work_specs import work_spec
 from resources.app_database import AppDatabase
 
 # BackfillPolicy is beta in Dagster 1.13; we rely on it on purpose (UI backfills run in batches).
@@ -104,28 +105,6 @@ def llm_resource_key(use_case: UseCase) -> str:
     """The LLM resource a use case's runs use: `llm` (the deployment's backend), or `llm_<backend>` for a
     use case served by another backend."""
     return f"llm_{use_case.backend}" if use_case.backend else "llm"
-
-
-def work_spec(use_case: UseCase, registry: Mapping[str, UseCase], _path: tuple[str, ...] = ()) -> WorkSpec:
-    """What discovery needs: this use case's version and model, and the specs of what it reads."""
-    missing = [name for name in use_case.upstream if name not in registry]
-    if missing:
-        raise DeclarationError(f"{use_case.name}: upstream use case {missing[0]!r} is not declared")
-    if use_case.name in _path:
-        raise DeclarationError(f"use cases depend on each other in a cycle: {[*_path, use_case.name]}")
-    return WorkSpec(
-        use_case=use_case.name,
-        version=use_case.version,
-        upstream_versions={name: registry[name].version for name in use_case.upstream},
-        discovery_where=use_case.discovery_where,
-        reference_inputs=use_case.reference_inputs,
-        model=model_label(use_case),
-        upstream_models={name: model_label(registry[name]) for name in use_case.upstream},
-        upstream_specs={
-            name: work_spec(registry[name], registry, (*_path, use_case.name)) for name in use_case.upstream
-        },
-        subjects=use_case.subject.table,
-    )
 
 
 def build_use_case(

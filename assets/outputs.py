@@ -195,8 +195,15 @@ def output_materialization(
     latency_ms: float,
     extra: Mapping[str, Any] | None = None,
 ) -> AssetMaterialization:
-    """The materialization of one stored output, with the numbers the UI plots and the ids to trace it."""
+    """The materialization of one stored output, with the numbers the UI plots and the ids to trace it.
+
+    Only numbers worth a plot are numbers: token counts for a use case that calls a model (a script's
+    are always 0), the latency; the interaction's id is text (the UI plots every integer as a line)."""
     use_case = run.use_case
+    tokens = (
+        {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens} if use_case.uses_llm else {}
+    )
+    ids = {} if interaction_id is None else {"interaction_id": MetadataValue.text(str(interaction_id))}
     return AssetMaterialization(
         asset_key=use_case.name,
         partition=key,
@@ -205,11 +212,10 @@ def output_materialization(
             "backend": run.backend,
             "use_case_version": use_case.version,
             **(extra or {}),
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
+            **tokens,
             "latency_ms": round(latency_ms, 1),
             "preview": output_preview(use_case, value),
-            "interaction_id": interaction_id,
+            **ids,
             "input_hash": input_hash,
             "source": run.source,
         },

@@ -37,13 +37,13 @@ from appdb.database import dispose, session_scope
 from benchmarks.report import run_and_report, shared_data_dir
 from pipeline_defs.settings import PROJECT_ROOT
 from plugins.postings.skills.embeddings import EmbeddingBackend, MiniLMEmbeddings, OllamaEmbeddings
+from plugins.postings.skills.resolution_stages import STAGES
 from plugins.postings.skills.skill_metrics import mean_reciprocal_rank, r_precision_at_k
 from plugins.postings.skills.skill_resolver import (
     DEFAULT_OLLAMA_HOST,
     DEFAULT_SCORER,
     EMBEDDING_BACKENDS,
     FUZZY_SCORERS,
-    STAGES,
     SkillResolver,
 )
 from plugins.postings.store.taxonomy import load_taxonomy, normalize_label

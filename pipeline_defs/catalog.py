@@ -7,9 +7,13 @@ skills and linking styles and the extras: `plugins/postings/use_cases/shipped.py
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
+from appdb.discovery import WorkSpec
 from domain.core.plugins import DomainPlugin
 from domain.language.declaration import UseCase
 from domain.language.subject_kinds import SubjectKind
+from domain.language.work_specs import work_spec
 from pipeline_defs.model_choice import choose_models
 from pipeline_defs.settings import Settings
 from plugins.autodo.plugin import AUTODO_PLUGIN
@@ -41,6 +45,34 @@ def declared_use_cases(settings: Settings) -> tuple[UseCase, ...]:
         chosen += plugin.declared_use_cases(plugin_settings(settings, plugin))
     defaults = {plugin.name: plugin.default_model for plugin in plugins}
     return tuple(choose_models(chosen, settings, defaults))
+
+
+def with_lease(use_case: UseCase, lease_seconds: int) -> UseCase:
+    """The use case with PIPELINE_LEASE_SECONDS as its claim lease (tests use a short one)."""
+    return replace(use_case, retry=replace(use_case.retry, lease_seconds=lease_seconds))
+
+
+def leased_use_cases(settings: Settings) -> list[UseCase]:
+    """The declared use cases with the lease the settings give (PIPELINE_LEASE_SECONDS), if any."""
+    use_cases = list(declared_use_cases(settings))
+    if settings.lease_seconds:
+        use_cases = [with_lease(use_case, settings.lease_seconds) for use_case in use_cases]
+    return use_cases
+
+
+@dataclass(frozen=True)
+class DeclaredWork:
+    """A declared use case and what discovery needs of it, without Dagster: what the light commands
+    (`pipeline status`, `trace`) read, where `wiring.build_use_cases` would build the code location."""
+
+    use_case: UseCase
+    spec: WorkSpec
+
+
+def declared_work(settings: Settings) -> list[DeclaredWork]:
+    use_cases = leased_use_cases(settings)
+    registry = {use_case.name: use_case for use_case in use_cases}
+    return [DeclaredWork(use_case, work_spec(use_case, registry)) for use_case in use_cases]
 
 
 def declared_kinds(settings: Settings) -> list[SubjectKind]:

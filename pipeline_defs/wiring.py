@@ -12,7 +12,7 @@ from dagster import EnvVar
 from appdb.redaction import redact
 from assets.factory import UseCaseDefinitions, build_use_case
 from domain.language.declaration import UseCase
-from pipeline_defs.catalog import declared_use_cases
+from pipeline_defs.catalog import leased_use_cases, with_lease
 from pipeline_defs.model_choice import judge_choice
 from pipeline_defs.settings import DEFAULT_OLLAMA_HOST, Settings
 from resources.embedded_backend import EmbeddedLLMResource
@@ -40,16 +40,12 @@ def build_use_cases(
     settings: Settings, use_cases: Sequence[UseCase] | None = None
 ) -> list[UseCaseDefinitions]:
     """Each use case's asset, checks and job; by default the use cases the settings declare."""
-    use_cases = use_cases if use_cases is not None else declared_use_cases(settings)
-    if settings.lease_seconds:
+    if use_cases is None:
+        use_cases = leased_use_cases(settings)
+    elif settings.lease_seconds:
         use_cases = [with_lease(use_case, settings.lease_seconds) for use_case in use_cases]
     registry = {use_case.name: use_case for use_case in use_cases}
     return [build_use_case(use_case, registry, batch_size_for(use_case, settings)) for use_case in use_cases]
-
-
-def with_lease(use_case: UseCase, lease_seconds: int) -> UseCase:
-    """The use case with PIPELINE_LEASE_SECONDS as its claim lease (tests use a short one)."""
-    return replace(use_case, retry=replace(use_case.retry, lease_seconds=lease_seconds))
 
 
 def batch_size_for(use_case: UseCase, settings: Settings) -> int | None:

@@ -20,8 +20,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-import httpx
-
 from appdb.redaction import MASK, redact
 
 LLM_HOST_TAG = "pipeline/llm_host"
@@ -33,6 +31,8 @@ HOST_PAUSE_PREFIX = "host:"
 def is_loopback_host(host: str) -> bool:
     """Whether a server URL (or bare host) points at this machine: its calls are local (not paced,
     not priced)."""
+    import httpx  # only here: `pipeline status` reads the settings without an HTTP client
+
     name = (httpx.URL(host if "://" in host else f"http://{host}").host or "").lower()
     return name in ("localhost", "::1", "") or name.startswith("127.")
 

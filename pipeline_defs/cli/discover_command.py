@@ -9,14 +9,16 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from appdb import discovery, pauses
 from appdb.database import read_only_session
 from appdb.redaction import redact
-from assets.factory import UseCaseDefinitions
 from pipeline_defs.cli.terminal import EXIT_DIFFERENT, EXIT_ERROR, describe_pause, key_list
 from pipeline_defs.settings import Settings
-from pipeline_defs.wiring import build_use_cases
+
+if TYPE_CHECKING:
+    from assets.factory import UseCaseDefinitions
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -45,6 +47,7 @@ def cmd_discover(settings: Settings, args: argparse.Namespace) -> int:
     It only reads (on a session that is rolled back), so it is safe to run beside a live
     deployment or an older system being migrated from.
     """
+    from pipeline_defs.wiring import build_use_cases
 
     if not args.shadow:
         print(

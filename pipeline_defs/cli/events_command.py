@@ -8,7 +8,8 @@ from datetime import timedelta
 from appdb import events
 from appdb.database import session_scope
 from appdb.models import utcnow
-from pipeline_defs.cli.terminal import ERROR_CHARS, clip, table, when
+from appdb.redaction import redact
+from pipeline_defs.cli.terminal import ERROR_CHARS, JSON_HELP, clip, print_json, table, when
 from pipeline_defs.settings import Settings
 
 
@@ -21,6 +22,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--hours", type=float, default=24.0, help="how far back (default 24)")
     parser.add_argument("--limit", type=int, default=50, help="at most this many rows (default 50)")
+    parser.add_argument("--json", action="store_true", help=JSON_HELP)
     parser.set_defaults(handler=cmd_events)
 
 
@@ -29,6 +31,32 @@ def cmd_events(settings: Settings, args: argparse.Namespace) -> int:
     with session_scope(settings.database_url) as session:
         rows = events.list_events(session, kinds=args.kind or (), since=since, limit=args.limit)
         errors = events.errors_by_class(session, since)
+    if getattr(args, "json", False):
+        print_json(
+            {
+                "hours": args.hours,
+                "events": [
+                    {
+                        "at": row.at.isoformat(),
+                        "kind": row.kind,
+                        "use_case": row.use_case,
+                        "run_id": row.run_id,
+                        "model": row.model,
+                        "count": row.count,
+                        "error_class": row.error_class,
+                        "tokens": row.tokens,
+                        "cost": row.cost,
+                        "reason": redact(row.reason) if row.reason else row.reason,
+                    }
+                    for row in rows
+                ],
+                "errors_by_class": [
+                    {"use_case": use_case, "error_class": error_class, "count": count}
+                    for (use_case, error_class), count in sorted(errors.items())
+                ],
+            }
+        )
+        return 0
     if not rows:
         print(f"no events in the last {args.hours:g} hours")
         return 0

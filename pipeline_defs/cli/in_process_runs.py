@@ -9,11 +9,12 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from dagster import DagsterInstance, Definitions
+from dagster import DagsterInstance, Definitions, JobDefinition
 
 from appdb import pauses
 from appdb.models import utcnow
@@ -29,6 +30,8 @@ from resources.llm_hosts import HOST_PAUSE_PREFIX
 from sensors.discovery_sensor import plan_runs
 
 REPLANS_AFTER_REAPING = 3
+# (group, planned subjects per use case, the subjects' plural) -> a context around the group's runs
+GroupTracker = Callable[[str, Mapping[str, int], str], AbstractContextManager[None]]
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 
@@ -77,6 +80,7 @@ def run_pending(
     verbose: bool = False,
     on_run: Callable[[str, int, int], None] | None = None,
     watch: RunWatch | None = None,
+    track: GroupTracker | None = None,
 ) -> list[RunReport]:
     """Discover and process every pending posting of the given work groups, in order.
 
@@ -89,7 +93,7 @@ def run_pending(
         for group in groups:
             for _ in range(REPLANS_AFTER_REAPING + 1):
                 reaped_before = len(watch.reaped)
-                report = _run_group(defs, group, instance, app_db, watch, source, verbose, on_run)
+                report = _run_group(defs, group, instance, app_db, watch, source, verbose, on_run, track)
                 reports.append(report)
                 # A dead run's claims came back while this group ran: its postings were not in the plan.
                 if report.stopped or len(watch.reaped) == reaped_before:
@@ -108,6 +112,7 @@ def _run_group(
     source: str,
     verbose: bool,
     on_run: Callable[[str, int, int], None] | None,
+    track: GroupTracker | None = None,
 ) -> RunReport:
     started = time.perf_counter()
     with app_db.session() as session:
@@ -118,6 +123,26 @@ def _run_group(
     report.paused = plan.paused
     job = defs.resolve_job_def(group.job.name)
     requests = plan.run_requests(group, source=source)
+    planned = {name: plan.pending_by_use_case.get(name) or len(plan.pending) for name in group.use_case_names}
+    tracking = track(group.name, planned, group.subject.plural) if track and requests else None
+    with tracking or contextlib.nullcontext():
+        _run_requests(job, instance, app_db, group, watch, requests, report, verbose, on_run)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _run_requests(
+    job: JobDefinition,
+    instance: DagsterInstance,
+    app_db: AppDatabase,
+    group: WorkGroup,
+    watch: RunWatch,
+    requests: Sequence,
+    report: RunReport,
+    verbose: bool,
+    on_run: Callable[[str, int, int], None] | None,
+) -> None:
+    """Execute the group's run requests one after another; stop when the circuit breaker tripped."""
     for index, request in enumerate(requests, start=1):
         if on_run:
             on_run(group.name, index, len(requests))
@@ -139,8 +164,6 @@ def _run_group(
             report.stopped = _breaker_tripped(app_db, group, run_started)
             if report.stopped:
                 break
-    report.seconds = time.perf_counter() - started
-    return report
 
 
 def _breaker_tripped(app_db: AppDatabase, group: WorkGroup, since: datetime) -> str:

@@ -4,17 +4,20 @@ pipeline migrate                 create or upgrade the application database; cre
 pipeline config [--json] [--check]   the effective configuration: every setting, its value, where it
                                  came from; each use case's model; --check: does its server serve it
 pipeline ingest FILE...          load postings (JSONL or CSV); exit 1 if any row was rejected
-pipeline run [--use-case NAME]   process all pending work now, in this process
+pipeline run [--use-case NAME] [--progress auto|always|never]   process all pending work now, in
+                                 this process, with a progress line on a terminal
 pipeline demo                    ingest the demo postings, summarize them, print a table
-pipeline status [--by-source]    per use case: current, pending, failed; paused use cases
+pipeline status [--by-source] [--json]   per use case: current, pending, failed; paused use cases
                                  (--by-source: interactions per hour by source)
-pipeline events [--kind K] [--hours N]   discovery counts, pauses/resumes, errors by class, cost per run
-pipeline trace KEY [--markdown FILE]   exact prompts, responses and outputs of one posting
-pipeline failures [--use-case NAME]    parked items (failed max_attempts times) with their last error
+pipeline events [--kind K] [--hours N] [--json]   discovery counts, pauses/resumes, errors by class,
+                                 cost per run
+pipeline trace KEY [--full] [--markdown FILE]   one posting's use cases (state, model, version);
+                                 --full: the exact prompts, responses and outputs
+pipeline failures [--use-case NAME] [--json]   parked items (failed max_attempts times) with their last error
 pipeline retry (--all | --use-case NAME | --posting KEY...)   re-queue parked items
 pipeline discover --shadow [--use-case NAME] [--expect FILE] [--json]
                                  what each use case would process now; claims and writes nothing
-pipeline pauses                  use cases paused by the circuit breaker: why, and until when
+pipeline pauses [--json]         use cases paused by the circuit breaker: why, and until when
 pipeline resume [--use-case NAME]      end pauses now
 pipeline ui [--port N]           start `dagster dev` on 127.0.0.1 with the project's DAGSTER_HOME (the
                                  webserver refuses foreign-Host and cross-origin GraphQL requests)
@@ -24,6 +27,9 @@ pipeline review [...]            the gym: quality figures, review items, accept/
 pipeline autodo scan|list|pick|show|done|wontfix|note|prio|split|dep|tree|scope   TODO work items
 pipeline reprocess --stale [--use-case NAME] [--dry-run]   redo only outdated outputs
 pipeline retire --finished-before DATE [--dry-run]   delete finished postings' Dagster partitions
+pipeline --version               the installed version
+
+Exit codes: 0 done, 1 the command ran and something failed, 2 usage (bad arguments, unknown names).
 """
 
 from __future__ import annotations
@@ -31,50 +37,127 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
+from collections.abc import Sequence
+from importlib import import_module
 from types import TracebackType
+from typing import Any, NamedTuple
 
-from domain.language.declaration_parts import DeclarationError
-from pipeline_defs.cli import (
-    autodo_commands,
-    config_command,
-    discover_command,
-    events_command,
-    ingest_command,
-    reprocess_command,
-    retire_command,
-    review_commands,
-    run_commands,
-    setup_commands,
-    state_commands,
-    trace_command,
-    ui_command,
-)
 from pipeline_defs.cli.terminal import EXIT_ERROR, SafeStream, safe_text
-from pipeline_defs.settings import Settings
 
-COMMAND_MODULES = (
-    setup_commands,
-    config_command,
-    ui_command,
-    ingest_command,
-    run_commands,
-    state_commands,
-    trace_command,
-    discover_command,
-    review_commands,
-    reprocess_command,
-    retire_command,
-    events_command,
-    autodo_commands,
-)
+DISTRIBUTION = "posting-enrichment"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pipeline", description="Job-posting enrichment with local LLMs.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    for module in COMMAND_MODULES:
-        module.register(commands)
+class Command(NamedTuple):
+    module: str  # in pipeline_defs.cli: imported only when its command runs
+    help: str  # what `pipeline --help` lists (the module registers the same text; a test keeps them equal)
+
+
+# Every command, in the order `pipeline --help` lists them. `pipeline --help` imports none of the
+# modules; `pipeline status` imports state_commands alone (tests/unit/test_cli_startup.py).
+COMMANDS: dict[str, Command] = {
+    "migrate": Command(
+        "setup_commands", "create or upgrade the application database; create the Dagster home"
+    ),
+    "config": Command(
+        "config_command", "the effective configuration, where each value came from, and each use case's model"
+    ),
+    "ui": Command(
+        "ui_command", "start dagster dev (webserver and daemon) on 127.0.0.1:3000, the webserver guarded"
+    ),
+    "webserver": Command(
+        "ui_command", "the guarded dagster-webserver alone (a service; the daemon runs apart)"
+    ),
+    "daemon": Command(
+        "ui_command", "dagster-daemon alone (a service), its sensors woken when postings arrive"
+    ),
+    "ingest": Command("ingest_command", "load postings from JSONL or CSV files"),
+    "run": Command("run_commands", "process all pending work now"),
+    "demo": Command("run_commands", "ingest the demo postings and summarize them with the embedded model"),
+    "status": Command("state_commands", "per use case: subjects with a current output, pending, failed"),
+    "failures": Command("state_commands", "list parked items (failed too often) and their last error"),
+    "retry": Command("state_commands", "re-queue parked items with a fresh set of attempts"),
+    "pauses": Command("state_commands", "use cases paused by the circuit breaker, why, and until when"),
+    "resume": Command("state_commands", "end pauses now (all, or the named use cases)"),
+    "trace": Command(
+        "trace_command",
+        "a posting's or item's use cases, a line each (state, model, version); --full: the exact prompts, "
+        "responses and outputs",
+    ),
+    "discover": Command(
+        "discover_command",
+        "show what each use case would process now (with --shadow: claims and writes nothing)",
+    ),
+    "review": Command("review_commands", "the gym: quality figures and the review queue"),
+    "reprocess": Command("reprocess_command", "redo outputs made by an older version, model or input"),
+    "retire": Command(
+        "retire_command",
+        "delete the Dagster partitions of subjects finished before a date (outputs and traces stay)",
+    ),
+    "events": Command(
+        "events_command", "the event log: discovery counts, pauses and resumes, errors by class, cost per run"
+    ),
+    "autodo": Command("autodo_commands", "TODO files and code comments as work items"),
+}
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of the command `argv` names, in full; every other command by name and help alone.
+
+    Only that command's module is imported (with `argv=None`: every module, the whole parser), and
+    the modules import the heavy parts (Dagster, the code location) inside the handlers that need them,
+    so `--help` and the light commands answer at once."""
+    parser = argparse.ArgumentParser(
+        prog="pipeline",
+        description="Job-posting enrichment with local LLMs.",
+        epilog="exit codes: 0 done; 1 the command ran and something failed (rows rejected, a run failed, "
+        "discovery differs from --expect); 2 usage (bad arguments, an unknown name, an unreadable file, "
+        "invalid settings)",
+    )
+    parser.add_argument("--version", action=VersionAction, help="show the installed version and exit")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    chosen = chosen_command(argv)
+    registered: set[str] = set()
+    for name, command in COMMANDS.items():
+        if name in registered:
+            continue
+        if argv is None or command.module == chosen:
+            before = set(commands.choices)
+            import_module(f"pipeline_defs.cli.{command.module}").register(commands)
+            registered |= set(commands.choices) - before
+        else:
+            commands.add_parser(name, help=command.help)
+            registered.add(name)
     return parser
+
+
+def chosen_command(argv: Sequence[str] | None) -> str | None:
+    """The module of the command `argv` runs: the first word that is not an option (no option of
+    `pipeline` itself takes a value). None for `pipeline --help`, `--version` or an unknown command."""
+    for word in argv or ():
+        if not word.startswith("-"):
+            return COMMANDS[word].module if word in COMMANDS else None
+    return None
+
+
+class VersionAction(argparse.Action):
+    """`--version`: the distribution's metadata is read only when asked (importlib.metadata is slow)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest=dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        print(f"{parser.prog} {package_version()}")
+        parser.exit()
+
+
+def package_version() -> str:
+    """The installed distribution's version (pyproject.toml), or "unknown" when run from a bare checkout."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,7 +177,11 @@ def _safe_excepthook(kind: type[BaseException], error: BaseException, trace: Tra
 
 
 def _run_command(argv: list[str] | None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv).parse_args(argv)
+    from domain.language.declaration_parts import DeclarationError
+    from pipeline_defs.settings import Settings  # after parsing: `--help` reads no settings
+
     try:
         settings = Settings.from_env()
     except ValueError as exc:

@@ -5,17 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from dagster import DagsterInstance
-
 from appdb.database import session_scope
-from assets.factory import upstream_first
-from pipeline_defs.cli.stale_reprocessing import find_stale, reprocess_stale
 from pipeline_defs.cli.terminal import EXIT_ERROR
-from pipeline_defs.dagster_home import ensure_dagster_home
-from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
-from pipeline_defs.wiring import build_use_cases
-from resources.app_database import AppDatabase
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -32,6 +24,15 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def cmd_reprocess(settings: Settings, args: argparse.Namespace) -> int:
+    from dagster import DagsterInstance
+
+    from assets.factory import upstream_first
+    from pipeline_defs.cli.stale_reprocessing import find_stale, reprocess_stale
+    from pipeline_defs.dagster_home import ensure_dagster_home
+    from pipeline_defs.definitions import build_definitions
+    from pipeline_defs.wiring import build_use_cases
+    from resources.app_database import AppDatabase
+
     built = build_use_cases(settings)
     declared = [item.use_case.name for item in built]
     unknown = [name for name in args.use_cases or [] if name not in declared]

@@ -8,11 +8,8 @@ import sys
 from datetime import UTC, datetime
 
 from appdb.database import session_scope
-from assets.retention import retirable, retire_partitions
 from pipeline_defs.cli.terminal import EXIT_ERROR
-from pipeline_defs.dagster_home import ensure_dagster_home
 from pipeline_defs.settings import Settings
-from pipeline_defs.wiring import build_use_cases
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -28,6 +25,10 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def cmd_retire(settings: Settings, args: argparse.Namespace) -> int:
+    from assets.retention import retirable, retire_partitions
+    from pipeline_defs.dagster_home import ensure_dagster_home
+    from pipeline_defs.wiring import build_use_cases
+
     try:
         before = datetime.fromisoformat(args.finished_before)
     except ValueError:

@@ -22,22 +22,14 @@ import textwrap
 from collections.abc import Mapping
 from typing import Any
 
-from dagster import DagsterInstance
-
 from appdb import reports, review
 from appdb.database import session_scope
-from assets.gym_checks import GYM_JOB
-from assets.run_tags import SOURCE_TAG
 from domain.language.declaration import display_output
 from domain.quality.corrections import CorrectionError, Edits
 from domain.quality.review_actions import accept, correct, reject
-from pipeline_defs.catalog import REVIEW_OPTIONS, declared_kinds, find_subject
-from pipeline_defs.cli.in_process_runs import QUIET_LOGS
+from pipeline_defs.catalog import REVIEW_OPTIONS, declared_kinds, find_subject, leased_use_cases
 from pipeline_defs.cli.terminal import EXIT_ERROR, clip, one_line, safe_text, table
-from pipeline_defs.dagster_home import ensure_dagster_home
-from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
-from pipeline_defs.wiring import build_use_cases
 
 STATUSES = ("open", "accepted", "rejected", "corrected", "all")
 
@@ -75,8 +67,8 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def _registry(settings: Settings) -> dict[str, Any]:
-    """The declared use cases by name (as the code location builds them)."""
-    return {item.use_case.name: item.use_case for item in build_use_cases(settings)}
+    """The declared use cases by name (as the code location builds them, without building it)."""
+    return {use_case.name: use_case for use_case in leased_use_cases(settings)}
 
 
 def cmd_review(settings: Settings, args: argparse.Namespace) -> int:
@@ -202,6 +194,14 @@ def _show(settings: Settings, item_id: int) -> int:
 
 def _evaluate(settings: Settings) -> dict[str, dict[str, Any]]:
     """Run `gym_evaluation_job` in this process; use case -> the gold check's metadata values."""
+    from dagster import DagsterInstance
+
+    from assets.gym_checks import GYM_JOB
+    from assets.run_tags import SOURCE_TAG
+    from pipeline_defs.cli.in_process_runs import QUIET_LOGS
+    from pipeline_defs.dagster_home import ensure_dagster_home
+    from pipeline_defs.definitions import build_definitions
+
     ensure_dagster_home(settings)
     defs = build_definitions(settings)
     result = defs.resolve_job_def(GYM_JOB).execute_in_process(

@@ -10,13 +10,7 @@ from appdb import reports
 from appdb.database import session_scope
 from appdb.redaction import redact
 from pipeline_defs.catalog import declared_use_cases
-from pipeline_defs.cli.in_process_runs import (
-    dagster_for,
-    load_reference_data,
-    run_pending,
-    single_use_case_groups,
-)
-from pipeline_defs.cli.run_watch import RunWatch
+from pipeline_defs.cli.progress import RunProgress, add_progress_argument, progress_wanted, terminal_stream
 from pipeline_defs.cli.terminal import EXIT_ERROR, clip, one_line
 from pipeline_defs.settings import PROJECT_ROOT, Settings, running_from_a_clone
 from plugins.postings.store.ingest import ingest_files
@@ -29,16 +23,32 @@ def register(commands: argparse._SubParsersAction) -> None:
     run = commands.add_parser("run", help="process all pending work now")
     run.add_argument("--use-case", action="append", dest="use_cases", help="only this use case (repeatable)")
     run.add_argument("--verbose", action="store_true", help="show Dagster's own log lines")
+    add_progress_argument(run)
     run.set_defaults(handler=cmd_run)
     demo = commands.add_parser(
         "demo", help="ingest the demo postings and summarize them with the embedded model"
     )
     demo.add_argument("--verbose", action="store_true")
+    add_progress_argument(demo)
     demo.set_defaults(handler=cmd_demo)
 
 
-def _run_all(settings: Settings, only: list[str] | None, verbose: bool) -> tuple[list, bool]:
-    """Load the taxonomy, then run every pending batch group by group; (reports, all succeeded)."""
+def _run_all(
+    settings: Settings, only: list[str] | None, verbose: bool, progress: str = "never"
+) -> tuple[list, bool]:
+    """Load the taxonomy, then run every pending batch group by group; (reports, all succeeded).
+
+    With a progress line (a terminal, or `--progress always`) each group shows its counts, rate and
+    time left as it goes; without, a line per run started."""
+    from pipeline_defs.cli.in_process_runs import (
+        dagster_for,
+        load_reference_data,
+        run_pending,
+        single_use_case_groups,
+    )
+    from pipeline_defs.cli.run_watch import RunWatch
+
+    shown = RunProgress(settings.database_url, enabled=progress_wanted(progress, terminal_stream()))
     instance, defs, groups, app_db = dagster_for(settings)
     selected = single_use_case_groups(groups, only) if only else groups
     with RunWatch(instance, app_db, handle_signals=True) as watch:  # Ctrl-C, SIGTERM: stop at once
@@ -54,8 +64,9 @@ def _run_all(settings: Settings, only: list[str] | None, verbose: bool) -> tuple
                 instance,
                 app_db,
                 verbose=verbose,
-                on_run=lambda name, index, total: print(f"{name}: run {index} of {total} ...", flush=True),
+                on_run=None if shown.enabled else _print_run_started,
                 watch=watch,
+                track=shown.track,
             )
         )
     for report in run_reports:
@@ -70,6 +81,10 @@ def _run_all(settings: Settings, only: list[str] | None, verbose: bool) -> tuple
     return run_reports, taxonomy_ok and not any(report.failed_runs for report in run_reports)
 
 
+def _print_run_started(group: str, index: int, total: int) -> None:
+    print(f"{group}: run {index} of {total} ...", flush=True)
+
+
 def _declared_use_case_names(settings: Settings) -> set[str]:
     return {use_case.name for use_case in declared_use_cases(settings)}
 
@@ -81,7 +96,7 @@ def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
         print(f"error: no use case {unknown[0]!r} (declared: {', '.join(sorted(known))})", file=sys.stderr)
         return EXIT_ERROR
     print(f"LLM backend: {settings.llm_backend}; app database: {redact(settings.database_url)}")
-    _, ok = _run_all(settings, args.use_cases, args.verbose)
+    _, ok = _run_all(settings, args.use_cases, args.verbose, args.progress)
     return 0 if ok else 1
 
 
@@ -95,7 +110,7 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
         "(several seconds per posting on a CPU) ...",
         flush=True,
     )
-    run_reports, ok = _run_all(settings, None, args.verbose)
+    run_reports, ok = _run_all(settings, None, args.verbose, args.progress)
     wall = time.perf_counter() - started
     keys = report.inserted + report.updated + report.unchanged
     with session_scope(settings.database_url) as session:

@@ -6,7 +6,6 @@ import argparse
 
 from appdb.database import migrate
 from appdb.redaction import redact
-from pipeline_defs.dagster_home import ensure_dagster_home
 from pipeline_defs.settings import Settings
 
 
@@ -18,6 +17,8 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
+    from pipeline_defs.dagster_home import ensure_dagster_home
+
     migrate(settings.database_url)
     print(f"application database is at the newest schema: {redact(settings.database_url)}")
     # a service runs dagster-webserver and dagster-daemon directly: they need the home's dagster.yaml

@@ -3,19 +3,26 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING, Any
 
-from dagster import DagsterInstance
-
-from appdb import claims, discovery, events, pauses, reports
+from appdb import claims, discovery, events, heartbeats, pauses, reports
 from appdb.database import session_scope
+from appdb.models import utcnow
 from appdb.redaction import redact
-from domain.language.declaration import model_label
-from pipeline_defs.catalog import declared_kinds
-from pipeline_defs.cli.terminal import ERROR_CHARS, clip, describe_pause, table, when
+from pipeline_defs.cli.terminal import (
+    ERROR_CHARS,
+    JSON_HELP,
+    clip,
+    describe_pause,
+    pause_json,
+    print_json,
+    table,
+    when,
+)
 from pipeline_defs.settings import Settings, export_for_dagster
-from pipeline_defs.wiring import build_use_cases
-from resources.app_database import AppDatabase
-from sensors.run_liveness import stuck_work
+
+if TYPE_CHECKING:
+    from pipeline_defs.catalog import DeclaredWork
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -28,11 +35,13 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="interactions per hour by source (sensor, backfill, ui, cli): compare two systems side by side",
     )
     status.add_argument("--hours", type=int, default=24, help="with --by-source: how far back (default 24)")
+    status.add_argument("--json", action="store_true", help=JSON_HELP)
     status.set_defaults(handler=cmd_status)
     failures = commands.add_parser(
         "failures", help="list parked items (failed too often) and their last error"
     )
     failures.add_argument("--use-case", help="only this use case")
+    failures.add_argument("--json", action="store_true", help=JSON_HELP)
     failures.set_defaults(handler=cmd_failures)
     retry = commands.add_parser("retry", help="re-queue parked items with a fresh set of attempts")
     which = retry.add_mutually_exclusive_group(required=True)
@@ -45,6 +54,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     pauses_parser = commands.add_parser(
         "pauses", help="use cases paused by the circuit breaker, why, and until when"
     )
+    pauses_parser.add_argument("--json", action="store_true", help=JSON_HELP)
     pauses_parser.set_defaults(handler=cmd_pauses)
     resume = commands.add_parser("resume", help="end pauses now (all, or the named use cases)")
     resume.add_argument(
@@ -54,29 +64,79 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
+    from domain.language.declaration import model_label
+    from pipeline_defs.catalog import declared_kinds, declared_work
+
     if getattr(args, "by_source", False):
-        return _status_by_source(settings, args.hours)
-    built = build_use_cases(settings)
-    pending_by_use_case: dict[str, int] = {}
+        return _status_by_source(settings, args.hours, getattr(args, "json", False))
+    built = declared_work(settings)
+    rows: list[dict[str, Any]] = []
     with session_scope(settings.database_url) as session:
-        counts = ", ".join(f"{kind.table.count(session)} {kind.plural}" for kind in declared_kinds(settings))
-        print(f"{counts} in {redact(settings.database_url)}")
+        subjects = {kind.plural: kind.table.count(session) for kind in declared_kinds(settings)}
         for item in built:
-            pending = len(discovery.find_pending_work(session, item.spec))
-            pending_by_use_case[item.use_case.name] = pending
             states = reports.work_state_counts(session, item.use_case.name)
-            print(
-                f"{item.use_case.name} (version {item.use_case.version}, {model_label(item.use_case)}): "
-                f"{pending} pending, {states.get('claimed', 0)} claimed, {states.get('failed', 0)} failed"
+            rows.append(
+                {
+                    "use_case": item.use_case.name,
+                    "version": item.use_case.version,
+                    "model": model_label(item.use_case),
+                    "pending": len(discovery.find_pending_work(session, item.spec)),
+                    "claimed": states.get("claimed", 0),
+                    "failed": states.get("failed", 0),
+                }
             )
-        for pause in pauses.active_pauses(session).values():
-            print(f"{pause.use_case}: {describe_pause(pause)}")
-    _print_stuck(settings, built, pending_by_use_case)
+        paused = list(pauses.active_pauses(session).values())
+    stuck = _stuck_lines(settings, built, {row["use_case"]: row["pending"] for row in rows})
+    if getattr(args, "json", False):
+        print_json(
+            {
+                "database": redact(settings.database_url),
+                "subjects": subjects,
+                "use_cases": rows,
+                "paused": [pause_json(pause) for pause in paused],
+                "stuck": stuck,
+            }
+        )
+        return 0
+    print(
+        ", ".join(f"{count} {plural}" for plural, count in subjects.items())
+        + f" in {redact(settings.database_url)}"
+    )
+    for row in rows:
+        print(
+            f"{row['use_case']} (version {row['version']}, {row['model']}): "
+            f"{row['pending']} pending, {row['claimed']} claimed, {row['failed']} failed"
+        )
+    for pause in paused:
+        print(f"{pause.use_case}: {describe_pause(pause)}")
+    for line in stuck:
+        print(f"stuck: {line}")
     return 0
 
 
-def _print_stuck(settings: Settings, built: list, pending_by_use_case: dict[str, int]) -> None:
-    """The stuck-work detector: work pending that did not move for longer than a lease, and what blocks it."""
+def _stuck_lines(
+    settings: Settings, built: list[DeclaredWork], pending_by_use_case: dict[str, int]
+) -> list[str]:
+    """The stuck-work detector: work pending that did not move for longer than a lease, and what blocks it.
+
+    Dagster (its instance, the pool) is imported only for a use case whose pending work did not move for
+    longer than a lease, so `pipeline status` stays light while work flows."""
+    now = utcnow()
+    with session_scope(settings.database_url) as session:
+        still = [
+            item
+            for item in built
+            if pending_by_use_case[item.use_case.name]
+            and (since := heartbeats.last_progress(session, [item.use_case.name])) is not None
+            and (now - since).total_seconds() > item.use_case.retry.lease_seconds
+        ]
+    if not still:
+        return []
+    from dagster import DagsterInstance  # only when something may be stuck
+
+    from resources.app_database import AppDatabase
+    from sensors.run_liveness import stuck_work
+
     app_db = AppDatabase(url=settings.database_url)
     instance: list[DagsterInstance | None] = []
 
@@ -90,7 +150,8 @@ def _print_stuck(settings: Settings, built: list, pending_by_use_case: dict[str,
                 instance.append(None)
         return instance[0]
 
-    for item in built:  # UseCaseDefinitions
+    lines = []
+    for item in still:
         stuck = stuck_work(
             instance_for,
             app_db,
@@ -100,12 +161,16 @@ def _print_stuck(settings: Settings, built: list, pending_by_use_case: dict[str,
             uses_pool=item.use_case.uses_llm,
         )
         if stuck:
-            print(f"stuck: {stuck}")
+            lines.append(stuck)
+    return lines
 
 
-def _status_by_source(settings: Settings, hours: int) -> int:
+def _status_by_source(settings: Settings, hours: int, as_json: bool = False) -> int:
     with session_scope(settings.database_url) as session:
         by_hour = events.interactions_by_hour_and_source(session, hours)
+    if as_json:
+        print_json({"hours": hours, "interactions_by_hour": by_hour})
+        return 0
     if not by_hour:
         print(f"no interactions in the last {hours} hours")
         return 0
@@ -119,6 +184,8 @@ def _status_by_source(settings: Settings, hours: int) -> int:
 
 
 def cmd_failures(settings: Settings, args: argparse.Namespace) -> int:
+    from pipeline_defs.catalog import declared_kinds
+
     with session_scope(settings.database_url) as session:
         parked = claims.list_failures(session, args.use_case)
         keys = [item.subject_key for item in parked]
@@ -127,6 +194,21 @@ def cmd_failures(settings: Settings, args: argparse.Namespace) -> int:
             for kind in declared_kinds(settings)
             for key, label in kind.table.labels(session, keys).items()
         }
+    if getattr(args, "json", False):
+        print_json(
+            [
+                {
+                    "use_case": item.use_case,
+                    "key": item.subject_key,
+                    "title": labels.get(item.subject_key, ""),
+                    "attempts": item.attempts,
+                    "parked_at": item.failed_at.isoformat(),
+                    "last_error": redact(item.last_error or ""),
+                }
+                for item in parked
+            ]
+        )
+        return 0
     if not parked:
         print("no parked items" + (f" for {args.use_case}" if args.use_case else ""))
         return 0
@@ -162,6 +244,9 @@ def cmd_retry(settings: Settings, args: argparse.Namespace) -> int:
 def cmd_pauses(settings: Settings, args: argparse.Namespace) -> int:
     with session_scope(settings.database_url) as session:
         active = pauses.active_pauses(session)
+    if getattr(args, "json", False):
+        print_json([pause_json(pause) for pause in active.values()])
+        return 0
     if not active:
         print("no use case is paused")
     for pause in active.values():

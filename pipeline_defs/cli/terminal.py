@@ -9,20 +9,23 @@ changes), other control characters and bidirectional overrides, and redacts cred
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from appdb.models import utcnow
-from appdb.pauses import Pause
 from appdb.redaction import redact
+
+if TYPE_CHECKING:
+    from appdb.pauses import Pause
 
 EXIT_OK = 0
 EXIT_REJECTED = 1  # ingest: some rows were rejected (the good ones went in)
 EXIT_DIFFERENT = 1  # discover --expect: discovery differs from the expected work
 EXIT_ERROR = 2
 SHOWN_KEYS = 20
+JSON_HELP = "print the result as JSON (for scripts): the same facts, nothing clipped"
 ERROR_CHARS = 100
 
 
@@ -115,6 +118,24 @@ def key_list(keys: Sequence[str]) -> str:
 
 
 def describe_pause(pause: Pause) -> str:
+    from appdb.models import utcnow  # SQLAlchemy's models: not for `pipeline --help`
+
     minutes = max(0, round((pause.resume_at - utcnow()).total_seconds() / 60))
     trips = f", trip {pause.consecutive_trips} in a row" if pause.consecutive_trips > 1 else ""
     return f"paused until {when(pause.resume_at)} (in {minutes} min{trips}): {safe_text(pause.reason)}"
+
+
+def print_json(value: object) -> None:
+    """A listing as JSON for scripts. ASCII-escaped, so a posting's control characters reach the reader as
+    `\\u001b` escapes, not as terminal sequences (and `SafeStream` has nothing to drop)."""
+    print(json.dumps(value, indent=2, default=str))
+
+
+def pause_json(pause: Pause) -> dict[str, object]:
+    return {
+        "use_case": pause.use_case,
+        "paused_at": pause.paused_at.isoformat(),
+        "resume_at": pause.resume_at.isoformat(),
+        "consecutive_trips": pause.consecutive_trips,
+        "reason": redact(pause.reason),
+    }

@@ -15,7 +15,7 @@ from appdb.models import Interaction, UseCaseOutput
 from domain.language.chat_prompts import messages_of
 from domain.language.subject_kinds import SubjectKind
 from domain.quality.judge_rubric import JUDGE_SUFFIX
-from pipeline_defs.cli.terminal import markdown_code_block, markdown_text, one_line, safe_text
+from pipeline_defs.cli.terminal import clip, markdown_code_block, markdown_text, one_line, safe_text
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,9 @@ def output_state(session: Session, output: UseCaseOutput | None, spec: WorkSpec 
     return "stale: an input it read changed since (an upstream output or reference data)"
 
 
-def _subject_header(kind: SubjectKind, key: str, fields: dict[str, Any], row: Any) -> Iterator[Block]:
+def _subject_header(
+    kind: SubjectKind, key: str, fields: dict[str, Any], row: Any, full: bool = True
+) -> Iterator[Block]:
     label = fields.get(kind.table.label_field) if kind.table.label_field else None
     yield Block("h1", f"{kind.noun.capitalize()} {key}" + (f": {label}" if label else ""))
     short, long = [], []
@@ -67,19 +69,73 @@ def _subject_header(kind: SubjectKind, key: str, fields: dict[str, Any], row: An
         "line",
         f"content hash {row.content_hash[:12]} · updated {row.updated_at:%Y-%m-%d %H:%M:%S} (UTC)",
     )
+    if not full:
+        if long:
+            yield Block("line", " · ".join(f"{name}: {len(text):,} characters" for name, text in long))
+        return
     for name, text in long:
         yield Block("verbatim", text, name.replace("_", " ").capitalize())
+
+
+def _find_subject(session: Session, key: str, kinds: Sequence[SubjectKind]) -> tuple[SubjectKind, Any]:
+    for kind in kinds:
+        row = kind.table.get(session, key)
+        if row is not None:
+            return kind, row
+    raise SubjectNotFound(f"no {' or '.join(kind.noun for kind in kinds)} with key {key!r}")
+
+
+PREVIEW_CHARS = 100
+
+
+def output_preview(value: Any) -> str:
+    """An output in a few words: its one text field when it has one (a summary), else compact JSON."""
+    if isinstance(value, dict):
+        texts = [text for text in value.values() if isinstance(text, str)]
+        if len(value) == 1 and texts:
+            return texts[0]
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+
+
+def trace_summary(
+    session: Session, key: str, kinds: Sequence[SubjectKind], specs: Sequence[WorkSpec]
+) -> Iterator[Block]:
+    """The short trace `pipeline trace KEY` prints: the subject's fields, then one line per use case
+    (state, model, version, calls, the output in a few words); `--full` adds the prompts and responses."""
+    kind, row = _find_subject(session, key, kinds)
+    yield from _subject_header(kind, key, kind.table.fields(row), row, full=False)
+    by_name = {spec.use_case: spec for spec in specs if spec.subject_kind == kind.name}
+    outputs = reports.subject_outputs(session, key)
+    interactions = reports.subject_interactions(session, key)
+    names = list(dict.fromkeys([*by_name, *outputs, *(i.use_case for i in interactions)]))
+    yield Block("h2", "use cases")
+    for name in names:
+        output, spec = outputs.get(name), by_name.get(name)
+        calls = [interaction for interaction in interactions if interaction.use_case == name]
+        if name.endswith(JUDGE_SUFFIX):
+            state = f"the judge's grades of {name.removesuffix(JUDGE_SUFFIX)} outputs"
+        else:
+            state = output_state(session, output, spec, kind.noun)
+        model = output.model if output is not None else (spec.model if spec else "-")
+        version = output.use_case_version if output is not None else (spec.version if spec else "-")
+        failed = sum(1 for call in calls if call.status != "ok")
+        parts = [name, state, model or "no model", f"version {version}"]
+        parts.append(
+            f"{len(calls)} call{'' if len(calls) == 1 else 's'}" + (f" ({failed} failed)" if failed else "")
+        )
+        if output is not None:
+            parts.append(clip(output_preview(output.value), PREVIEW_CHARS))
+        elif calls and calls[-1].error:
+            parts.append("last error: " + clip(calls[-1].error, PREVIEW_CHARS))
+        yield Block("line", " · ".join(parts))
+    yield Block("line", "")
+    yield Block("line", f"the prompts, responses and outputs in full: pipeline trace {key} --full")
 
 
 def trace_blocks(
     session: Session, key: str, kinds: Sequence[SubjectKind], specs: Sequence[WorkSpec]
 ) -> Iterator[Block]:
-    for kind in kinds:
-        row = kind.table.get(session, key)
-        if row is not None:
-            break
-    else:
-        raise SubjectNotFound(f"no {' or '.join(kind.noun for kind in kinds)} with key {key!r}")
+    kind, row = _find_subject(session, key, kinds)
     yield from _subject_header(kind, key, kind.table.fields(row), row)
     specs = [spec for spec in specs if spec.subject_kind == kind.name]
     by_name = {spec.use_case: spec for spec in specs}

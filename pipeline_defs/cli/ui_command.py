@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from pipeline_defs.cli.terminal import safe_text
-from pipeline_defs.dagster_home import ensure_dagster_home
 from pipeline_defs.settings import PROJECT_ROOT, Settings, running_from_a_clone
 
 WEBSERVER_MODULE = "dagster_webserver"
@@ -54,6 +53,8 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def cmd_ui(settings: Settings, args: argparse.Namespace) -> int:
     from dagster._cli import dev as dagster_dev
+
+    from pipeline_defs.dagster_home import ensure_dagster_home
 
     home = ensure_dagster_home(settings)
     print(f"DAGSTER_HOME={home}", flush=True)
@@ -89,6 +90,7 @@ def cmd_ui(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_webserver(settings: Settings, args: argparse.Namespace) -> int:
     from pipeline_defs import webserver
+    from pipeline_defs.dagster_home import ensure_dagster_home
 
     ensure_dagster_home(settings)
     workspace = workspace_file(settings)
@@ -99,6 +101,7 @@ def cmd_webserver(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_daemon(settings: Settings, args: argparse.Namespace) -> int:
     from pipeline_defs import daemon
+    from pipeline_defs.dagster_home import ensure_dagster_home
 
     ensure_dagster_home(settings)
     sys.argv = ["dagster-daemon", "run", "-w", workspace_file(settings)]

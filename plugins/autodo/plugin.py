@@ -3,19 +3,23 @@ source asset for a kind kept in the `subjects` table; its commands are `pipeline
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dagster import Definitions
-
-from assets.subjects_asset import build_subject_asset
 from domain.core.plugins import DomainPlugin, PluginContext
 from plugins.autodo.autodo_kind import AUTODO
 from plugins.autodo.autodo_use_cases import AUTODO_SCOPE, AUTODO_USE_CASES
+
+if TYPE_CHECKING:  # Dagster is imported when the code location is built, not for a light command
+    from dagster import Definitions
 
 DESCRIPTION = "TODO files and code comments as work items (`pipeline autodo scan`)."
 
 
 def autodo_definitions(context: PluginContext) -> Definitions:
+    from dagster import Definitions  # Dagster, lazily: `pipeline status` needs none
+
+    from assets.subjects_asset import build_subject_asset
+
     return Definitions(assets=[build_subject_asset(AUTODO, DESCRIPTION)])
 
 

@@ -3,22 +3,25 @@
 
 from __future__ import annotations
 
-from dagster import Definitions
+from typing import TYPE_CHECKING
 
 from domain.core.plugins import DomainPlugin, PluginContext
-from plugins.postings.postings_asset import postings
 from plugins.postings.postings_settings import PostingsSettings
-from plugins.postings.skills.skill_resolver import DEFAULT_OLLAMA_HOST
 from plugins.postings.store.postings_kind import POSTINGS
-from plugins.postings.taxonomy_asset import skills_taxonomy
-from plugins.postings.taxonomy_resource import TaxonomyResource
-from plugins.postings.taxonomy_sensor import skills_taxonomy_job, skills_taxonomy_sensor
 from plugins.postings.use_cases.posting_skills import MODEL
 from plugins.postings.use_cases.shipped import posting_use_cases
+
+if TYPE_CHECKING:  # Dagster is imported when the code location is built, not for a light command
+    from dagster import Definitions
+
+    from plugins.postings.taxonomy_resource import TaxonomyResource
 
 
 def taxonomy_resource(context: PluginContext) -> TaxonomyResource:
     """The skills taxonomy and how mentions are resolved against it, as the settings say."""
+    from plugins.postings.skills.skill_resolver import DEFAULT_OLLAMA_HOST  # numpy, lazily
+    from plugins.postings.taxonomy_resource import TaxonomyResource  # Dagster, lazily
+
     settings, core = context.settings, context.core
     return TaxonomyResource(
         path=settings.taxonomy_path,
@@ -31,6 +34,12 @@ def taxonomy_resource(context: PluginContext) -> TaxonomyResource:
 
 
 def postings_definitions(context: PluginContext) -> Definitions:
+    from dagster import Definitions  # Dagster, lazily: `pipeline status` needs none
+
+    from plugins.postings.postings_asset import postings
+    from plugins.postings.taxonomy_asset import skills_taxonomy
+    from plugins.postings.taxonomy_sensor import skills_taxonomy_job, skills_taxonomy_sensor
+
     return Definitions(
         assets=[postings, skills_taxonomy],
         jobs=[skills_taxonomy_job],

@@ -278,3 +278,21 @@ def test_the_gym_migration_goes_down_and_up_again(app_db_url: str, tmp_path: Pat
         command.upgrade(config, "head")
     assert gym_tables <= set(inspect(get_engine(app_db_url)).get_table_names())
     dispose(app_db_url)
+
+
+def test_a_correction_may_name_the_postings_location(
+    reviewed: str,
+    tmp_path: Path,
+    capsys,  # noqa: ANN001
+) -> None:
+    """The checks see every field of the posting: a summary naming where the job is passes when the
+    posting says so (the faithfulness check once saw only title, description and company)."""
+    seed_postings(reviewed, tmp_path, [{**GYM_POSTINGS[1], "location": "Utrecht"}])
+    nurse = _item(reviewed, "g-2")
+    invented = "Northgate Hospital in Rotterdam seeks a nurse for critically ill patients at night."
+    assert main(["review", "correct", str(nurse), "--summary", invented]) == 2
+    refused = capsys.readouterr().err
+    assert "the blocking check summary_faithful" in refused and "Rotterdam" in refused  # still checked
+    named = "Northgate Hospital in Utrecht seeks a nurse for critically ill patients at night."
+    assert main(["review", "correct", str(nurse), "--summary", named]) == 0
+    assert f"review item {nurse} (posting_summary, g-2): corrected" in capsys.readouterr().out

@@ -82,13 +82,15 @@ def test_trace_review_and_the_demo_table_print_no_control_sequences(
     hostile: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["trace", KEY]) == 0
+    summary = capsys.readouterr().out
+    assert main(["trace", KEY, "--full"]) == 0
     trace = capsys.readouterr().out
     assert main(["review", "--status", "all"]) == 0
     assert main(["review", "show", "1"]) == 0
     reviewed = capsys.readouterr().out
     with session_scope(hostile) as session:
         demo_table = render_postings(session, [KEY])
-    for text in (trace, reviewed, demo_table):
+    for text in (summary, trace, reviewed, demo_table):
         assert_clean(text)
     # still readable: the words around the sequences are all there
     assert "Payments Clerk" in trace and "click here" in trace and "Reconcile accounts weekly." in trace
@@ -96,6 +98,7 @@ def test_trace_review_and_the_demo_table_print_no_control_sequences(
     assert "Berlin <script>steal()</script>" in trace  # shown as written: a terminal runs no HTML
     assert "spot check" in reviewed and "click here" in reviewed and "RED" in reviewed
     assert "Payments Clerk" in demo_table and "Acme click here" in demo_table
+    assert "Payments Clerk" in summary and "RED" in summary
 
 
 def test_trace_markdown_keeps_quoted_text_in_its_fences_and_renders_no_html(

@@ -41,7 +41,6 @@ from plugins.postings.skills.embeddings import EmbeddingBackend
 from plugins.postings.skills.word_stems import content_stems
 from plugins.postings.store.taxonomy import normalize_label, read_taxonomy_labels
 
-STAGES = ("exact", "alt_label", "fuzzy", "semantic", "learned", "unmatched")
 EXACT_CONFIDENCE = 1.0
 ALT_LABEL_CONFIDENCE = 0.95
 EMBEDDING_BACKENDS = ("none", "ollama", "minilm")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from domain.language.declaration import UseCase
 from domain.language.declaration_parts import OutputCheck, ScriptContext
@@ -13,12 +13,14 @@ from domain.quality.corrections import CorrectionContext, CorrectionError, Edits
 from plugins.postings.quality import output_checks
 from plugins.postings.skills import link_referee
 from plugins.postings.skills.resolution_figures import resolution_figures
-from plugins.postings.skills.skill_resolver import STAGES as RESOLUTION_STAGES
-from plugins.postings.skills.skill_resolver import Resolution
+from plugins.postings.skills.resolution_stages import STAGES as RESOLUTION_STAGES
 from plugins.postings.store.postings_kind import POSTINGS
 from plugins.postings.store.taxonomy import REFERENCE_NAME as TAXONOMY_REFERENCE
 from plugins.postings.store.taxonomy import concept_label, replace_posting_skill_concepts
 from plugins.postings.use_cases.review_options import CONCEPT
+
+if TYPE_CHECKING:  # the resolver (numpy, the embedding clients) is loaded by the runs, not the CLI
+    from plugins.postings.skills.skill_resolver import Resolution
 
 REVIEWED_STAGE = "review"  # a concept a reviewer chose (`pipeline review correct ID --concept ...`)
 ENTITIES_SCHEMA: dict[str, Any] = {

@@ -1,0 +1,66 @@
+"""The taxonomy sensor asks for one load per version of the file (its `run_key`) and none while a load
+runs: a slow first load (ESCO's label vectors) used to pile up a run a minute, 4 for one demo taxonomy."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from dagster import DagsterInstance, DagsterRunStatus, SensorResult, SkipReason, build_sensor_context
+from dagster._core.storage.tags import RUN_KEY_TAG
+from dagster._core.test_utils import create_run_for_test
+
+from appdb.database import migrate, session_scope
+from plugins.postings.store.taxonomy import load_taxonomy
+from plugins.postings.taxonomy_resource import TaxonomyResource
+from plugins.postings.taxonomy_sensor import skills_taxonomy_job, skills_taxonomy_sensor
+from resources.app_database import AppDatabase
+from tests.support.taxonomy_files import URI, write_taxonomy
+
+
+def tick(instance: DagsterInstance, url: str, path: Path, cursor: str | None) -> SensorResult | SkipReason:
+    resources = {"app_db": AppDatabase(url=url), "taxonomy": TaxonomyResource(path=str(path))}
+    with build_sensor_context(instance=instance, cursor=cursor, resources=resources) as context:
+        return skills_taxonomy_sensor(context)
+
+
+def test_one_load_per_taxonomy_version_and_none_while_one_runs(sqlite_url: str, tmp_path: Path) -> None:
+    migrate(sqlite_url)
+    path = write_taxonomy(tmp_path / "skills.csv", [[URI + "python", "Python", "", "skill", ""]])
+    with DagsterInstance.ephemeral() as instance:
+        first = tick(instance, sqlite_url, path, None)
+        assert isinstance(first, SensorResult) and len(first.run_requests) == 1
+        [request] = first.run_requests
+        assert request.run_key and request.run_key.startswith("taxonomy-")
+
+        # the daemon launched it; it is still loading (nothing in the tables yet): no second request
+        load = create_run_for_test(
+            instance,
+            job_name=skills_taxonomy_job.name,
+            tags={RUN_KEY_TAG: request.run_key},
+            status=DagsterRunStatus.STARTED,
+        )
+        waiting = tick(instance, sqlite_url, path, first.cursor)
+        assert isinstance(waiting, SkipReason) and "under way" in waiting.skip_message
+
+        # it failed: the same version is not requested again, each minute, for ever
+        instance.report_run_failed(instance.get_run_by_id(load.run_id))
+        again = tick(instance, sqlite_url, path, first.cursor)
+        assert isinstance(again, SensorResult) and not again.run_requests
+        assert (
+            "loaded once already" in again.skip_reason.skip_message
+            and "failure" in again.skip_reason.skip_message
+        )
+
+        # a changed file is a new version: one load of it
+        write_taxonomy(path, [[URI + "sql", "SQL", "", "skill", ""]])
+        os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 1_000_000_000))
+        changed = tick(instance, sqlite_url, path, first.cursor)
+        assert isinstance(changed, SensorResult) and len(changed.run_requests) == 1
+        assert changed.run_requests[0].run_key != request.run_key
+
+        # loaded and unchanged: nothing to do
+        with session_scope(sqlite_url) as session:
+            load_taxonomy(session, path)
+        done = tick(instance, sqlite_url, path, changed.cursor)
+        assert isinstance(done, SkipReason) and "unchanged and loaded" in done.skip_message
