@@ -10,6 +10,7 @@ from dagster import Definitions
 from assets.subjects_asset import build_subject_asset
 from domain.core.plugins import DomainPlugin, PluginContext
 from plugins.autodo.autodo_kind import AUTODO
+from plugins.autodo.autodo_settings import AutodoSettings
 from plugins.autodo.autodo_use_cases import AUTODO_SCOPE, AUTODO_USE_CASES
 
 DESCRIPTION = "TODO files and code comments as work items (`pipeline autodo scan`)."
@@ -28,5 +29,6 @@ AUTODO_PLUGIN = DomainPlugin(
     description=DESCRIPTION,
     use_cases=_use_cases,
     definitions=autodo_definitions,
+    settings=AutodoSettings,
     default_model=AUTODO_SCOPE.model,
 )
