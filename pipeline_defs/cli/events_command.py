@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from datetime import timedelta
 
 from appdb import events
@@ -10,6 +11,8 @@ from appdb.database import session_scope
 from appdb.models import utcnow
 from pipeline_defs.cli.terminal import ERROR_CHARS, clip, table, when
 from pipeline_defs.settings import Settings
+
+CENTURY_HOURS = 100 * 366 * 24.0
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -19,9 +22,23 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--kind", action="append", choices=events.EVENT_KINDS, help="only this kind (repeatable)"
     )
-    parser.add_argument("--hours", type=float, default=24.0, help="how far back (default 24)")
+    parser.add_argument(
+        "--hours", type=hours_back, default=24.0, help="how far back, a positive number of hours (default 24)"
+    )
     parser.add_argument("--limit", type=int, default=50, help="at most this many rows (default 50)")
     parser.set_defaults(handler=cmd_events)
+
+
+def hours_back(value: str) -> float:
+    """`--hours`: a positive finite number; more than a century back means all of the log (a huge
+    value such as 1e308 would overflow the date)."""
+    try:
+        hours = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of hours: {value!r}") from None
+    if not math.isfinite(hours) or hours <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of hours, not {value!r}")
+    return min(hours, CENTURY_HOURS)
 
 
 def cmd_events(settings: Settings, args: argparse.Namespace) -> int:
