@@ -230,11 +230,15 @@ def stuck_work(
     lease_seconds: float,
     *,
     uses_pool: bool = True,
+    jobs: Collection[str] = (),
+    in_daemon: bool = False,
 ) -> str | None:
     """None while work moves; else one line: how long nothing moved, and what holds the pool and claims.
 
     `instance_for` gives Dagster's instance (None: not known here) and `pending` the work waiting (or a
-    function that counts it); both are asked only when nothing moved for longer than a lease."""
+    function that counts it); both are asked only when nothing moved for longer than a lease. With
+    nothing holding the work, the line names the run of `jobs` that died last, and asks about the
+    daemon only where it is not the daemon asking (`in_daemon`: the liveness sensor)."""
     now = utcnow()
     with app_db.session() as session:
         since = heartbeats.last_progress(session, use_cases)
@@ -266,8 +270,20 @@ def stuck_work(
         if queued:
             blockers.append(f"{queued} runs queued")
     if not blockers:
+        with app_db.session() as session:
+            died = heartbeats.died_since(session, since, jobs)
+        if died:
+            last = died[0]
+            blockers.append(
+                f"the last run to hold work, {last.run_id[:8]} ({last.job}), died at {last.beat_at:%H:%M:%S} "
+                f"UTC ({last.ended_reason or 'reaped'}) and its work went back"
+            )
         blockers.append(
-            "no run holds the pool or claims: is the daemon running (`pipeline ui`), or run `pipeline run`"
+            "no run holds the pool or claims and none was requested: is the discovery sensor stopped in "
+            "the UI, or its use case paused"
+            if in_daemon
+            else "no run holds the pool or claims: is the daemon running (`pipeline ui`), or run "
+            "`pipeline run`"
         )
     return (
         f"{', '.join(use_cases)}: {pending} pending and nothing stored for {minutes:.0f} min "
