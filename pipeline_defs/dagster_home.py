@@ -249,12 +249,18 @@ def initialize_pools(instance: Any) -> None:
     concurrency_limits_concurrency_key_key (llm)`). Callers hold the home's lock, so the processes of
     one host take turns; a process on another host that wins the race leaves the row there, which is
     all that is needed."""
-    from sqlalchemy.exc import IntegrityError
+    from sqlalchemy.exc import SQLAlchemyError
 
     pool = _pool_missing(instance)
-    if pool is not None:
-        with contextlib.suppress(IntegrityError):
-            instance.event_log_storage.initialize_concurrency_limit_to_default(pool)
+    if pool is None:
+        return
+    try:
+        instance.event_log_storage.initialize_concurrency_limit_to_default(pool)
+    except SQLAlchemyError:
+        # Another host wrote it first: on PostgreSQL Dagster's fallback update then fails in the
+        # aborted transaction. Only a row still missing is an error.
+        if _pool_missing(instance) is not None:
+            raise
 
 
 def ensure_pools(settings: Settings, instance: Any) -> None:
