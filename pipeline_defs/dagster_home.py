@@ -232,13 +232,18 @@ def _create_storage_schemas() -> None:
 
 
 def _pool_missing(instance: Any) -> str | None:
-    """The `llm` pool's name when the storage enforces pools and has no limit row for it yet."""
+    """The `llm` pool's name when a run's first step would write its limit row: the storage enforces
+    pools and has no row for it, or one from an older `default_limit` (Dagster's own condition)."""
     from assets.factory import LLM_POOL  # here: setting up a home needs no Dagster definitions
 
     storage = instance.event_log_storage
-    if not storage.supports_global_concurrency_limits or LLM_POOL in storage.get_concurrency_keys():
+    default = instance.global_op_concurrency_default_limit
+    if not storage.supports_global_concurrency_limits or default is None:
         return None
-    return LLM_POOL
+    pool = {limit.name: limit for limit in storage.get_pool_limits()}.get(LLM_POOL)
+    if pool is None or (pool.from_default and pool.limit != default):
+        return LLM_POOL
+    return None
 
 
 def initialize_pools(instance: Any) -> None:
