@@ -283,7 +283,9 @@ def test_pipeline_run_waits_for_a_run_that_stopped_beating_and_does_its_work_too
             session, dead_run, job="gemma3_270m_batch_job", source="sensor", host="another-host", pid=4242
         )
     with FakeOllamaServer(delay_seconds=0.0) as fake:
-        env = _env(tmp_path, app_db_url, fake.url) | {"PIPELINE_HEARTBEAT_SECONDS": "2"}  # dead after 10 s
+        # beats every 5 s, dead after 25 s: longer than the run of the other posting takes, even on a
+        # loaded machine, so the command must wait for the holder rather than find it reaped mid-run
+        env = _env(tmp_path, app_db_url, fake.url) | {"PIPELINE_HEARTBEAT_SECONDS": "5"}
         for name in os.environ:
             if name.startswith(("PIPELINE_", "DAGSTER_")):
                 monkeypatch.delenv(name)
@@ -292,7 +294,7 @@ def test_pipeline_run_waits_for_a_run_that_stopped_beating_and_does_its_work_too
         code = main(["run", "--use-case", "posting_summary"])
     err = capsys.readouterr().err
     assert code == 0, err
-    assert f"waiting up to 10s for run {dead_run} (gemma3_270m_batch_job, pid 4242 on another-host)" in err
+    assert f"waiting up to 25s for run {dead_run} (gemma3_270m_batch_job, pid 4242 on another-host)" in err
     assert f"run {dead_run} (gemma3_270m_batch_job) is dead" in err
     done = _count(
         app_db_url,
