@@ -107,11 +107,20 @@ def process_gone(beat: heartbeats.Heartbeat) -> bool:
 
 def sweep_expired_leases(instance: DagsterInstance, app_db: AppDatabase) -> tuple[int, list[str]]:
     """Give back the claims whose lease ran out and fail the Dagster runs that held them (their worker
-    died before it could beat, or beat against another database); (claims freed, runs failed)."""
+    died before it could beat, or beat against another database); (claims freed, runs failed). Runs
+    whose heartbeat is alive keep theirs: the reaper frees them when the heartbeat stops."""
     with app_db.session() as session:
         holders = claims.expired_claim_holders(session)
-        freed = claims.release_expired_claims(session)
-    return freed, fail_dead_runs(instance, holders) if freed else []
+        # A run whose heartbeat is alive is the reaper's to judge: one model call may outlast the lease
+        # (a slow server, a loaded machine), and sweeping it failed a run that was still working.
+        alive = [
+            run_id
+            for run_id, beat in heartbeats.heartbeats_of(session, holders).items()
+            if beat.state == "alive"
+        ]
+        freed = claims.release_expired_claims(session, keep=alive)
+    dead = [run_id for run_id in holders if run_id not in alive]
+    return freed, fail_dead_runs(instance, dead) if freed else []
 
 
 def fail_dead_runs(instance: DagsterInstance, run_ids: Sequence[str]) -> list[str]:

@@ -359,3 +359,26 @@ def test_stuck_work_names_the_run_that_died_not_the_daemon(app_db_url: str, tmp_
     assert "its process (pid 1 on h) is gone" in line, line
     assert "is the daemon running" not in line, line
     dispose(app_db_url)
+
+
+def test_the_lease_sweep_leaves_the_claims_of_a_run_whose_heartbeat_is_alive(
+    app_db_url: str, tmp_path: Path
+) -> None:
+    """One model call outlasted the lease (a slow server, a loaded machine): the run still beats, so the
+    sweep must not give its claims away and fail it; a holder with no heartbeat is swept as before."""
+    from appdb import claims, heartbeats
+    from sensors.run_liveness import sweep_expired_leases
+
+    seed_postings(app_db_url, tmp_path)
+    with session_scope(app_db_url) as session:
+        assert claims.claim_items(session, "posting_summary", ["p-1"], "alive-run") == ["p-1"]
+        assert claims.claim_items(session, "posting_summary", ["p-2"], "silent-run") == ["p-2"]
+        heartbeats.start_heartbeat(session, "alive-run", job="j", source="cli", host="h", pid=1)
+        session.execute(update(WorkItem).values(lease_expires_at=utcnow() - timedelta(seconds=1)))
+    with DagsterInstance.ephemeral() as instance:
+        freed, _ = sweep_expired_leases(instance, AppDatabase(url=app_db_url))
+    assert freed == 1
+    with session_scope(app_db_url) as session:
+        held = {item.subject_key: item.claimed_by for item in session.scalars(select(WorkItem))}
+    assert held["p-1"] == "alive-run" and held["p-2"] is None, held
+    dispose(app_db_url)
