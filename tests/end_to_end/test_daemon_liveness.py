@@ -1,6 +1,6 @@
 """Host loss under the daemon: the whole `pipeline ui` process tree (webserver, daemon, code server, run
-workers) is killed with SIGKILL while one run holds the `llm` pool's only slot and claims, three more
-wait for the slot and another is queued. After a restart (timed from the moment the code location is
+workers) is killed with SIGKILL while one run holds the `llm` pool's only slot and claims, at least one
+more waits for the slot and the rest are queued. After a restart (timed from the moment the code location is
 loaded, so a slow start on a loaded machine is reported as such) the dead runs must be failed within
 twice the reaper's own bound, and every posting's LLM work done within one lease of that: the runs that
 died (holding the pool, or only waiting for it) are failed by their stopped heartbeats, their slots and
@@ -37,10 +37,11 @@ from tests.support.live_pipeline import (
 
 pytestmark = pytest.mark.live_dagster
 
-POSTINGS = 10  # five runs of two: one holds the pool, three wait for it, one is queued
+POSTINGS = 10  # five runs of two: one holds the pool, others wait for it or are queued
 LEASE_SECONDS = 60
 GROUP_JOB = "gemma3_270m_batch_job"
 HEARTBEAT_SECONDS = 1
+RUNS_STARTED_BOUND_SECONDS = 300
 # the liveness sensor fails a run 5 beats after its last one, or 5 beats + 30 s after its start when it
 # never beat (SILENT_GRACE_SECONDS); twice that, for a loaded machine
 REAP_BOUND_SECONDS = 2 * (5 * HEARTBEAT_SECONDS + 30 + 5)
@@ -132,11 +133,16 @@ def test_after_the_daemon_tree_is_killed_a_restart_finishes_all_work_within_a_le
                     run for run in live.runs() if run["jobName"] == GROUP_JOB and run["status"] == "STARTED"
                 ]
 
+            # one run inside a model call and at least one more started, waiting for the pool (a third
+            # is not waited for: on a loaded machine launching run workers took minutes); the bound
+            # is for launching two run workers and says so
             live.wait_until(
-                lambda: fake.in_flight >= 1 and len(in_flight()) >= 3,
-                180,
+                lambda: fake.in_flight >= 1 and len(in_flight()) >= 2,
+                RUNS_STARTED_BOUND_SECONDS,
                 lambda: (
-                    f"one run inside a model call, others waiting for the pool ({len(in_flight())} started)"
+                    f"the daemon had not launched two runs (one in a model call, one waiting for the pool) "
+                    f"{RUNS_STARTED_BOUND_SECONDS}s after the ingest: {len(in_flight())} started, "
+                    f"{fake.in_flight} in a model call"
                 ),
             )
             before = {run["runId"]: run["status"] for run in live.runs() if run["jobName"] == GROUP_JOB}
