@@ -284,15 +284,16 @@ def expired_claim_holders(session: Session) -> list[str]:
     )
 
 
-def release_expired_claims(session: Session) -> int:
-    """Free claims whose lease ran out (their run died); returns how many were freed."""
+def release_expired_claims(session: Session, keep: Sequence[str] = ()) -> int:
+    """Free claims whose lease ran out (their run died), but those of the runs in `keep` (known alive
+    by their heartbeat: one model call can outlast a lease); returns how many were freed."""
     values = _given_back()
-    result = session.execute(
-        update(WorkItem)
-        .where(WorkItem.status == "claimed", WorkItem.lease_expires_at < values["updated_at"])
-        .values(**values)
-        .execution_options(synchronize_session=False)
+    query = update(WorkItem).where(
+        WorkItem.status == "claimed", WorkItem.lease_expires_at < values["updated_at"]
     )
+    if keep:
+        query = query.where(WorkItem.claimed_by.not_in(list(keep)))
+    result = session.execute(query.values(**values).execution_options(synchronize_session=False))
     return result.rowcount
 
 

@@ -137,6 +137,15 @@ def mark_dead(session: Session, run_id: str, reason: str) -> bool:
     return result.rowcount == 1
 
 
+def died_since(session: Session, since: datetime, jobs: Collection[str] = ()) -> list[Heartbeat]:
+    """Runs declared dead whose last beat is at or after `since` (of these jobs, when given), newest
+    first: what the stuck-work detector names when nothing holds the work any more."""
+    query = select(RunHeartbeat).where(RunHeartbeat.state == "dead", RunHeartbeat.beat_at >= since)
+    if jobs:
+        query = query.where(RunHeartbeat.job.in_(list(jobs)))
+    return [_heartbeat(row) for row in session.scalars(query.order_by(RunHeartbeat.beat_at.desc()).limit(3))]
+
+
 def heartbeats_of(session: Session, run_ids: Collection[str] | None = None) -> dict[str, Heartbeat]:
     """The heartbeats of these runs (all, without `run_ids`), alive or reaped."""
     query = select(RunHeartbeat)

@@ -34,6 +34,7 @@ URL_VARIABLES = (
     "PIPELINE_LLM_HOSTS",
     "PIPELINE_OPENAI_BASE_URL",
 )
+_PLAIN_WORD = re.compile(r"[A-Za-z]+")
 # a known secret shorter than this is masked only where it sits in a URL or a pair (not everywhere)
 MIN_LITERAL_SECRET = 6
 
@@ -55,22 +56,48 @@ def redact(text: str, environ: Mapping[str, str] | None = None) -> str:
     text = _SECRET_PAIRS.sub(lambda match: match["key"] + MASK, text)
     text = _BEARER.sub(lambda match: match["key"] + MASK, text)
     for secret in _remembered if environ is None else known_secrets(environ):
-        text = text.replace(secret, MASK)
+        text = _mask_literal(text, secret)
     return text
 
 
+def _mask_literal(text: str, secret: str) -> str:
+    """`text` with a known secret masked where it is written. A secret that is a plain word (such as
+    `postgres`) is masked only as a whole word: inside `postgresql` it is not the secret."""
+    if _PLAIN_WORD.fullmatch(secret):
+        return re.sub(rf"(?<![A-Za-z0-9]){re.escape(secret)}(?![A-Za-z0-9])", MASK, text)
+    return text.replace(secret, MASK)
+
+
+def url_passwords(text: str) -> list[str]:
+    """The passwords (and bare web tokens) written in the URLs of `text`; a user name is none."""
+    return [secret for match in _URL_CREDENTIALS.finditer(text) if (secret := _secret_of(match))]
+
+
 def known_secrets(environ: Mapping[str, str]) -> list[str]:
-    """Secret values of this environment, longest first: secret-named variables and URL passwords."""
+    """Secret values of this environment, longest first: secret-named variables and URL passwords.
+
+    A value that is also the user name of a configured URL (`PGPASSWORD=postgres` beside
+    `postgresql://postgres@host/db`) is masked only where it stands as a password (in a URL, in a
+    `password=` pair): a user name is printed in every URL by design, so masking it elsewhere hides
+    nothing and garbles every line that names the user."""
     found: set[str] = set()
-    for name, value in environ.items():
-        if value and _SECRET_NAMES.search(name) and not value.startswith(("/", "http")):
-            found.add(value)
+    users: set[str] = set()
     for name in URL_VARIABLES:
         for match in _URL_CREDENTIALS.finditer(environ.get(name) or ""):
             secret = _secret_of(match)
             if secret:
                 found |= {secret, unquote(secret)}
-    return sorted((s for s in found if len(s) >= MIN_LITERAL_SECRET and s != MASK), key=len, reverse=True)
+            if ":" in match["userinfo"] or not match["scheme"].lower().startswith("http"):
+                user = match["userinfo"].partition(":")[0]
+                users |= {user, unquote(user)}
+    for name, value in environ.items():
+        if value and _SECRET_NAMES.search(name) and not value.startswith(("/", "http")):
+            found.add(value)
+    return sorted(
+        (s for s in found if len(s) >= MIN_LITERAL_SECRET and s != MASK and s not in users),
+        key=len,
+        reverse=True,
+    )
 
 
 def _secret_of(match: re.Match[str]) -> str:

@@ -17,6 +17,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -24,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from appdb.database import normalize_url
-from appdb.redaction import known_secrets
+from appdb.redaction import url_passwords
 from pipeline_defs.dagster_storage import DEFAULT_EVENT_BATCH_SIZE
-from pipeline_defs.settings import Settings, environment, export_for_dagster
+from pipeline_defs.settings import Settings, export_for_dagster
 from resources.llm_hosts import LLM_HOST_TAG
 
 LLM_POOL_LIMIT = 1
@@ -38,6 +39,7 @@ SENSOR_WORKERS = 4
 FREE_SLOTS_AFTER_RUN_END_SECONDS = 60
 STORAGE_MODULE = "pipeline_defs.dagster_storage"
 POSTGRES_URL_VARIABLE = "PIPELINE_DAGSTER_POSTGRES_URL"
+_CLEAR_PASSWORD_KEY = re.compile(r"(?im)^[ \t]*(?:password|passwd)[ \t]*:[ \t]*[^{\s]")
 CONFIG_MODE = 0o600  # the file names storage and may be edited to hold secrets: its owner only
 STOCK_NOTE = "PIPELINE_DAGSTER_STORAGE=pooled writes the pooled ones; see docs/dagster-storage.md"
 
@@ -200,7 +202,7 @@ def _keep_private(config: Path) -> None:
     before the file named the variable may hold a password: say so."""
     if config.stat().st_mode & 0o077:
         config.chmod(CONFIG_MODE)
-    if any(secret in config.read_text() for secret in known_secrets(environment())):
+    if _holds_clear_password(config.read_text()):
         print(
             f"warning: {config} holds a password in clear text: replace the URL with "
             f"{{env: {POSTGRES_URL_VARIABLE}}} (or delete the file: `pipeline migrate` writes a new one)",
@@ -208,16 +210,71 @@ def _keep_private(config: Path) -> None:
         )
 
 
+def _holds_clear_password(text: str) -> bool:
+    """Whether a dagster.yaml holds a password as written: a URL with one, or a `password:` key whose
+    value is not `{env: ...}`. Words that merely equal a secret (`postgres`, the storage's name) are
+    no password."""
+    return bool(url_passwords(text)) or bool(_CLEAR_PASSWORD_KEY.search(text))
+
+
 def _config_hash(config: Path) -> str:
     return hashlib.sha256(config.read_bytes()).hexdigest()
 
 
 def _create_storage_schemas() -> None:
-    """Open the instance once, touching each storage: Dagster creates the missing tables then."""
+    """Open the instance once, touching each storage: Dagster creates the missing tables then; and
+    give the `llm` pool its limit row (`initialize_pools`)."""
     from dagster import DagsterInstance
 
     with DagsterInstance.get() as instance:
         _ = (instance.run_storage, instance.event_log_storage, instance.schedule_storage)
+        initialize_pools(instance)
+
+
+def _pool_missing(instance: Any) -> str | None:
+    """The `llm` pool's name when a run's first step would write its limit row: the storage enforces
+    pools and has no row for it, or one from an older `default_limit` (Dagster's own condition)."""
+    from assets.factory import LLM_POOL  # here: setting up a home needs no Dagster definitions
+
+    storage = instance.event_log_storage
+    default = instance.global_op_concurrency_default_limit
+    if not storage.supports_global_concurrency_limits or default is None:
+        return None
+    pool = {limit.name: limit for limit in storage.get_pool_limits()}.get(LLM_POOL)
+    if pool is None or (pool.from_default and pool.limit != default):
+        return LLM_POOL
+    return None
+
+
+def initialize_pools(instance: Any) -> None:
+    """Write the `llm` pool's limit row now, once, before any run can.
+
+    Otherwise the first step of each run writes it on first use: three runs starting at once on a fresh
+    PostgreSQL storage each inserted it, and one failed on the unique key (`UniqueViolation ...
+    concurrency_limits_concurrency_key_key (llm)`). Callers hold the home's lock, so the processes of
+    one host take turns; a process on another host that wins the race leaves the row there, which is
+    all that is needed."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    pool = _pool_missing(instance)
+    if pool is None:
+        return
+    try:
+        instance.event_log_storage.initialize_concurrency_limit_to_default(pool)
+    except SQLAlchemyError:
+        # Another host wrote it first: on PostgreSQL Dagster's fallback update then fails in the
+        # aborted transaction. Only a row still missing is an error.
+        if _pool_missing(instance) is not None:
+            raise
+
+
+def ensure_pools(settings: Settings, instance: Any) -> None:
+    """`initialize_pools` under the home's lock, for a storage set up before it did so (or a fresh
+    PostgreSQL database behind an existing home); one cheap query when the row is there."""
+    if _pool_missing(instance) is None:
+        return
+    with _home_lock(settings.dagster_home):
+        initialize_pools(instance)
 
 
 @contextlib.contextmanager

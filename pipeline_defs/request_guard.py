@@ -17,10 +17,11 @@ use the UI. See docs/operations.md (a reverse proxy with authentication for a sh
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs
+
+from graphql import GraphQLError, OperationDefinitionNode, OperationType, parse
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -31,8 +32,8 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 GRAPHQL_PATH = "/graphql"
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
-_MUTATION = re.compile(r"(^|[\s{};,])mutation\b", re.IGNORECASE)
-_COMMENT = re.compile(r"#[^\n]*")
+# far above any read-only query the UI sends over GET; bounds the parser's work on a hostile URL
+_MAX_GET_QUERY_TOKENS = 20_000
 
 
 def allowed_hosts(port: int, extra: Iterable[str] = ()) -> frozenset[str]:
@@ -75,15 +76,33 @@ class RequestGuard:
             return "request from an opaque origin (a sandboxed page or a file)"
         if graphql and headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
             return f"{headers['sec-fetch-site']} GraphQL request"
-        if graphql and method in ("GET", "HEAD") and _is_mutation(scope.get("query_string", b"")):
-            return "a GraphQL mutation over GET (send it with POST from the UI)"
+        if graphql and method in ("GET", "HEAD"):
+            return _get_query_refusal(scope.get("query_string", b""))
         return None
 
 
-def _is_mutation(query_string: bytes) -> bool:
-    """Whether a GET's `query` parameter holds a GraphQL mutation (comments ignored)."""
+def _get_query_refusal(query_string: bytes) -> str | None:
+    """Why a GET's `query` parameters are refused: one that is not plainly a read-only query.
+
+    The decision is graphql-core's, the parser Dagster itself runs, so a BOM, a comment ended by a
+    carriage return or a `#` inside a string reads here exactly as it reads there. A document the
+    parser cannot read is refused too: Dagster would answer it with an error anyway, and text that
+    two parsers might read differently is exactly what an attacker would send. The parameters are
+    split as Starlette splits them for Dagster (latin-1, then percent-decoding as UTF-8).
+    """
     params = parse_qs(query_string.decode("latin-1"), keep_blank_values=True)
-    return any(_MUTATION.search(_COMMENT.sub("", document)) for document in params.get("query", []))
+    for document in params.get("query", []):
+        try:
+            parsed = parse(document, no_location=True, max_tokens=_MAX_GET_QUERY_TOKENS)
+        except GraphQLError as error:
+            return f"a GraphQL document over GET that does not parse ({error.message}); send it with POST"
+        for definition in parsed.definitions:
+            if (
+                isinstance(definition, OperationDefinitionNode)
+                and definition.operation != OperationType.QUERY
+            ):
+                return f"a GraphQL {definition.operation.value} over GET (send it with POST from the UI)"
+    return None
 
 
 async def _refuse(scope: Scope, send: Send, problem: str) -> None:

@@ -43,6 +43,7 @@ from domain.core.configuration import (
     whole_number,
 )
 from domain.language.chat_prompts import PROMPT_STYLES
+from plugins.autodo.autodo_settings import AutodoSettings
 from plugins.postings.postings_settings import PostingsSettings
 from resources.llm_hosts import LLMHost, parse_hosts
 from resources.run_heartbeat import DEFAULT_HEARTBEAT_SECONDS
@@ -114,7 +115,7 @@ def _prices(value: str) -> tuple[tuple[str, float, float], ...]:
 
 @dataclass(frozen=True)
 class Settings:
-    """The core settings, and each plugin's section (`postings`)."""
+    """The core settings, and each plugin's section (`postings`, `autodo`)."""
 
     data_home: Path = setting(
         "XDG_DATA_HOME",
@@ -409,6 +410,7 @@ class Settings:
         parse=_path,
     )
     postings: PostingsSettings = field(default_factory=PostingsSettings)
+    autodo: AutodoSettings = field(default_factory=AutodoSettings)
     origins: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -465,7 +467,7 @@ class Settings:
         return read_settings(os.environ if environ is None else environ)
 
 
-PLUGIN_SECTIONS: dict[str, type] = {"postings": PostingsSettings}
+PLUGIN_SECTIONS: dict[str, type] = {"postings": PostingsSettings, "autodo": AutodoSettings}
 """Each plugin's section: its name is the plugin's, the `Settings` field and the config file's table."""
 
 

@@ -50,6 +50,8 @@ def check_liveness(context: SensorEvaluationContext, app_db: AppDatabase, groups
             lambda group=group: _pending(app_db, group),
             group_lease_seconds(group),
             uses_pool=group.model is not None,
+            jobs=[group.job.name],
+            in_daemon=True,
         )
         if stuck:
             context.log.warning(f"stuck: {stuck}")

@@ -107,11 +107,20 @@ def process_gone(beat: heartbeats.Heartbeat) -> bool:
 
 def sweep_expired_leases(instance: DagsterInstance, app_db: AppDatabase) -> tuple[int, list[str]]:
     """Give back the claims whose lease ran out and fail the Dagster runs that held them (their worker
-    died before it could beat, or beat against another database); (claims freed, runs failed)."""
+    died before it could beat, or beat against another database); (claims freed, runs failed). Runs
+    whose heartbeat is alive keep theirs: the reaper frees them when the heartbeat stops."""
     with app_db.session() as session:
         holders = claims.expired_claim_holders(session)
-        freed = claims.release_expired_claims(session)
-    return freed, fail_dead_runs(instance, holders) if freed else []
+        # A run whose heartbeat is alive is the reaper's to judge: one model call may outlast the lease
+        # (a slow server, a loaded machine), and sweeping it failed a run that was still working.
+        alive = [
+            run_id
+            for run_id, beat in heartbeats.heartbeats_of(session, holders).items()
+            if beat.state == "alive"
+        ]
+        freed = claims.release_expired_claims(session, keep=alive)
+    dead = [run_id for run_id in holders if run_id not in alive]
+    return freed, fail_dead_runs(instance, dead) if freed else []
 
 
 def fail_dead_runs(instance: DagsterInstance, run_ids: Sequence[str]) -> list[str]:
@@ -230,11 +239,15 @@ def stuck_work(
     lease_seconds: float,
     *,
     uses_pool: bool = True,
+    jobs: Collection[str] = (),
+    in_daemon: bool = False,
 ) -> str | None:
     """None while work moves; else one line: how long nothing moved, and what holds the pool and claims.
 
     `instance_for` gives Dagster's instance (None: not known here) and `pending` the work waiting (or a
-    function that counts it); both are asked only when nothing moved for longer than a lease."""
+    function that counts it); both are asked only when nothing moved for longer than a lease. With
+    nothing holding the work, the line names the run of `jobs` that died last, and asks about the
+    daemon only where it is not the daemon asking (`in_daemon`: the liveness sensor)."""
     now = utcnow()
     with app_db.session() as session:
         since = heartbeats.last_progress(session, use_cases)
@@ -266,8 +279,20 @@ def stuck_work(
         if queued:
             blockers.append(f"{queued} runs queued")
     if not blockers:
+        with app_db.session() as session:
+            died = heartbeats.died_since(session, since, jobs)
+        if died:
+            last = died[0]
+            blockers.append(
+                f"the last run to hold work, {last.run_id[:8]} ({last.job}), died at {last.beat_at:%H:%M:%S} "
+                f"UTC ({last.ended_reason or 'reaped'}) and its work went back"
+            )
         blockers.append(
-            "no run holds the pool or claims: is the daemon running (`pipeline ui`), or run `pipeline run`"
+            "no run holds the pool or claims and none was requested: is the discovery sensor stopped in "
+            "the UI, or its use case paused"
+            if in_daemon
+            else "no run holds the pool or claims: is the daemon running (`pipeline ui`), or run "
+            "`pipeline run`"
         )
     return (
         f"{', '.join(use_cases)}: {pending} pending and nothing stored for {minutes:.0f} min "

@@ -1,6 +1,7 @@
 """`pipeline autodo ...`: TODO files and code comments as work items (the second domain on the core).
 
-pipeline autodo scan [PATH...] [--write-anchors]   read TODOs (default: the current directory)
+pipeline autodo scan [PATH...] [--write-anchors] [--follow-symlinks]
+                                                  read TODOs (default: the current directory)
 pipeline autodo list [--status S] [--file F]      the items
 pipeline autodo pick [N]                          the next N: highest priority, unblocked, oldest first
 pipeline autodo show ID | done ID | wontfix ID | note ID TEXT | prio ID P0..P3
@@ -32,6 +33,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     scan = sub.add_parser("scan", help="read TODOs from files and directories (default: .)")
     scan.add_argument("paths", nargs="*", type=Path)
     scan.add_argument("--write-anchors", action="store_true", help="write <!-- TODO:WI-nnn --> anchors back")
+    scan.add_argument(
+        "--follow-symlinks",
+        action="store_true",
+        help="read files a symlink points to outside the scanned directory (default: reported, skipped)",
+    )
     scan.set_defaults(handler=cmd_scan)
     listing = sub.add_parser("list", help="the items")
     listing.add_argument("--status", choices=STATUSES)
@@ -90,7 +96,14 @@ def _guarded(handler):  # noqa: ANN001, ANN202 - wraps a command: AutodoError ->
 def cmd_scan(settings: Settings, args: argparse.Namespace) -> int:
     paths = args.paths or [Path(".")]
     with session_scope(settings.database_url) as session:
-        outcome = service.scan(session, paths, Path.cwd(), write_anchors=args.write_anchors)
+        outcome = service.scan(
+            session,
+            paths,
+            Path.cwd(),
+            write_anchors=args.write_anchors,
+            max_bytes=settings.autodo.scan_max_file_bytes,
+            follow_symlinks=args.follow_symlinks or settings.autodo.scan_follow_symlinks,
+        )
     for problem in outcome.problems:
         print(f"warning: {problem}", file=sys.stderr)
     record = outcome.record

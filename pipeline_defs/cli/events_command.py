@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from datetime import timedelta
 
 from appdb import events
@@ -12,6 +13,8 @@ from appdb.redaction import redact
 from pipeline_defs.cli.terminal import ERROR_CHARS, JSON_HELP, clip, print_json, table, when
 from pipeline_defs.settings import Settings
 
+CENTURY_HOURS = 100 * 366 * 24.0
+
 
 def register(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
@@ -20,10 +23,24 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--kind", action="append", choices=events.EVENT_KINDS, help="only this kind (repeatable)"
     )
-    parser.add_argument("--hours", type=float, default=24.0, help="how far back (default 24)")
+    parser.add_argument(
+        "--hours", type=hours_back, default=24.0, help="how far back, a positive number of hours (default 24)"
+    )
     parser.add_argument("--limit", type=int, default=50, help="at most this many rows (default 50)")
     parser.add_argument("--json", action="store_true", help=JSON_HELP)
     parser.set_defaults(handler=cmd_events)
+
+
+def hours_back(value: str) -> float:
+    """`--hours`: a positive finite number; more than a century back means all of the log (a huge
+    value such as 1e308 would overflow the date)."""
+    try:
+        hours = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of hours: {value!r}") from None
+    if not math.isfinite(hours) or hours <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of hours, not {value!r}")
+    return min(hours, CENTURY_HOURS)
 
 
 def cmd_events(settings: Settings, args: argparse.Namespace) -> int:

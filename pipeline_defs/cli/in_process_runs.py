@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from dagster import DagsterInstance, Definitions, JobDefinition
 
@@ -21,7 +22,7 @@ from appdb.models import utcnow
 from assets.factory import WorkGroup, build_work_groups
 from assets.run_tags import SOURCE_TAG
 from pipeline_defs.cli.run_watch import RunWatch
-from pipeline_defs.dagster_home import ensure_dagster_home
+from pipeline_defs.dagster_home import ensure_dagster_home, ensure_pools
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import build_use_cases
@@ -32,7 +33,10 @@ from sensors.discovery_sensor import plan_runs
 REPLANS_AFTER_REAPING = 3
 # (group, planned subjects per use case, the subjects' plural) -> a context around the group's runs
 GroupTracker = Callable[[str, Mapping[str, int], str], AbstractContextManager[None]]
-QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+# Without --verbose Dagster's console shows nothing: a failed step's stack trace (60-100 lines, twice:
+# the step's and the run's) buried the one line that says what happened. The command prints that line
+# (`RunReport.failures`, or the circuit breaker's); the trace stays in the run's event log (the UI).
+QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 
 
 @dataclass
@@ -45,6 +49,7 @@ class RunReport:
     seconds: float = 0.0
     paused: dict[str, str] = field(default_factory=dict)
     stopped: str = ""  # why the remaining batches were not run (the circuit breaker tripped)
+    failures: list[str] = field(default_factory=list)  # per failed run: its run id and first error line
 
 
 def single_use_case_groups(groups: Sequence[WorkGroup], names: Sequence[str]) -> list[WorkGroup]:
@@ -85,7 +90,8 @@ def run_pending(
     """Discover and process every pending posting of the given work groups, in order.
 
     Runs whose heartbeat stopped are failed and their pool slots freed before and while this works
-    (`RunWatch`); after a run tripped the circuit breaker nothing more is started.
+    (`RunWatch`); a group is done only when no run that stopped beating still holds its work (waited
+    for, reaped, planned again); after a run tripped the circuit breaker nothing more is started.
     """
     reports: list[RunReport] = []
     with contextlib.ExitStack() as stack:
@@ -95,6 +101,8 @@ def run_pending(
                 reaped_before = len(watch.reaped)
                 report = _run_group(defs, group, instance, app_db, watch, source, verbose, on_run, track)
                 reports.append(report)
+                if not report.stopped:  # a run that died moments ago may still hold some of the work
+                    watch.wait_for_silent_holders(group.use_case_names, report.runs)
                 # A dead run's claims came back while this group ran: its postings were not in the plan.
                 if report.stopped or len(watch.reaped) == reaped_before:
                     break
@@ -161,9 +169,22 @@ def _run_requests(
         report.runs.append(result.run_id)
         if not result.success:
             report.failed_runs.append(result.run_id)
+            report.failures.append(_failure_line(result))
             report.stopped = _breaker_tripped(app_db, group, run_started)
             if report.stopped:
                 break
+
+
+def _failure_line(result: Any) -> str:
+    """One line for a failed run: its id and the first line of the error its first failed step raised."""
+    for event in result.all_events:
+        if event.is_step_failure and event.step_failure_data.error is not None:
+            error = event.step_failure_data.error
+            while error.cause is not None:  # Dagster's wrapper first, the exception raised last
+                error = error.cause
+            message = error.message.strip().splitlines() or [""]
+            return f"run {result.run_id} failed in {event.step_key}: {message[0]}"
+    return f"run {result.run_id} failed"
 
 
 def _breaker_tripped(app_db: AppDatabase, group: WorkGroup, since: datetime) -> str:
@@ -191,4 +212,6 @@ def dagster_for(settings: Settings) -> tuple[DagsterInstance, Definitions, list[
     groups = build_work_groups(built)
     defs = build_definitions(settings, built=built, groups=groups)
     app_db = AppDatabase(url=settings.database_url, heartbeat_seconds=settings.heartbeat_seconds)
-    return DagsterInstance.get(), defs, groups, app_db
+    instance = DagsterInstance.get()
+    ensure_pools(settings, instance)  # before any run: runs starting at once raced to create it
+    return instance, defs, groups, app_db

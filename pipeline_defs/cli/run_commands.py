@@ -78,6 +78,14 @@ def _run_all(
         )
         if report.stopped:
             print(f"error: {report.group}: {report.stopped}", file=sys.stderr)
+        elif report.failures:
+            for line in report.failures:
+                print(f"error: {report.group}: {one_line(line)}", file=sys.stderr)
+            if not verbose:
+                print(
+                    "  (the stack traces: `pipeline run --verbose`, or each run's page in the UI)",
+                    file=sys.stderr,
+                )
     return run_reports, taxonomy_ok and not any(report.failed_runs for report in run_reports)
 
 

@@ -3,6 +3,11 @@
 - **Reaper.** While runs execute, a thread fails the runs whose heartbeat stopped (a `pipeline run`
   killed with SIGKILL, a daemon run on a lost host) and frees their `llm` pool slots, so this process
   never waits on a pool held by a dead run for longer than `dead_after_seconds`.
+- **Holders.** Before `pipeline run` says a group is done, it looks at the claims other runs hold on
+  the group's use cases: each holder is waited for until it beats (alive: it does its own work) or is
+  reaped (killed moments ago, say on another host, where its process cannot be checked), and the
+  reaped one's postings are then planned again in the same command, instead of exiting 0 with them
+  undone.
 - **Signals.** SIGINT (Ctrl-C) and SIGTERM stop at once, whatever Dagster is doing (inside a model
   call, waiting on the pool): a helper thread gives back the claims of the run in progress without
   spending attempts, reports that run canceled and frees its pool slots, prints one line and exits
@@ -19,7 +24,9 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Collection, Sequence
+from datetime import datetime
 from types import FrameType, TracebackType
 from typing import TypeVar
 
@@ -31,6 +38,7 @@ from resources.run_heartbeat import dead_after_seconds
 from sensors.run_liveness import fail_run, reap_dead_runs
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+HOLDER_POLL_SECONDS = 1.0  # how often a waited-for holder's heartbeat is looked at
 T = TypeVar("T")
 
 
@@ -45,6 +53,7 @@ class RunWatch:
         self.dead_after = dead_after_seconds(app_db.heartbeat_seconds)
         self.current_run_id: str | None = None
         self.reaped: list[str] = []
+        self._announced: set[str] = set()
         self._handle_signals = handle_signals and threading.current_thread() is threading.main_thread()
         self._previous: dict[int, object] = {}
         self._stop = threading.Event()
@@ -103,6 +112,63 @@ class RunWatch:
                 file=sys.stderr,
                 flush=True,
             )
+
+    def wait_for_silent_holders(self, use_cases: Sequence[str], own_runs: Collection[str]) -> None:
+        """Wait while runs other than `own_runs` hold claims on `use_cases` and have not beaten since
+        this looked: each either beats (alive: it does its own work, no longer waited for), is reaped
+        (its claims come back and the caller plans again), or lets its claims go; at most one
+        heartbeat timeout and two beats. A holder killed a moment ago looks as young as a live one:
+        only its next beat, or its missing, tells them apart."""
+        deadline = time.monotonic() + self.dead_after + 2 * self.interval
+        first_seen: dict[str, datetime] = {}
+        while True:
+            waiting = {}
+            for run_id, (count, beat) in self._holders(use_cases, own_runs).items():
+                if first_seen.setdefault(run_id, beat.beat_at) != beat.beat_at:
+                    continue  # it beat since: alive
+                waiting[run_id] = (count, beat)
+                if run_id not in self._announced:
+                    self._announced.add(run_id)
+                    print(
+                        f"waiting up to {self.dead_after:.0f}s for run {run_id} ({beat.job}, "
+                        f"pid {beat.pid} on {beat.host}): it holds {count} claims; its last heartbeat "
+                        f"was {beat.age_seconds():.0f}s ago",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+            if not waiting:
+                return
+            if time.monotonic() >= deadline:
+                print(
+                    f"warning: {len(waiting)} runs still hold claims without beating: their postings wait "
+                    "for the next `pipeline run` or sensor tick",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                return
+            reaped_before = len(self.reaped)
+            self.reap()
+            if len(self.reaped) > reaped_before:
+                return  # claims came back: the caller plans again
+            time.sleep(min(HOLDER_POLL_SECONDS, self.interval, max(0.0, deadline - time.monotonic())))
+
+    def _holders(
+        self, use_cases: Sequence[str], own_runs: Collection[str]
+    ) -> dict[str, tuple[int, heartbeats.Heartbeat]]:
+        """Other runs holding claims on `use_cases` with a live heartbeat: run -> (claims, heartbeat).
+        Holders without a heartbeat row (an older version) are left to the lease sweep."""
+        with self.app_db.session() as session:
+            held = {
+                run_id: count
+                for run_id, (count, _) in heartbeats.claims_by_run(session, use_cases).items()
+                if run_id not in own_runs
+            }
+            beats = heartbeats.heartbeats_of(session, held) if held else {}
+        return {
+            run_id: (count, beats[run_id])
+            for run_id, count in held.items()
+            if run_id in beats and beats[run_id].state == "alive"
+        }
 
     def _reap_loop(self) -> None:
         while not self._stop.wait(self.interval):

@@ -35,7 +35,20 @@ def register(commands: argparse._SubParsersAction) -> None:
     trace.set_defaults(handler=cmd_trace)
 
 
+def _markdown_target_problem(path: Path) -> str | None:
+    """Why the report cannot be written to `path`, found before any work (None: it can be tried)."""
+    if path.is_dir():
+        return "it is a directory"
+    if not path.parent.is_dir():
+        return f"no directory {path.parent}"
+    return None
+
+
 def cmd_trace(settings: Settings, args: argparse.Namespace) -> int:
+    problem = _markdown_target_problem(args.markdown) if args.markdown else None
+    if problem:
+        print(f"error: cannot write the markdown report to {args.markdown}: {problem}", file=sys.stderr)
+        return EXIT_ERROR
     # every plugin's use cases: the trace shows those of the key's kind (a posting's, an autodo item's)
     every_plugin = replace(settings, domains=tuple(PLUGINS))
     specs = [item.spec for item in declared_work(every_plugin)]
@@ -50,6 +63,11 @@ def cmd_trace(settings: Settings, args: argparse.Namespace) -> int:
         return EXIT_ERROR
     print(render_text(shown), end="")
     if args.markdown:
-        args.markdown.write_text(render_markdown(blocks))
+        try:
+            args.markdown.write_text(render_markdown(blocks))
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            print(f"error: cannot write the markdown report to {args.markdown}: {reason}", file=sys.stderr)
+            return EXIT_ERROR
         print(f"\nwrote {args.markdown}")
     return 0

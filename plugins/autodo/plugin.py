@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from domain.core.plugins import DomainPlugin, PluginContext
 from plugins.autodo.autodo_kind import AUTODO
+from plugins.autodo.autodo_settings import AutodoSettings
 from plugins.autodo.autodo_use_cases import AUTODO_SCOPE, AUTODO_USE_CASES
 
 if TYPE_CHECKING:  # Dagster is imported when the code location is built, not for a light command
@@ -32,5 +33,6 @@ AUTODO_PLUGIN = DomainPlugin(
     description=DESCRIPTION,
     use_cases=_use_cases,
     definitions=autodo_definitions,
+    settings=AutodoSettings,
     default_model=AUTODO_SCOPE.model,
 )

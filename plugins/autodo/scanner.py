@@ -13,6 +13,7 @@ import hashlib
 import io
 import os
 import re
+import stat
 import tokenize
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -131,32 +132,47 @@ class ScanResult:
     files: list[str] = field(default_factory=list)  # every file read (its items may be none)
 
 
-def scan_paths(paths: Iterable[Path], root: Path, *, max_bytes: int = MAX_FILE_BYTES) -> ScanResult:
-    """Scan files and directories (recursively); file names are kept relative to `root`."""
+def scan_paths(
+    paths: Iterable[Path], root: Path, *, max_bytes: int = MAX_FILE_BYTES, follow_symlinks: bool = False
+) -> ScanResult:
+    """Scan files and directories (recursively); file names are kept relative to `root`.
+
+    Only regular files are read, at most `max_bytes` of each: a FIFO would block the scan for ever and
+    a link to /dev/zero would fill the memory. Inside a scanned directory a symlink is followed only
+    to a file in that directory, unless `follow_symlinks`; a file named on the command line is read
+    wherever its link points (it is still refused if it is not a regular file)."""
     result = ScanResult()
     for path in paths:
-        explicit = Path(path).is_file()
-        for file in _files(Path(path), result):
+        path = Path(path)
+        explicit = not path.is_dir()
+        for file, tree in _files(path, result):
             _scan_file(
-                file, root, result, max_bytes, todo_file=explicit or bool(TODO_FILE_NAME.search(file.name))
+                file,
+                root,
+                result,
+                max_bytes,
+                todo_file=explicit or bool(TODO_FILE_NAME.search(file.name)),
+                tree=None if follow_symlinks else tree,
             )
     _drop_duplicate_anchors(result)
     return result
 
 
-def _files(path: Path, result: ScanResult) -> Iterator[Path]:
-    if path.is_file():
-        yield path
-        return
+def _files(path: Path, result: ScanResult) -> Iterator[tuple[Path, Path | None]]:
+    """Each file to read, with the directory tree its symlink must stay in (None: named, any place)."""
     if not path.is_dir():
-        result.problems.append(Problem(str(path), 0, "no such file or directory"))
+        if os.path.lexists(path):
+            yield path, None
+        else:
+            result.problems.append(Problem(str(path), 0, "no such file or directory"))
         return
+    tree = path.resolve()
     for directory, subdirs, names in os.walk(path):
         subdirs[:] = sorted(d for d in subdirs if d not in SKIPPED_DIRS and not d.endswith(".egg-info"))
         for name in sorted(names):
             file = Path(directory) / name
             if file.suffix.lower() in MARKDOWN_SUFFIXES | CODE_SUFFIXES:
-                yield file
+                yield file, tree
 
 
 def _relative(file: Path, root: Path) -> str:
@@ -166,20 +182,85 @@ def _relative(file: Path, root: Path) -> str:
         return file.resolve().as_posix()
 
 
-def _scan_file(file: Path, root: Path, result: ScanResult, max_bytes: int, *, todo_file: bool) -> None:
-    """Read one file. Bold list items count only in a TODO file (named like TODO.md, ROADMAP.md,
-    backlog.md, or named on the command line): elsewhere they are prose, such as a doc's key points."""
-    name = _relative(file, root)
+def _link_name(file: Path, root: Path) -> str:
+    """The file's own name relative to `root`, its last component unresolved (a link, not its target)."""
+    return f"{_relative(file.parent, root).rstrip('/')}/{file.name}".removeprefix("./")
+
+
+def _not_regular(mode: int) -> str | None:
+    """What a file of this mode is when it is not a regular file, else None."""
+    if stat.S_ISREG(mode):
+        return None
+    for test, kind in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a directory"),
+    ):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def _read_capped(file: Path, name: str, result: ScanResult, max_bytes: int) -> bytes | None:
+    """The bytes of a regular file of at most `max_bytes`, or None with the reason in `result`.
+
+    Opened without blocking and checked again on the open descriptor, so a file swapped for a FIFO
+    after the first look cannot hang the scan, and read no further than the cap, so a file that
+    grows after the look cannot fill the memory."""
     try:
-        size = file.stat().st_size
-        if size > max_bytes:
-            result.problems.append(
-                Problem(name, 0, f"{size:,} bytes, over the {max_bytes:,}-byte limit: skipped")
-            )
-            return
-        data = file.read_bytes()
+        kind = _not_regular(os.stat(file).st_mode)
+        if kind is not None:
+            result.problems.append(Problem(name, 0, f"{kind}, not a regular file: skipped"))
+            return None
+        descriptor = os.open(file, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+        with os.fdopen(descriptor, "rb") as handle:
+            status = os.fstat(handle.fileno())
+            kind = _not_regular(status.st_mode)
+            if kind is not None:
+                result.problems.append(Problem(name, 0, f"{kind}, not a regular file: skipped"))
+                return None
+            data = handle.read(max_bytes + 1) if status.st_size <= max_bytes else b""
     except OSError as exc:
         result.problems.append(Problem(name, 0, f"cannot read: {exc.strerror or exc}"))
+        return None
+    if status.st_size > max_bytes or len(data) > max_bytes:
+        size = max(status.st_size, len(data))
+        more = "" if status.st_size > max_bytes else "more than "
+        result.problems.append(
+            Problem(
+                name,
+                0,
+                f"{more}{size:,} bytes, over the {max_bytes:,}-byte limit: skipped "
+                "(PIPELINE_AUTODO_MAX_FILE_BYTES raises it)",
+            )
+        )
+        return None
+    return data
+
+
+def _scan_file(
+    file: Path, root: Path, result: ScanResult, max_bytes: int, *, todo_file: bool, tree: Path | None = None
+) -> None:
+    """Read one file. Bold list items count only in a TODO file (named like TODO.md, ROADMAP.md,
+    backlog.md, or named on the command line): elsewhere they are prose, such as a doc's key points.
+    A symlink whose target is outside `tree` (when given) is reported and skipped."""
+    if file.is_symlink() and tree is not None:
+        target = file.resolve()
+        if not target.is_relative_to(tree):
+            result.problems.append(
+                Problem(
+                    _link_name(file, root),
+                    0,
+                    f"a symlink to {target}, outside the scanned directory: skipped "
+                    "(--follow-symlinks reads it)",
+                )
+            )
+            return
+    name = _relative(file, root)
+    data = _read_capped(file, _link_name(file, root) if file.is_symlink() else name, result, max_bytes)
+    if data is None:
         return
     if b"\x00" in data[:8192]:
         result.problems.append(Problem(name, 0, "binary file: skipped"))

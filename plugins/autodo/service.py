@@ -22,7 +22,7 @@ from plugins.autodo.planning import (
     PlanItem,
     check_dependency,
 )
-from plugins.autodo.scanner import Problem, ScanResult, scan_paths
+from plugins.autodo.scanner import MAX_FILE_BYTES, Problem, ScanResult, scan_paths
 
 
 @dataclass
@@ -37,9 +37,17 @@ class AutodoError(ValueError):
     """A command that cannot be done as asked (unknown item, bad priority, a cycle)."""
 
 
-def scan(session: Session, paths: Sequence[Path], root: Path, *, write_anchors: bool = False) -> ScanOutcome:
+def scan(
+    session: Session,
+    paths: Sequence[Path],
+    root: Path,
+    *,
+    write_anchors: bool = False,
+    max_bytes: int = MAX_FILE_BYTES,
+    follow_symlinks: bool = False,
+) -> ScanOutcome:
     """Scan, match every item to its stored identity, record it; optionally write anchors back."""
-    result: ScanResult = scan_paths(paths, root)
+    result: ScanResult = scan_paths(paths, root, max_bytes=max_bytes, follow_symlinks=follow_symlinks)
     stored = store.stored_items(session)
     known = [KnownItem(i.key, i.file, i.fingerprint, i.text) for i in stored.values()]
     matches = match_items(result.items, known)

@@ -3,6 +3,8 @@ identity across edits, stale after 3 unseen scans, and the item commands from th
 
 from __future__ import annotations
 
+import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -171,3 +173,49 @@ def test_unreadable_files_are_reported_and_the_rest_recorded(tree: Path, app_db_
         outcome = service.scan(session, [tree / "docs" / "missing.md", tree / "src" / "reader.py"], tree)
     assert [str(p) for p in outcome.problems][0].endswith("missing.md:0: no such file or directory")
     assert len(outcome.record.new) == 3
+
+
+def scan_in_a_thread(arguments: list[str]) -> int:
+    """`pipeline autodo scan` in a daemon thread, so a scan blocked on a FIFO fails the test, not the
+    session; the bound is a hang detector, far above the second the scan takes."""
+    outcome: list[int] = []
+    worker = threading.Thread(target=lambda: outcome.append(main(arguments)), daemon=True)
+    worker.start()
+    worker.join(timeout=120)
+    assert not worker.is_alive(), "the scan did not finish in 120 s: it blocked on a FIFO or a device"
+    return outcome[0]
+
+
+def test_scan_reads_regular_files_only_inside_the_tree_and_within_the_cap(
+    tree: Path,
+    tmp_path: Path,
+    app_db_url: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    os.mkfifo(tree / "docs" / "pipe.md")  # no writer: reading it blocks for ever
+    (tree / "docs" / "zero.md").symlink_to("/dev/zero")  # endless: reading it fills the memory
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "private.md").write_text("# Private\n\n- [ ] an item from outside the tree\n")
+    (tree / "docs" / "outside.md").symlink_to(elsewhere / "private.md")
+    (tree / "docs" / "kept.text").write_text("# Linked\n\n- [ ] an item through a link inside the tree\n")
+    (tree / "docs" / "inside.md").symlink_to(tree / "docs" / "kept.text")
+
+    assert scan_in_a_thread(["autodo", "scan"]) == 1
+    err = capsys.readouterr().err
+    assert "docs/pipe.md:0: a FIFO, not a regular file: skipped" in err
+    assert "docs/zero.md:0: a symlink to /dev/zero, outside the scanned directory: skipped" in err
+    assert f"docs/outside.md:0: a symlink to {elsewhere / 'private.md'}, outside the scanned directory" in err
+    found = by_text(app_db_url)
+    assert "an item through a link inside the tree" in found
+    assert "an item from outside the tree" not in found
+    assert "Stream large JSONL files instead of reading them whole" in found  # the rest is recorded
+
+    monkeypatch.setenv("PIPELINE_AUTODO_MAX_FILE_BYTES", "1000")
+    assert scan_in_a_thread(["autodo", "scan", "docs", "--follow-symlinks"]) == 1
+    err = capsys.readouterr().err
+    assert "docs/huge.md:0: 1,500,000 bytes, over the 1,000-byte limit: skipped" in err
+    assert "docs/zero.md:0: a character device, not a regular file: skipped" in err  # followed, not read
+    assert "outside the scanned directory" not in err
+    assert "an item from outside the tree" in by_text(app_db_url)

@@ -61,6 +61,43 @@ def test_bad_rows_are_reported_and_good_rows_load(app_db_url: str, tmp_path: Pat
     assert _count(app_db_url) == 2
 
 
+@pytest.mark.parametrize(
+    ("character", "kind"),
+    [
+        ("\x1b", "a control character"),  # ESC: the start of a terminal escape sequence
+        ("\x01", "a control character"),
+        ("\x7f", "a control character"),
+        ("\x85", "a control character"),  # NEL: Python's str.strip() and splitlines() treat it as a break
+        ("\u202e", "a format character"),  # right-to-left override: the key reads backwards
+        ("\u2028", "a line separator"),
+        ("\u200b", "a format character"),  # zero-width space: looks like the key without it
+        ("\u00a0", "a space other than ' '"),
+    ],
+)
+def test_a_key_with_an_invisible_or_control_character_is_refused_and_the_good_rows_load(
+    app_db_url: str, tmp_path: Path, character: str, kind: str
+) -> None:
+    rows = [
+        {"key": "good-1", "title": "Cook", "description": "Cook pasta."},
+        {"key": f"p{character}1", "title": "Cook", "description": "Cook pasta."},
+        {"key": f"p-2{character}", "title": "Cook", "description": "Cook pasta."},  # at the end: not stripped
+        {"key": "good 2", "title": "Nurse", "description": "Night shifts."},  # a plain space is fine
+    ]
+    path = write_jsonl(tmp_path / "keys.jsonl", rows)
+    with session_scope(app_db_url) as session:
+        report = ingest_files(session, [path])
+    assert sorted(report.inserted) == ["good 2", "good-1"]
+    code = f"U+{ord(character):04X}"
+    assert [
+        (rejection.line, code in rejection.reason, kind in rejection.reason) for rejection in report.rejected
+    ] == [
+        (2, True, True),
+        (3, True, True),
+    ]
+    assert str(report.rejected[0]).startswith(f"{path}:2: 'key' may not contain")
+    assert _count(app_db_url) == 2
+
+
 def test_reingest_unchanged_changes_nothing_and_changed_description_makes_outputs_stale(
     app_db_url: str, tmp_path: Path
 ) -> None:

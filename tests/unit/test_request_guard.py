@@ -91,6 +91,34 @@ def test_a_mutation_over_get_is_refused(client: TestClient) -> None:
     assert reached == []
 
 
+@pytest.mark.parametrize(
+    ("query", "operation_name"),
+    [
+        ("\ufeff" + MUTATION, None),  # a byte-order mark: GraphQL ignores it, a regex's \s does not
+        ("# a comment ended by a carriage return\r" + MUTATION, None),
+        ('query Q { version(note: "#") } ' + MUTATION.replace("mutation", "mutation M"), "M"),
+        ('subscription S { pipelineRunLogs(runId: "x") { __typename } }', None),
+    ],
+    ids=["byte-order-mark", "carriage-return-comment", "hash-inside-a-string", "subscription"],
+)
+def test_a_get_mutation_written_to_slip_past_text_matching_is_refused(
+    client: TestClient, query: str, operation_name: str | None
+) -> None:
+    params = {"query": query} | ({"operationName": operation_name} if operation_name else {})
+    response = client.get("/graphql", params=params)
+    assert response.status_code == 403, response.text
+    assert reached == []
+
+
+def test_a_get_query_that_does_not_parse_is_refused_and_a_read_with_a_hash_passes(client: TestClient) -> None:
+    refused = client.get("/graphql", params={"query": "mutation { unterminated"})
+    assert refused.status_code == 403
+    assert "does not parse" in refused.text
+    read = client.get("/graphql", params={"query": '{ version(note: "# not a comment") }'})
+    assert read.status_code == 200, read.text
+    assert reached == ["GET /graphql"]
+
+
 def test_a_foreign_host_is_refused_everywhere_and_a_cross_origin_socket_too(client: TestClient) -> None:
     assert client.get("/assets", headers={"Host": "evil.example"}).status_code == 403
     forged = {"Host": f"127.0.0.1:{PORT}", "Origin": "http://evil.example"}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
@@ -45,6 +46,20 @@ OPTIONAL_TEXT_FIELDS = ("company", "location", "url")
 POSTING_FIELDS = (*REQUIRED_FIELDS, *OPTIONAL_TEXT_FIELDS, "posted_at")
 # Dagster partition keys may not contain these (and ',' breaks partition selections in the UI).
 FORBIDDEN_KEY_SUBSTRINGS = ("...", ",", "\a", "\b", "\f", "\n", "\r", "\t", "\v", "\0")
+ASCII_WHITESPACE = " \t\n\r\f\v"
+"""Stripped from a key's ends; any other space-like character (U+0085, U+2028, U+3000) is refused."""
+# Characters a reader cannot see or that change how text around them reads: a key holding one looks
+# like another key, or rewrites the terminal that prints it. Plain space (U+0020) is the one allowed.
+_CATEGORY_NAMES = {
+    "Cc": "a control character",
+    "Cf": "a format character",
+    "Cs": "a lone surrogate",
+    "Co": "a private-use character",
+    "Cn": "an unassigned code point",
+    "Zl": "a line separator",
+    "Zp": "a paragraph separator",
+    "Zs": "a space other than ' '",
+}
 BATCH_ROWS = 2_000
 """Postings validated, looked up and written together: bounds memory, and makes writes set-based."""
 
@@ -118,6 +133,14 @@ def content_hash(posting: dict[str, Any]) -> str:
     return hashlib.sha256(encoded).hexdigest()
 
 
+def _invisible_character(key: str) -> str | None:
+    """The first character of `key` in a refused Unicode category (`_CATEGORY_NAMES`), or None."""
+    for character in key:
+        if character != " " and unicodedata.category(character) in _CATEGORY_NAMES:
+            return character
+    return None
+
+
 def validate_row(raw: Any) -> dict[str, Any]:
     """Turn one raw record into clean posting fields, or raise RowError saying why not."""
     if not isinstance(raw, dict):
@@ -128,7 +151,7 @@ def validate_row(raw: Any) -> dict[str, Any]:
         raise RowError(
             "missing 'key'" if key in (None, "") else f"'key' must be text, got {type(key).__name__}"
         )
-    key = str(key).strip()
+    key = str(key).strip(ASCII_WHITESPACE)
     if not key:
         raise RowError("missing 'key'")
     _check_length("key", key)
@@ -137,6 +160,13 @@ def validate_row(raw: Any) -> dict[str, Any]:
     bad = [s for s in FORBIDDEN_KEY_SUBSTRINGS if s in key]
     if bad:
         raise RowError(f"'key' may not contain {bad[0]!r} (it becomes a Dagster partition key)")
+    invisible = _invisible_character(key)
+    if invisible is not None:
+        raise RowError(
+            f"'key' may not contain {invisible!r} (U+{ord(invisible):04X}, "
+            f"{_CATEGORY_NAMES[unicodedata.category(invisible)]}): a key is typed, printed and matched "
+            "as it reads"
+        )
     clean["key"] = key
     for name in ("title", "description"):
         value = raw.get(name)

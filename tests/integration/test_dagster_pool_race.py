@@ -1,0 +1,62 @@
+"""Three runs starting at once on a fresh PostgreSQL Dagster storage: none fails on the `llm` pool's
+limit row (issue 39, item 5). A run's first step writes that row when it finds none
+(`InstanceConcurrencyContext.claim`: no pool info and a default limit, then
+`initialize_concurrency_limit_to_default`); three at once each inserted it and two failed
+(`UniqueViolation ... concurrency_limits_concurrency_key_key`, then `InFailedSqlTransaction`). The
+home's set-up now writes the row once, so no run has to."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import uuid
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from pipeline_defs.dagster_home import ensure_dagster_home
+from pipeline_defs.settings import Settings
+
+pytestmark = pytest.mark.postgres
+RUNS_AT_ONCE = 3
+
+
+def _first_step_claims_the_pool(home: str, start: multiprocessing.synchronize.Barrier, out) -> None:  # noqa: ANN001
+    """What a run's first LLM step does with the pool, in a process of its own, at the same moment."""
+    os.environ["DAGSTER_HOME"] = home
+    from dagster import DagsterInstance
+
+    with DagsterInstance.get() as instance:
+        storage = instance.event_log_storage
+        start.wait()
+        try:
+            limits = {pool.name: pool for pool in storage.get_pool_limits()}
+            if "llm" not in limits and instance.global_op_concurrency_default_limit is not None:
+                storage.initialize_concurrency_limit_to_default("llm")  # as Dagster's claim does
+            status = storage.claim_concurrency_slot("llm", str(uuid.uuid4()), "posting_summary")
+            out.put(f"claimed: {status.slot_status.value}")
+        except Exception as error:  # noqa: BLE001 - reported to the test
+            out.put(f"failed: {type(error).__name__}: {str(error).splitlines()[0]}")
+
+
+@pytest.mark.parametrize("storage", ["stock", "pooled"])
+def test_three_first_runs_at_once_on_a_fresh_postgres_storage_all_get_the_pool(
+    storage: str, postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "unused"))
+    monkeypatch.setenv("PIPELINE_DAGSTER_POSTGRES_URL", postgres_url)
+    settings = Settings.from_env().changed(dagster_home=tmp_path / "home", dagster_storage=storage)
+    home = ensure_dagster_home(replace(settings, dagster_postgres_url=postgres_url))
+    spawn = multiprocessing.get_context("spawn")
+    start, out = spawn.Barrier(RUNS_AT_ONCE), spawn.Queue()
+    runs = [
+        spawn.Process(target=_first_step_claims_the_pool, args=(str(home), start, out))
+        for _ in range(RUNS_AT_ONCE)
+    ]
+    for run in runs:
+        run.start()
+    outcomes = sorted(out.get(timeout=300) for _ in runs)  # a hang guard: each takes a few seconds
+    for run in runs:
+        run.join(timeout=60)
+    assert all(outcome.startswith("claimed:") for outcome in outcomes), outcomes
