@@ -9,6 +9,7 @@ pipeline status [--by-source]    per use case: current, pending, failed; paused 
                                  (--by-source: interactions per hour by source)
 pipeline events [--kind K] [--hours N]   discovery counts, pauses/resumes, errors by class, cost per run
 pipeline trace KEY [--markdown FILE]   exact prompts, responses and outputs of one posting
+pipeline export [--format parquet|csv|jsonl] [--since T] [--out PATH]   the enriched postings as a file
 pipeline failures [--use-case NAME]    parked items (failed max_attempts times) with their last error
 pipeline retry (--all | --use-case NAME | --posting KEY...)   re-queue parked items
 pipeline discover --shadow [--use-case NAME] [--expect FILE] [--json]
@@ -37,6 +38,7 @@ from pipeline_defs.cli import (
     config_command,
     discover_command,
     events_command,
+    export_command,
     ingest_command,
     reprocess_command,
     retire_command,
@@ -58,6 +60,7 @@ COMMAND_MODULES = (
     run_commands,
     state_commands,
     trace_command,
+    export_command,
     discover_command,
     review_commands,
     reprocess_command,
