@@ -1,11 +1,17 @@
 """Job postings as a plugin: their kind, the use cases their settings choose, and their Dagster part
-(the `postings` source asset, the skills taxonomy with its job, sensor and resource)."""
+(the `postings` source asset, the skills taxonomy with its job, sensor and resource, and the enriched
+postings as Parquet assets users build on)."""
 
 from __future__ import annotations
 
 from dagster import Definitions
 
 from domain.core.plugins import DomainPlugin, PluginContext
+from plugins.postings.enriched_assets import (
+    OUTPUTS_AUTOMATION_SENSOR,
+    PARQUET_IO_MANAGER,
+    build_output_assets,
+)
 from plugins.postings.postings_asset import postings
 from plugins.postings.postings_settings import PostingsSettings
 from plugins.postings.skills.skill_resolver import DEFAULT_OLLAMA_HOST
@@ -15,6 +21,7 @@ from plugins.postings.taxonomy_resource import TaxonomyResource
 from plugins.postings.taxonomy_sensor import skills_taxonomy_job, skills_taxonomy_sensor
 from plugins.postings.use_cases.posting_skills import MODEL
 from plugins.postings.use_cases.shipped import posting_use_cases
+from resources.parquet_io_manager import ParquetIOManager
 
 
 def taxonomy_resource(context: PluginContext) -> TaxonomyResource:
@@ -31,11 +38,16 @@ def taxonomy_resource(context: PluginContext) -> TaxonomyResource:
 
 
 def postings_definitions(context: PluginContext) -> Definitions:
+    output_assets = build_output_assets([use_case.name for use_case in context.use_cases])
     return Definitions(
-        assets=[postings, skills_taxonomy],
+        assets=[postings, skills_taxonomy, *output_assets],
         jobs=[skills_taxonomy_job],
-        sensors=[skills_taxonomy_sensor],
-        resources={"taxonomy": taxonomy_resource(context)},
+        sensors=[skills_taxonomy_sensor, OUTPUTS_AUTOMATION_SENSOR],
+        resources={
+            "taxonomy": taxonomy_resource(context),
+            # the enriched postings as Parquet (docs/outputs.md): <data dir>/outputs/<asset>.parquet
+            PARQUET_IO_MANAGER: ParquetIOManager(base_dir=str(context.core.data_dir / "outputs")),
+        },
     )
 
 
