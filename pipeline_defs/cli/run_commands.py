@@ -10,6 +10,7 @@ from appdb import reports
 from appdb.database import session_scope
 from appdb.redaction import redact
 from pipeline_defs.catalog import declared_use_cases
+from pipeline_defs.cli.export_command import default_export_path, export_enriched
 from pipeline_defs.cli.in_process_runs import (
     dagster_for,
     load_reference_data,
@@ -108,6 +109,9 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
     print(f"wall time {wall:.1f}s for {len(keys)} postings; {runs} runs ({failed_runs} failed)")
     for use_case, mean_ms, count in latency:
         print(f"  {use_case}: mean LLM time {mean_ms / 1000:.1f}s per posting over {count} postings")
+    exported = export_enriched(settings.database_url, default_export_path(settings, False, "parquet"))
+    print(f"enriched postings: {exported.rows} rows in {exported.path} (schema: docs/outputs.md)")
+    print(f"  in pandas:      pd.read_parquet({str(exported.path)!r})")
     print("trace a posting:  .venv/bin/pipeline trace demo-001")
     print("quality, review:  .venv/bin/pipeline review")
     print("open the UI:      make ui   (then http://127.0.0.1:3000)")
