@@ -257,12 +257,18 @@ def _posting_chunk(
         .limit(size)
     )
     if since is not None:
+        # per posting, an index lookup on outputs' key (use case, subject): no list of changed keys
+        # built again for every chunk
         changed = (
             select(UseCaseOutput.subject_key)
-            .where(UseCaseOutput.use_case.in_(use_cases), UseCaseOutput.updated_at >= since)
-            .scalar_subquery()
+            .where(
+                UseCaseOutput.use_case.in_(use_cases),
+                UseCaseOutput.subject_key == Posting.key,
+                UseCaseOutput.updated_at >= since,
+            )
+            .exists()
         )
-        query = query.where(or_(Posting.updated_at >= since, Posting.key.in_(changed)))
+        query = query.where(or_(Posting.updated_at >= since, changed))
     return list(session.execute(query))
 
 
