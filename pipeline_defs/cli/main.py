@@ -14,6 +14,7 @@ pipeline events [--kind K] [--hours N] [--json]   discovery counts, pauses/resum
 pipeline trace KEY [--full] [--markdown FILE]   one posting's use cases (state, model, version);
                                  --full: the exact prompts, responses and outputs
 pipeline failures [--use-case NAME] [--json]   parked items (failed max_attempts times) with their last error
+pipeline export [--format parquet|csv|jsonl] [--since T] [--out PATH]   the enriched postings as a file
 pipeline retry (--all | --use-case NAME | --posting KEY...)   re-queue parked items
 pipeline discover --shadow [--use-case NAME] [--expect FILE] [--json]
                                  what each use case would process now; claims and writes nothing
@@ -95,6 +96,9 @@ COMMANDS: dict[str, Command] = {
     ),
     "events": Command(
         "events_command", "the event log: discovery counts, pauses and resumes, errors by class, cost per run"
+    ),
+    "export": Command(
+        "export_command", "write the enriched postings (summary, skills, concepts) to Parquet, CSV or JSONL"
     ),
     "autodo": Command("autodo_commands", "TODO files and code comments as work items"),
 }

@@ -131,6 +131,11 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
     print(f"wall time {wall:.1f}s for {len(keys)} postings; {runs} runs ({failed_runs} failed)")
     for use_case, mean_ms, count in latency:
         print(f"  {use_case}: mean LLM time {mean_ms / 1000:.1f}s per posting over {count} postings")
+    from pipeline_defs.cli.export_command import default_export_path, export_enriched
+
+    exported = export_enriched(settings.database_url, default_export_path(settings, False, "parquet"))
+    print(f"enriched postings: {exported.rows} rows in {exported.path} (schema: docs/outputs.md)")
+    print(f"  in pandas:      pd.read_parquet({str(exported.path)!r})")
     command, ui = (".venv/bin/pipeline", "make ui") if running_from_a_clone() else ("pipeline", "pipeline ui")
     print(f"trace a posting:  {command} trace demo-001")
     print(f"quality, review:  {command} review")

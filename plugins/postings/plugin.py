@@ -1,5 +1,6 @@
 """Job postings as a plugin: their kind, the use cases their settings choose, and their Dagster part
-(the `postings` source asset, the skills taxonomy with its job, sensor and resource)."""
+(the `postings` source asset, the skills taxonomy with its job, sensor and resource, and the enriched
+postings as Parquet assets users build on)."""
 
 from __future__ import annotations
 
@@ -36,15 +37,26 @@ def taxonomy_resource(context: PluginContext) -> TaxonomyResource:
 def postings_definitions(context: PluginContext) -> Definitions:
     from dagster import Definitions  # Dagster, lazily: `pipeline status` needs none
 
+    from plugins.postings.enriched_assets import (
+        OUTPUTS_AUTOMATION_SENSOR,
+        PARQUET_IO_MANAGER,
+        build_output_assets,
+    )
     from plugins.postings.postings_asset import postings
     from plugins.postings.taxonomy_asset import skills_taxonomy
     from plugins.postings.taxonomy_sensor import skills_taxonomy_job, skills_taxonomy_sensor
+    from resources.parquet_io_manager import ParquetIOManager
 
+    output_assets = build_output_assets([use_case.name for use_case in context.use_cases])
     return Definitions(
-        assets=[postings, skills_taxonomy],
+        assets=[postings, skills_taxonomy, *output_assets],
         jobs=[skills_taxonomy_job],
-        sensors=[skills_taxonomy_sensor],
-        resources={"taxonomy": taxonomy_resource(context)},
+        sensors=[skills_taxonomy_sensor, OUTPUTS_AUTOMATION_SENSOR],
+        resources={
+            "taxonomy": taxonomy_resource(context),
+            # the enriched postings as Parquet (docs/outputs.md): <data dir>/outputs/<asset>.parquet
+            PARQUET_IO_MANAGER: ParquetIOManager(base_dir=str(context.core.data_dir / "outputs")),
+        },
     )
 
 

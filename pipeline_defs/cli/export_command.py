@@ -1,0 +1,119 @@
+"""`pipeline export [--format parquet|csv|jsonl] [--since T] [--out PATH]`: the enriched postings as a file.
+
+One row per posting (docs/outputs.md), streamed chunk by chunk so a million postings fit in bounded
+memory; the schema is written beside the file (`PATH.schema.json`). `--concepts` writes the long
+table instead: one row per (posting, resolved mention).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime
+from pathlib import Path
+
+from appdb.database import session_scope
+from pipeline_defs.cli.terminal import EXIT_ERROR, EXIT_OK
+from pipeline_defs.settings import Settings
+from pipeline_defs.wiring import build_use_cases
+from plugins.postings.store.enriched_export import FORMATS, ExportReport, write_tables
+from plugins.postings.store.enriched_postings import (
+    CONCEPTS_SCHEMA,
+    DEFAULT_CHUNK_SIZE,
+    ENRICHED_SCHEMA,
+    OUTPUT_PREFIXES,
+    ReadFilter,
+    iter_concept_tables,
+    iter_enriched_tables,
+)
+
+EXIT_WRITE_FAILED = 1  # the database was read but the file could not be written
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "export", help="write the enriched postings (summary, skills, concepts) to Parquet, CSV or JSONL"
+    )
+    parser.add_argument("--format", choices=FORMATS, default="parquet", dest="file_format")
+    parser.add_argument("--out", type=Path, help="the file to write (default: <data dir>/exports/...)")
+    parser.add_argument(
+        "--since", metavar="TIME", help="only postings changed (or enriched) since this ISO time (UTC)"
+    )
+    parser.add_argument(
+        "--use-case",
+        action="append",
+        dest="use_cases",
+        choices=list(OUTPUT_PREFIXES),
+        help="read only this use case's outputs (repeatable); the other columns stay empty",
+    )
+    parser.add_argument(
+        "--current",
+        action="store_true",
+        help="leave out outputs that are stale (as `pipeline status` counts)",
+    )
+    parser.add_argument("--concepts", action="store_true", help="one row per (posting, concept) instead")
+    parser.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE, help=argparse.SUPPRESS)
+    parser.set_defaults(handler=cmd_export)
+
+
+def parse_since(text: str) -> datetime:
+    """An ISO date or time; one with an offset is converted to UTC, one without is taken as UTC."""
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(
+            f"--since {text!r} is not an ISO date or time (e.g. 2026-11-01 or 2026-11-01T08:00)"
+        ) from None
+
+
+def default_export_path(settings: Settings, concepts: bool, file_format: str) -> Path:
+    name = "posting_concepts" if concepts else "enriched_postings"
+    return settings.data_dir / "exports" / f"{name}.{file_format}"
+
+
+def cmd_export(settings: Settings, args: argparse.Namespace) -> int:
+    try:
+        since = parse_since(args.since) if args.since else None
+        if args.chunk_size < 1:
+            raise ValueError("--chunk-size must be at least 1")
+        specs = None
+        if args.current:
+            specs = {item.spec.use_case: item.spec for item in build_use_cases(settings)}
+        read = ReadFilter(
+            since=since, use_cases=tuple(args.use_cases) if args.use_cases else None, current_specs=specs
+        )
+        read.read_use_cases()  # an undeclared use case is an error before anything is written
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    path = args.out or default_export_path(settings, args.concepts, args.file_format)
+    try:
+        report = export_enriched(
+            settings.database_url, path, read, args.file_format, args.concepts, args.chunk_size
+        )
+    except OSError as exc:
+        print(f"error: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_WRITE_FAILED
+    what = "(posting, concept) rows" if args.concepts else "postings"
+    print(f"wrote {report.rows} {what} to {report.path} ({args.file_format}); schema: {report.schema_path}")
+    return EXIT_OK
+
+
+def export_enriched(
+    database_url: str,
+    path: Path,
+    read: ReadFilter | None = None,
+    file_format: str = "parquet",
+    concepts: bool = False,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+) -> ExportReport:
+    """Stream the enriched postings (or their concepts) from the database into `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with session_scope(database_url) as session:
+        if concepts:
+            return write_tables(
+                iter_concept_tables(session, read, chunk_size=chunk_size), path, CONCEPTS_SCHEMA, file_format
+            )
+        return write_tables(
+            iter_enriched_tables(session, read, chunk_size=chunk_size), path, ENRICHED_SCHEMA, file_format
+        )
