@@ -36,7 +36,6 @@ import argparse
 import json
 import logging
 import os
-import re
 import resource
 import signal
 import socket
@@ -304,7 +303,8 @@ def measure(args: argparse.Namespace, storage: str) -> dict[str, Any]:
             ingested = time.time()
             result = _watch(args, app_url, hosts, ingested)
             tree.stop_window()
-            result["runs"] = _runs_summary(ui.runs(), ingested)
+            all_runs = ui.runs()
+            result["runs"] = _runs_summary(all_runs, ingested)
         except BaseException:
             tree.stop()
             kept = Path(tempfile.mkdtemp(prefix="daemon-bench-log-")) / "dagster_dev.log"
@@ -336,6 +336,9 @@ def measure(args: argparse.Namespace, storage: str) -> dict[str, Any]:
         result.update(_output_latencies(app_url, ingested))
         result["cpu"] = _cpu_figures(tree, ui_lifetime_cpu, ingest_cpu, args.postings)
         result["cpu"]["orphans_reaped"] = orphans_reaped
+        result["cpu"]["run_worker_cpu_by_job"] = run_worker_cpu_by_job(
+            result["cpu"].pop("run_workers"), all_runs
+        )
         result["load_average"] = os.getloadavg()
         if not args.no_floor:
             result["floor"] = plain_loop_floor(env, rows, app_url)
@@ -521,22 +524,36 @@ def _children_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-JOB_NAME = re.compile(r'"(?:job_name|pipeline_name)"\s*:\s*"([^"]+)"')
-
-
-def run_worker_job(command_line: str) -> str | None:
-    """The job a run worker executes, from its command line (`dagster api execute_run <args as JSON>`)."""
-    if "execute_run" not in command_line and "execute_step" not in command_line:
-        return None
-    found = JOB_NAME.search(command_line)
-    return found.group(1) if found else "(job not named)"
+def run_worker_cpu_by_job(
+    workers: list[list[float]], runs: list[dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """Each run worker process's CPU under its run's job. A process's command line does not name its
+    run, so each run (in order of start) takes the latest unclaimed process started before it:
+    Dagster stamps a run's start once its process has loaded the code location."""
+    unclaimed = sorted(workers)  # [epoch start, CPU seconds]
+    by_job: dict[str, dict[str, Any]] = {}
+    for run in sorted((r for r in runs if r.get("startTime")), key=lambda r: r["startTime"]):
+        earlier = [worker for worker in unclaimed if worker[0] <= run["startTime"]]
+        if not earlier:
+            continue
+        worker = earlier[-1]
+        unclaimed.remove(worker)
+        entry = by_job.setdefault(run["jobName"], {"runs": 0, "cpu_seconds": 0.0})
+        entry["runs"] += 1
+        entry["cpu_seconds"] = round(entry["cpu_seconds"] + worker[1], 2)
+    if unclaimed:
+        by_job["(no run matched)"] = {
+            "runs": len(unclaimed),
+            "cpu_seconds": round(sum(worker[1] for worker in unclaimed), 2),
+        }
+    return by_job
 
 
 def _cpu_figures(
     tree: ProcessTreeCpu, ui_lifetime_cpu: float, ingest_cpu: float, postings: int
 ) -> dict[str, Any]:
     """The path's CPU from ingest to every output current: the whole tree, by kind, per run started."""
-    figures = tree.figures(kind_detail=run_worker_job)
+    figures = tree.figures()
     total = figures["total_cpu_seconds"]
     runs_started = figures["processes_started_by_kind"].get("run worker", 0)
     run_cpu = figures["cpu_seconds_by_kind"].get("run worker", 0.0)

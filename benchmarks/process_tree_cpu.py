@@ -42,6 +42,9 @@ PROCESS_KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("dagster dev (pipeline ui)", ("pipeline_defs.cli.main ui", "dagster dev")),
 )
 OTHER_KIND = "other"
+RUN_WORKER_KIND = "run worker"
+CODE_SERVER_KIND = "code server"
+MULTIPROCESSING_CHILD = "multiprocessing.spawn"
 TOP_PROCESSES = 12
 COMMAND_LINE_CHARS = 160
 
@@ -86,6 +89,7 @@ class ProcStat:
     ppid: int
     own: float  # utime + stime
     reaped_children: float  # cutime + cstime: every reaped child's own and reaped children's time
+    started_after_boot: float = 0.0  # seconds
 
 
 def parse_stat(pid: int, text: str) -> ProcStat:
@@ -94,7 +98,16 @@ def parse_stat(pid: int, text: str) -> ProcStat:
     # rest[0] is field 3 (state): ppid is field 4, utime..cstime are fields 14-17
     ppid = int(rest[1])
     utime, stime, cutime, cstime = (int(value) for value in rest[11:15])
-    return ProcStat(pid, ppid, (utime + stime) / CLOCK_TICKS, (cutime + cstime) / CLOCK_TICKS)
+    started = int(rest[19]) / CLOCK_TICKS if len(rest) > 19 else 0.0  # field 22
+    return ProcStat(pid, ppid, (utime + stime) / CLOCK_TICKS, (cutime + cstime) / CLOCK_TICKS, started)
+
+
+def boot_time(proc: Path = PROC) -> float:
+    """When the machine booted (epoch seconds): a process's start in /proc counts from it."""
+    for line in (proc / "stat").read_text().splitlines():
+        if line.startswith("btime "):
+            return float(line.split()[1])
+    return 0.0
 
 
 def read_all_stats(proc: Path = PROC) -> dict[int, ProcStat]:
@@ -139,6 +152,7 @@ class _Seen:
     first_own: float  # own CPU when first seen inside the window (0 for a process born inside it)
     last_own: float
     born_in_window: bool
+    started_at: float = 0.0  # epoch seconds
 
 
 @dataclass
@@ -168,6 +182,7 @@ class ProcessTreeCpu:
         self.command_line = command_line
         self.sample_seconds = sample_seconds
         self.seen: dict[int, _Seen] = {}
+        self._boot_time = boot_time() if PROC.exists() else 0.0
         self.window_start: Snapshot | None = None
         self.window_end: Snapshot | None = None
         self._lock = threading.Lock()
@@ -202,6 +217,8 @@ class ProcessTreeCpu:
         kind = self.classify(command_line)
         parent = stats[pid].ppid
         if kind == OTHER_KIND and parent in tree and parent != pid:
+            # the one process Dagster's code server starts through multiprocessing is a run
+            # (`dagster/_grpc/server.py`, StartRun); its other helpers count as the parent's
             parent_seen = self.seen.get(parent) or self._see(
                 parent,
                 stats,
@@ -210,7 +227,16 @@ class ProcessTreeCpu:
                 born_in_window=born_in_window,
             )
             kind = parent_seen.kind
-        seen = self.seen[pid] = _Seen(kind, command_line, first_own, stats[pid].own, born_in_window)
+            if kind == CODE_SERVER_KIND and MULTIPROCESSING_CHILD in command_line:
+                kind = RUN_WORKER_KIND
+        seen = self.seen[pid] = _Seen(
+            kind,
+            command_line,
+            first_own,
+            stats[pid].own,
+            born_in_window,
+            started_at=self._boot_time + stats[pid].started_after_boot,
+        )
         return seen
 
     def start(self) -> None:
@@ -248,26 +274,25 @@ class ProcessTreeCpu:
 
     # --- figures ---------------------------------------------------------------------------------
 
-    def figures(self, kind_detail: Callable[[str], str | None] | None = None) -> dict[str, Any]:
+    def figures(self) -> dict[str, Any]:
         """CPU seconds in the window: total (exact), by kind (sampled), the rest between samples, and
-        the processes started in it by kind (with `kind_detail`, e.g. a run worker's job, a finer key)."""
+        the processes started in it by kind, and each run worker started in it."""
         if self.window_start is None or self.window_end is None:
             raise RuntimeError("start_window() and stop_window() first")
         total = self.window_end.total - self.window_start.total
         by_kind: dict[str, float] = {}
         started: dict[str, int] = {}
-        by_detail: dict[str, dict[str, float]] = {}
         with self._lock:
             for seen in self.seen.values():
                 spent = seen.last_own - seen.first_own
                 by_kind[seen.kind] = by_kind.get(seen.kind, 0.0) + spent
                 if seen.born_in_window:
                     started[seen.kind] = started.get(seen.kind, 0) + 1
-                detail = kind_detail(seen.command_line) if kind_detail else None
-                if detail:
-                    entry = by_detail.setdefault(detail, {"processes": 0, "cpu_seconds": 0.0})
-                    entry["processes"] += 1
-                    entry["cpu_seconds"] += spent
+            run_workers = sorted(
+                [round(seen.started_at, 2), round(seen.last_own - seen.first_own, 2)]
+                for seen in self.seen.values()
+                if seen.kind == RUN_WORKER_KIND and seen.born_in_window
+            )
             top = sorted(self.seen.values(), key=lambda seen: seen.first_own - seen.last_own)[:TOP_PROCESSES]
             top_processes = [
                 [seen.kind, round(seen.last_own - seen.first_own, 2), seen.command_line[:COMMAND_LINE_CHARS]]
@@ -281,9 +306,6 @@ class ProcessTreeCpu:
             "cpu_seconds_by_kind": {kind: round(value, 2) for kind, value in sorted(by_kind.items())},
             "between_samples_cpu_seconds": round(total - sampled, 2),
             "processes_started_by_kind": dict(sorted(started.items())),
-            "by_detail": {
-                name: {"processes": entry["processes"], "cpu_seconds": round(entry["cpu_seconds"], 2)}
-                for name, entry in sorted(by_detail.items())
-            },
+            "run_workers": run_workers,  # each started in the window: [epoch start, CPU seconds]
             "top_processes": top_processes,  # kind, CPU seconds in the window, command line (cut)
         }

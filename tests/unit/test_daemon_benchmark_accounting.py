@@ -13,7 +13,7 @@ from pathlib import Path
 from appdb.database import dispose, migrate, session_scope
 from appdb.interactions import record_interaction
 from appdb.models import UseCaseOutput
-from benchmarks.daemon_throughput import _integrity, _output_latencies, run_worker_job
+from benchmarks.daemon_throughput import _integrity, _output_latencies, run_worker_cpu_by_job
 
 
 def _call(session, use_case: str, key: str, backend: str, step: str | None = None, visit: int = 1) -> None:  # noqa: ANN001
@@ -96,9 +96,19 @@ def test_entities_are_timed_against_their_own_postings_skills(tmp_path: Path) ->
     }
 
 
-def test_a_run_workers_job_is_read_from_its_command_line() -> None:
-    line = (
-        'python -m dagster api execute_run {"__class__": "ExecuteRunArgs", "job_origin": {"job_name": "j"}}'
-    )
-    assert run_worker_job(line) == "j"
-    assert run_worker_job("python -m pipeline_defs.daemon run") is None
+def test_each_run_takes_the_run_worker_process_started_just_before_it() -> None:
+    """A run worker's CPU goes to its run's job: a process's command line names no run, and Dagster
+    stamps a run's start only after its process has loaded the code location."""
+    workers = [[100.0, 3.0], [101.0, 4.0], [150.0, 5.0], [300.0, 1.0]]
+    runs = [
+        {"jobName": "summary", "startTime": 102.5},
+        {"jobName": "skills", "startTime": 103.0},
+        {"jobName": "summary", "startTime": 152.0},
+        {"jobName": "startup", "startTime": 50.0},  # before any worker of the window: none of them
+        {"jobName": "queued", "startTime": None},
+    ]
+    assert run_worker_cpu_by_job(workers, runs) == {
+        "summary": {"runs": 2, "cpu_seconds": 9.0},
+        "skills": {"runs": 1, "cpu_seconds": 3.0},
+        "(no run matched)": {"runs": 1, "cpu_seconds": 1.0},
+    }

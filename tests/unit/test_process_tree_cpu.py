@@ -8,7 +8,7 @@ import subprocess
 import sys
 import textwrap
 
-from benchmarks.process_tree_cpu import ProcessTreeCpu, parse_stat, process_kind
+from benchmarks.process_tree_cpu import ProcessTreeCpu, ProcStat, parse_stat, process_kind
 
 # A root that waits for a line, then starts a child that burns CPU and exits (the root reaps it), burns
 # some CPU itself, says "done" and waits for a second line before it exits.
@@ -94,3 +94,31 @@ def test_the_processes_of_pipeline_ui_are_told_apart_by_their_command_line() -> 
         == "run worker"
     )
     assert process_kind(f"{python} -m pipeline_defs.cli.main ui --port 3000") == "dagster dev (pipeline ui)"
+
+
+def test_a_code_servers_multiprocessing_child_is_a_run_worker_and_its_helpers_stay_code_server() -> None:
+    """Dagster's code server starts each run as a `multiprocessing` child, whose command line names no
+    run: counted as the code server's, the runs' CPU would hide in the code server's."""
+    lines = {
+        1: "python -m pipeline_defs.cli.main ui --port 3000",
+        2: "python -m dagster api grpc --lazy-load-user-code",
+        3: "python -B -c from multiprocessing.spawn import spawn_main; spawn_main() --multiprocessing-fork",
+        4: "python -B -c from multiprocessing.resource_tracker import main;main(25)",
+    }
+    own = {1: 1.0, 2: 1.0, 3: 0.0, 4: 0.0}
+    parents = {1: 0, 2: 1, 3: 2, 4: 2}
+
+    def stats() -> dict[int, ProcStat]:
+        return {pid: ProcStat(pid, parents[pid], own[pid], 0.0) for pid in own if pid in lines}
+
+    tree = ProcessTreeCpu(1, read_stats=stats, command_line=lambda pid: lines[pid])
+    tree.start_window()
+    own.update({2: 1.5, 3: 2.5, 4: 0.1})
+    tree.stop_window()
+    figures = tree.figures()
+    assert figures["cpu_seconds_by_kind"] == {
+        "code server": 0.6,
+        "dagster dev (pipeline ui)": 0.0,
+        "run worker": 2.5,
+    }
+    assert figures["total_cpu_seconds"] == 3.1
