@@ -555,7 +555,7 @@ def _cpu_figures(
     """The path's CPU from ingest to every output current: the whole tree, by kind, per run started."""
     figures = tree.figures()
     total = figures["total_cpu_seconds"]
-    runs_started = figures["processes_started_by_kind"].get("run worker", 0)
+    runs_started = len(figures["run_workers"])
     run_cpu = figures["cpu_seconds_by_kind"].get("run worker", 0.0)
     return {
         **figures,
@@ -563,7 +563,8 @@ def _cpu_figures(
         "cpu_seconds_per_posting_by_kind": {
             kind: round(value / postings, 4) for kind, value in figures["cpu_seconds_by_kind"].items()
         },
-        "run_worker_processes_started": runs_started,
+        "run_worker_processes_started": figures["processes_started_by_kind"].get("run worker", 0),
+        "runs_started": runs_started,  # run worker processes started by the code server (not steps)
         "cpu_seconds_per_run_worker": round(run_cpu / runs_started, 2) if runs_started else None,
         "ingest_cpu_seconds": round(ingest_cpu, 2),
         "ui_lifetime_cpu_seconds_kernel": round(ui_lifetime_cpu, 2),
@@ -861,7 +862,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         "| label | storage | postings | hosts x slots x ms | LLM calls | all current s | first output s "
         "| first LLM output s | first run s | first LLM run s | runs | efficiency | LLM window eff. "
         "| slot busy | max gap s | gaps > 1 s | calls/s | dup. | attempts | load avg "
-        "| path CPU s/posting | floor CPU s/posting | ratio to floor | run workers (CPU s each) "
+        "| path CPU s/posting | floor CPU s/posting | ratio to floor | runs started (CPU s each) "
         "| entities behind skills: first / last / per posting median / max s |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -901,7 +902,8 @@ def _cpu_cells(row: dict[str, Any]) -> list[Any]:
         cpu.get("path_cpu_seconds_per_posting"),
         floor.get("cpu_seconds_per_posting"),
         cpu.get("ratio_to_floor"),
-        f"{cpu.get('run_worker_processes_started')} ({cpu.get('cpu_seconds_per_run_worker')})"
+        f"{cpu.get('runs_started', cpu.get('run_worker_processes_started'))} "
+        f"({cpu.get('cpu_seconds_per_run_worker')})"
         if cpu
         else None,
         " / ".join(

@@ -153,6 +153,7 @@ class _Seen:
     last_own: float
     born_in_window: bool
     started_at: float = 0.0  # epoch seconds
+    run_pid: int | None = None  # a run worker's run: its own pid, or the run process it is a step of
 
 
 @dataclass
@@ -216,9 +217,11 @@ class ProcessTreeCpu:
         command_line = self.command_line(pid)
         kind = self.classify(command_line)
         parent = stats[pid].ppid
+        run_pid = None
         if kind == OTHER_KIND and parent in tree and parent != pid:
             # the one process Dagster's code server starts through multiprocessing is a run
-            # (`dagster/_grpc/server.py`, StartRun); its other helpers count as the parent's
+            # (`dagster/_grpc/server.py`, StartRun); its other helpers count as the parent's, and a
+            # run's own children (the multiprocess executor's steps) as that run's
             parent_seen = self.seen.get(parent) or self._see(
                 parent,
                 stats,
@@ -226,9 +229,11 @@ class ProcessTreeCpu:
                 first_own=0.0 if born_in_window else stats[parent].own,
                 born_in_window=born_in_window,
             )
-            kind = parent_seen.kind
+            kind, run_pid = parent_seen.kind, parent_seen.run_pid
             if kind == CODE_SERVER_KIND and MULTIPROCESSING_CHILD in command_line:
-                kind = RUN_WORKER_KIND
+                kind, run_pid = RUN_WORKER_KIND, pid
+        elif kind == RUN_WORKER_KIND:
+            run_pid = pid
         seen = self.seen[pid] = _Seen(
             kind,
             command_line,
@@ -236,6 +241,7 @@ class ProcessTreeCpu:
             stats[pid].own,
             born_in_window,
             started_at=self._boot_time + stats[pid].started_after_boot,
+            run_pid=run_pid,
         )
         return seen
 
@@ -288,11 +294,14 @@ class ProcessTreeCpu:
                 by_kind[seen.kind] = by_kind.get(seen.kind, 0.0) + spent
                 if seen.born_in_window:
                     started[seen.kind] = started.get(seen.kind, 0) + 1
-            run_workers = sorted(
-                [round(seen.started_at, 2), round(seen.last_own - seen.first_own, 2)]
-                for seen in self.seen.values()
-                if seen.kind == RUN_WORKER_KIND and seen.born_in_window
-            )
+            runs: dict[int, list[float]] = {}  # a run's process: [its start, CPU of it and its steps]
+            for pid, seen in self.seen.items():
+                if seen.kind == RUN_WORKER_KIND and seen.run_pid == pid and seen.born_in_window:
+                    runs[pid] = [round(seen.started_at, 2), 0.0]
+            for seen in self.seen.values():
+                if seen.run_pid in runs:
+                    runs[seen.run_pid][1] += seen.last_own - seen.first_own
+            run_workers = sorted([start, round(cpu, 2)] for start, cpu in runs.values())
             top = sorted(self.seen.values(), key=lambda seen: seen.first_own - seen.last_own)[:TOP_PROCESSES]
             top_processes = [
                 [seen.kind, round(seen.last_own - seen.first_own, 2), seen.command_line[:COMMAND_LINE_CHARS]]
@@ -306,6 +315,6 @@ class ProcessTreeCpu:
             "cpu_seconds_by_kind": {kind: round(value, 2) for kind, value in sorted(by_kind.items())},
             "between_samples_cpu_seconds": round(total - sampled, 2),
             "processes_started_by_kind": dict(sorted(started.items())),
-            "run_workers": run_workers,  # each started in the window: [epoch start, CPU seconds]
+            "run_workers": run_workers,  # each run started in the window: [epoch start, CPU s with its steps]
             "top_processes": top_processes,  # kind, CPU seconds in the window, command line (cut)
         }

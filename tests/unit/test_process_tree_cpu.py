@@ -104,16 +104,20 @@ def test_a_code_servers_multiprocessing_child_is_a_run_worker_and_its_helpers_st
         2: "python -m dagster api grpc --lazy-load-user-code",
         3: "python -B -c from multiprocessing.spawn import spawn_main; spawn_main() --multiprocessing-fork",
         4: "python -B -c from multiprocessing.resource_tracker import main;main(25)",
+        5: "python -B -c from multiprocessing.spawn import spawn_main; spawn_main() --multiprocessing-fork",
     }
-    own = {1: 1.0, 2: 1.0, 3: 0.0, 4: 0.0}
-    parents = {1: 0, 2: 1, 3: 2, 4: 2}
+    own = {1: 1.0, 2: 1.0, 4: 0.0}  # the run (3) and its step (5) start later
+    parents = {1: 0, 2: 1, 3: 2, 4: 2, 5: 3}
 
     def stats() -> dict[int, ProcStat]:
-        return {pid: ProcStat(pid, parents[pid], own[pid], 0.0) for pid in own if pid in lines}
+        return {pid: ProcStat(pid, parents[pid], own[pid], 0.0) for pid in own}
 
     tree = ProcessTreeCpu(1, read_stats=stats, command_line=lambda pid: lines[pid])
     tree.start_window()
-    own.update({2: 1.5, 3: 2.5, 4: 0.1})
+    own.update({2: 1.5, 4: 0.1, 3: 0.5})
+    tree.sample()
+    own[5] = 2.0  # the multiprocess executor's step: the run's work
+    tree.sample()
     tree.stop_window()
     figures = tree.figures()
     assert figures["cpu_seconds_by_kind"] == {
@@ -122,3 +126,5 @@ def test_a_code_servers_multiprocessing_child_is_a_run_worker_and_its_helpers_st
         "run worker": 2.5,
     }
     assert figures["total_cpu_seconds"] == 3.1
+    assert figures["processes_started_by_kind"] == {"run worker": 2}
+    assert [cpu for _, cpu in figures["run_workers"]] == [2.5]  # one run: its process and its step
