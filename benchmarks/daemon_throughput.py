@@ -2,7 +2,7 @@
 
     python -m benchmarks.daemon_throughput [--postings 1000] [--latency-ms 100] [--parallel 4]
         [--hosts 1] [--dagster-storage sqlite,postgres] [--kill-host-after SECONDS]
-        [--project-root DIR] [--label NAME]
+        [--project-root DIR] [--label NAME] [--no-floor]
 
 What users run: `pipeline ui` (dagster dev: the daemon's sensors, its run queue, runs launched as
 subprocesses) against `benchmarks.simulated_ollama` servers (one process each, `--latency-ms` per
@@ -12,6 +12,17 @@ Measured: the first output, every output of the three use cases current (summary
 skill_entities: a script), the runs, and at the servers the idle gaps between generations and the
 busy share of their slots. Efficiency = the backend's own time for the calls (calls x latency /
 (slots x hosts)) / the time from ingest to every output current.
+
+Cost, not only time (CPU seconds, which a busy machine does not inflate as it does wall time): from
+just before ingest to every output current, the CPU of every process `pipeline ui` started (daemon,
+code server, run workers, webserver, dagster dev itself), exact in total (the kernel adds a reaped
+process's CPU to its parent's) and by kind of process as sampled from /proc (`process_tree_cpu.py`),
+with the run workers started and their CPU each, and per job. Then **the floor**: the same work (the
+same prompts through the same LLM resource to the same server, the tagger and the resolver called per
+posting, the outputs parsed and checked, nothing stored) in one plain loop in this process, after the
+path's run in the same invocation; `ratio to floor` = the path's CPU per posting / the loop's (1.0:
+orchestration costs nothing). Also when each use case's first and last outputs came, and how far each
+use case trails its upstream (skill entities behind their posting's skills). `--no-floor` skips it.
 
 `--project-root` runs another checkout (e.g. a `git worktree` of an older commit) with this
 benchmark and this simulated server, so before and after are measured by the same command.
@@ -23,7 +34,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -34,18 +47,24 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, suppress
+from dataclasses import dataclass
+from datetime import UTC
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import create_engine, func, select, text
 
 from appdb.database import normalize_url
 from appdb.models import Interaction, UseCaseOutput, WorkItem
+from benchmarks.process_tree_cpu import ProcessTreeCpu, become_subreaper, reap_orphans
 from benchmarks.report import write_report
 from domain.language.declaration import SCRIPT_BACKEND
 from pipeline_defs.settings import PROJECT_ROOT
 
 USE_CASES = ("posting_summary", "posting_skills", "skill_entities")
+UPSTREAM = {"skill_entities": "posting_skills"}  # the use case each one waits for
+LOG = logging.getLogger(__name__)
 PROJECT_PACKAGES = ("appdb", "assets", "domain", "pipeline_defs", "resources", "sensors")
 STARTUP_TIMEOUT_SECONDS = 300
 IDLE_SECONDS = 12  # after the location is up: the sensors' first ticks find an empty database
@@ -264,7 +283,11 @@ def measure(args: argparse.Namespace, storage: str) -> dict[str, Any]:
             name, _, value = pair.partition("=")
             env[name] = value
         _pipeline(args.project_root, env, "migrate")
+        become_subreaper()  # a process orphaned at shut-down is reaped here, its CPU counted
+        children_before_ui = _children_cpu_seconds()
         ui = Ui(args.project_root, env, work / "dagster_dev.log")
+        tree = ProcessTreeCpu(ui.process.pid)
+        tree.start()
         try:
             ui.wait_loaded()
             ui.wait_idle()
@@ -273,17 +296,27 @@ def measure(args: argparse.Namespace, storage: str) -> dict[str, Any]:
             rows = _postings(args.postings)
             postings_file = work / "postings.jsonl"
             postings_file.write_text("".join(json.dumps(row) + "\n" for row in rows))
+            tree.start_window()  # the tree's CPU counts from here: ingest wakes the sensors
+            children_before_ingest = _children_cpu_seconds()
             _pipeline(args.project_root, env, "ingest", str(postings_file))
+            ingest_cpu = _children_cpu_seconds() - children_before_ingest
             ingested = time.time()
             result = _watch(args, app_url, hosts, ingested)
-            result["runs"] = _runs_summary(ui.runs(), ingested)
+            tree.stop_window()
+            all_runs = ui.runs()
+            result["runs"] = _runs_summary(all_runs, ingested)
         except BaseException:
+            tree.stop()
             kept = Path(tempfile.mkdtemp(prefix="daemon-bench-log-")) / "dagster_dev.log"
             ui.stop()
             kept.write_text((work / "dagster_dev.log").read_text(errors="replace"))
             print(f"  (dagster dev log kept at {kept})", file=sys.stderr)
             raise
+        tree.stop()
         ui.stop()
+        orphans_reaped = reap_orphans()
+        # the kernel's count of every reaped process of `pipeline ui`, start-up and shut-down included
+        ui_lifetime_cpu = _children_cpu_seconds() - children_before_ui - ingest_cpu
         if args.keep_log is not None:
             args.keep_log.mkdir(parents=True, exist_ok=True)
             kept = args.keep_log / f"dagster_dev-{storage}-{int(ingested)}.log"
@@ -300,7 +333,21 @@ def measure(args: argparse.Namespace, storage: str) -> dict[str, Any]:
         result["first_llm_output_seconds"] = min(llm_firsts, default=None)
         result.update(storage=storage, hosts=args.hosts, latency_ms=args.latency_ms, parallel=args.parallel)
         result["postings"] = args.postings
+        result.update(_output_latencies(app_url, ingested))
+        result["cpu"] = _cpu_figures(tree, ui_lifetime_cpu, ingest_cpu, args.postings)
+        result["cpu"]["orphans_reaped"] = orphans_reaped
+        result["cpu"]["run_worker_cpu_by_job"] = run_worker_cpu_by_job(
+            result["cpu"].pop("run_workers"), all_runs
+        )
         result["load_average"] = os.getloadavg()
+        if not args.no_floor:
+            result["floor"] = plain_loop_floor(env, rows, app_url)
+            if result["cpu"]["path_cpu_seconds_per_posting"] and result["floor"]["cpu_seconds_per_posting"]:
+                result["cpu"]["ratio_to_floor"] = round(
+                    result["cpu"]["path_cpu_seconds_per_posting"]
+                    / result["floor"]["cpu_seconds_per_posting"],
+                    2,
+                )
         return result
 
 
@@ -471,14 +518,353 @@ def _integrity(app_url: str, postings: int) -> dict[str, Any]:
     }
 
 
+def _children_cpu_seconds() -> float:
+    """CPU (user + system) of every child process this one has reaped, and of theirs (the kernel's)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_worker_cpu_by_job(
+    workers: list[list[float]], runs: list[dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """Each run worker process's CPU under its run's job. A process's command line does not name its
+    run, so each run (in order of start) takes the latest unclaimed process started before it:
+    Dagster stamps a run's start once its process has loaded the code location."""
+    unclaimed = sorted(workers)  # [epoch start, CPU seconds]
+    by_job: dict[str, dict[str, Any]] = {}
+    for run in sorted((r for r in runs if r.get("startTime")), key=lambda r: r["startTime"]):
+        earlier = [worker for worker in unclaimed if worker[0] <= run["startTime"]]
+        if not earlier:
+            continue
+        worker = earlier[-1]
+        unclaimed.remove(worker)
+        entry = by_job.setdefault(run["jobName"], {"runs": 0, "cpu_seconds": 0.0})
+        entry["runs"] += 1
+        entry["cpu_seconds"] = round(entry["cpu_seconds"] + worker[1], 2)
+    if unclaimed:
+        by_job["(no run matched)"] = {
+            "runs": len(unclaimed),
+            "cpu_seconds": round(sum(worker[1] for worker in unclaimed), 2),
+        }
+    return by_job
+
+
+def _cpu_figures(
+    tree: ProcessTreeCpu, ui_lifetime_cpu: float, ingest_cpu: float, postings: int
+) -> dict[str, Any]:
+    """The path's CPU from ingest to every output current: the whole tree, by kind, per run started."""
+    figures = tree.figures()
+    total = figures["total_cpu_seconds"]
+    runs_started = len(figures["run_workers"])
+    run_cpu = figures["cpu_seconds_by_kind"].get("run worker", 0.0)
+    return {
+        **figures,
+        "path_cpu_seconds_per_posting": round(total / postings, 4) if postings else None,
+        "cpu_seconds_per_posting_by_kind": {
+            kind: round(value / postings, 4) for kind, value in figures["cpu_seconds_by_kind"].items()
+        },
+        "run_worker_processes_started": figures["processes_started_by_kind"].get("run worker", 0),
+        "runs_started": runs_started,  # run worker processes started by the code server (not steps)
+        "cpu_seconds_per_run_worker": round(run_cpu / runs_started, 2) if runs_started else None,
+        "ingest_cpu_seconds": round(ingest_cpu, 2),
+        "ui_lifetime_cpu_seconds_kernel": round(ui_lifetime_cpu, 2),
+    }
+
+
+def _output_latencies(app_url: str, ingested: float) -> dict[str, Any]:
+    """When each use case's first and last outputs were stored (seconds after ingest), and how far each
+    use case trails its upstream: per posting, its output's time minus its upstream output's."""
+    engine = create_engine(normalize_url(app_url))
+    try:
+        with engine.connect() as conn:
+            stored = conn.execute(
+                select(UseCaseOutput.use_case, UseCaseOutput.subject_key, UseCaseOutput.created_at)
+            ).all()
+    finally:
+        engine.dispose()
+    at: dict[str, dict[str, float]] = {}
+    for use_case, key, created in stored:
+        at.setdefault(use_case, {})[key] = created.replace(tzinfo=UTC).timestamp() - ingested
+    spans = {
+        name: {"first_s": round(min(times.values()), 2), "last_s": round(max(times.values()), 2)}
+        for name, times in at.items()
+        if name in USE_CASES and times
+    }
+    trailing: dict[str, dict[str, float]] = {}
+    for name, upstream in UPSTREAM.items():
+        lags = sorted(
+            at[name][key] - at[upstream][key] for key in at.get(name, {}) if key in at.get(upstream, {})
+        )
+        if lags:
+            trailing[name] = {
+                "upstream": upstream,
+                "first_behind_first_s": round(spans[name]["first_s"] - spans[upstream]["first_s"], 2),
+                "last_behind_last_s": round(spans[name]["last_s"] - spans[upstream]["last_s"], 2),
+                "per_posting_median_s": round(lags[len(lags) // 2], 2),
+                "per_posting_max_s": round(lags[-1], 2),
+            }
+    return {"output_span_by_use_case": spans, "trailing_upstream": trailing}
+
+
+# --- the floor: the same work in one plain loop ----------------------------------------------------
+
+
+@contextmanager
+def _environment(env: dict[str, str]) -> Iterator[None]:
+    """This process's environment as `pipeline ui`'s for a while (some resources read variables)."""
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def _cpu_seconds() -> float:
+    """CPU (user + system) of this process, every thread."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _in_dependency_order(use_cases: list[Any]) -> list[Any]:
+    """Upstream use cases first (each loop needs its upstream's outputs)."""
+    ordered: list[Any] = []
+    names = {use_case.name for use_case in use_cases}
+    pending = list(use_cases)
+    while pending:
+        done = {use_case.name for use_case in ordered}
+        ready = [u for u in pending if all(up in done or up not in names for up in u.upstream)]
+        if not ready:
+            raise RuntimeError(f"use cases with a cycle: {[u.name for u in pending]}")
+        ordered += ready
+        pending = [u for u in pending if u not in ready]
+    return ordered
+
+
+@dataclass
+class _FloorWork:
+    """What the plain loop calls with: the resources a run gets, the app database (the taxonomy) and
+    each posting's values (its fields, then each use case's output as the loop makes it)."""
+
+    llm: Any
+    resources: Any
+    app_db: Any
+    references: dict[str, str]
+    values: dict[str, dict[str, Any]]
+
+    def step_context(self) -> Any:
+        from domain.language.steps import StepContext
+
+        return StepContext(resources=self.resources, app_db=self.app_db, log=LOG, references=self.references)
+
+
+def plain_loop_floor(env: dict[str, str], rows: list[dict[str, str]], app_url: str) -> dict[str, Any]:
+    """The work itself, with none of the orchestration: each use case over every posting in one loop
+    in this process, by the code the runs call (prompts rendered and sent through the same LLM resource
+    with as many requests in flight as a run keeps, answers parsed and checked; the tagger's and the
+    resolver's functions per posting), nothing stored. Models and the taxonomy's resolver are loaded
+    once, before the clock (`load_cpu_seconds`). CPU seconds of this process per use case."""
+    from domain.core.plugins import PluginContext
+    from pipeline_defs.catalog import declared_plugins, declared_use_cases, plugin_settings
+    from pipeline_defs.settings import Settings
+    from pipeline_defs.wiring import build_llm_resource, configured
+    from plugins.postings.store.taxonomy import REFERENCE_NAME, loaded_taxonomy_hash
+    from resources.app_database import AppDatabase
+
+    with _environment(env):
+        settings = Settings.from_env()
+        use_cases = _in_dependency_order([u for u in declared_use_cases(settings) if u.name in USE_CASES])
+        llm = build_llm_resource(settings)
+        named: dict[str, Any] = {"llm": llm}
+        for plugin in declared_plugins(settings):
+            if plugin.definitions is not None:
+                context = PluginContext(
+                    settings=plugin_settings(settings, plugin),
+                    core=settings,
+                    use_cases=(),
+                    configured=lambda name: configured(settings, name, env_vars=False),
+                )
+                named.update(plugin.definitions(context).resources or {})
+        work = _FloorWork(
+            llm,
+            SimpleNamespace(**named),
+            AppDatabase(url=app_url),
+            {},
+            {row["key"]: dict(row) for row in rows},
+        )
+        load_started = _cpu_seconds()
+        if "taxonomy" in named:
+            with work.app_db.session() as session:
+                named["taxonomy"].resolver(session)  # built once, as a run builds it once
+                work.references[REFERENCE_NAME] = loaded_taxonomy_hash(session)
+        for use_case in use_cases:
+            for model in use_case.steps.models if use_case.steps is not None else (use_case.model,):
+                if model:
+                    llm.ensure_loaded(model)
+            first = use_case.steps.step(use_case.steps.start) if use_case.steps is not None else None
+            if first is not None and first.is_script:  # the tagger loads its model on first use
+                with suppress(Exception):
+                    first.function(dict(rows[0]), work.step_context())
+        load_cpu = _cpu_seconds() - load_started
+        figures: dict[str, dict[str, Any]] = {}
+        for use_case in use_cases:
+            cpu_started, started = _cpu_seconds(), time.perf_counter()
+            if use_case.steps is not None:
+                failed = _floor_chain(work, use_case)
+            elif use_case.model:
+                failed = _floor_llm_calls(work, use_case)
+            else:
+                failed = _floor_script(work, use_case)
+            figures[use_case.name] = {
+                "cpu_seconds": round(_cpu_seconds() - cpu_started, 2),
+                "seconds": round(time.perf_counter() - started, 2),
+                "failed": failed,
+            }
+    total = sum(entry["cpu_seconds"] for entry in figures.values())
+    return {
+        "cpu_seconds": round(total, 2),
+        "cpu_seconds_per_posting": round(total / len(rows), 4),
+        "load_cpu_seconds": round(load_cpu, 2),
+        "by_use_case": figures,
+    }
+
+
+def _floor_script(work: _FloorWork, use_case: Any) -> int:
+    """A script use case per posting (the resolver); its output checked as a run checks it."""
+    from domain.language.declaration_parts import ScriptContext
+    from domain.language.output_parsing import final_output
+
+    context = ScriptContext(resources=work.resources, app_db=work.app_db, log=LOG, references=work.references)
+    failed = 0
+    for inputs in work.values.values():
+        try:
+            output = json.loads(json.dumps(use_case.function(inputs, context)))
+            inputs[use_case.name] = final_output(use_case, output, inputs)
+        except Exception:  # noqa: BLE001 - an item error, counted as a run counts it
+            failed += 1
+    return failed
+
+
+def _floor_llm_calls(work: _FloorWork, use_case: Any) -> int:
+    """One LLM call per posting, as many in flight as a run keeps; each answer parsed and checked."""
+    from assets.llm_calls import LLMRequest, generate_in_order
+    from domain.language.output_parsing import parse_output
+
+    style = work.llm.resolve_style(use_case.model, use_case.prompt_style)
+    requests = []
+    for key, inputs in work.values.items():
+        call = use_case.prepare(inputs, work.references, style)
+        request = LLMRequest(
+            use_case.model,
+            call.prompt,
+            call.system_prompt,
+            use_case.grammar_schema,
+            dict(use_case.options),
+            call.messages,
+        )
+        requests.append((key, request))
+    failed = 0
+    for key, result in generate_in_order(work.llm, requests):
+        try:
+            work.values[key][use_case.name] = parse_output(use_case, result.text, work.values[key])
+        except Exception:  # noqa: BLE001 - a failed call or a bad answer: an item error
+            failed += 1
+    return failed
+
+
+def _floor_chain(work: _FloorWork, use_case: Any) -> int:
+    """A chain, step by step for every posting at that step (as the chain runner takes it)."""
+    from domain.language.output_parsing import final_output
+    from domain.language.steps import END
+
+    chain, failed = use_case.steps, 0
+    at = {key: chain.start for key in work.values}
+    state: dict[str, dict[str, Any]] = {key: {} for key in work.values}
+    visits: dict[str, dict[str, int]] = {key: {} for key in work.values}
+    while at:
+        step = next(s for s in chain.steps if s.name in at.values())
+        batch = [key for key, name in at.items() if name == step.name]
+        answers = (
+            _floor_script_step(work, step, batch, state)
+            if step.is_script
+            else _floor_llm_step(work, use_case, step, batch, state)
+        )
+        for key, value, raw in answers:
+            if value is None:
+                failed += 1
+                del at[key]
+                continue
+            state[key][step.output_name] = value
+            visits[key][step.name] = visits[key].get(step.name, 0) + 1
+            decision = chain.decide(step, state[key], raw, visits[key], sum(visits[key].values()))
+            if decision.to != END:
+                at[key] = decision.to
+                continue
+            del at[key]
+            try:
+                work.values[key][use_case.name] = final_output(use_case, value, work.values[key])
+            except Exception:  # noqa: BLE001 - an item error
+                failed += 1
+    return failed
+
+
+def _floor_script_step(
+    work: _FloorWork, step: Any, batch: list[str], state: dict[str, dict[str, Any]]
+) -> list[tuple[str, Any, str]]:
+    answers: list[tuple[str, Any, str]] = []
+    for key in batch:
+        try:
+            value = step.function({**work.values[key], **state[key]}, work.step_context())
+            answers.append((key, value, value if isinstance(value, str) else json.dumps(value)))
+        except Exception:  # noqa: BLE001 - an item error
+            answers.append((key, None, ""))
+    return answers
+
+
+def _floor_llm_step(
+    work: _FloorWork, use_case: Any, step: Any, batch: list[str], state: dict[str, dict[str, Any]]
+) -> list[tuple[str, Any, str]]:
+    from assets.llm_calls import LLMRequest, generate_in_order
+    from domain.language.chat_prompts import CHAT_STYLE, messages_text
+    from domain.language.output_parsing import parse_output
+
+    chat = step.chat is not None and work.llm.resolve_style(step.model, use_case.prompt_style) == CHAT_STYLE
+    requests = []
+    for key in batch:
+        inputs = {**work.values[key], **state[key]}
+        messages = None
+        if chat:
+            messages, _ = step.render_chat(inputs)
+            prompt, system_prompt = messages_text(messages), ""
+        else:
+            prompt, system_prompt, _ = step.render(inputs)
+        requests.append(
+            (key, LLMRequest(step.model, prompt, system_prompt, step.output_schema, step.options, messages))
+        )
+    answers: list[tuple[str, Any, str]] = []
+    for key, result in generate_in_order(work.llm, requests):
+        try:
+            raw = result.text
+            inputs = {**work.values[key], **state[key]}
+            value = parse_output(step, raw, inputs) if step.output_schema is not None else raw.strip()
+            answers.append((key, value, raw))
+        except Exception:  # noqa: BLE001 - a failed call or a bad answer: an item error
+            answers.append((key, None, ""))
+    return answers
+
+
 def markdown(rows: list[dict[str, Any]]) -> str:
     lines = [
         "# Daemon-path throughput (`pipeline ui`, simulated Ollama)",
         "",
         "| label | storage | postings | hosts x slots x ms | LLM calls | all current s | first output s "
         "| first LLM output s | first run s | first LLM run s | runs | efficiency | LLM window eff. "
-        "| slot busy | max gap s | gaps > 1 s | calls/s | dup. | attempts | load avg |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| slot busy | max gap s | gaps > 1 s | calls/s | dup. | attempts | load avg "
+        "| path CPU s/posting | floor CPU s/posting | ratio to floor | runs started (CPU s each) "
+        "| entities behind skills: first / last / per posting median / max s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         runs = row.get("runs", {})
@@ -503,6 +889,72 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             row.get("duplicate_outputs"),
             row.get("attempts_spent"),
             " ".join(f"{x:.1f}" for x in row["load_average"]),
+            *_cpu_cells(row),
+        ]
+        lines.append("| " + " | ".join(str(cell) for cell in cells) + " |")
+    return "\n".join(lines) + "\n" + _by_kind_table(rows)
+
+
+def _cpu_cells(row: dict[str, Any]) -> list[Any]:
+    cpu, floor = row.get("cpu") or {}, row.get("floor") or {}
+    lag = (row.get("trailing_upstream") or {}).get("skill_entities")
+    return [
+        cpu.get("path_cpu_seconds_per_posting"),
+        floor.get("cpu_seconds_per_posting"),
+        cpu.get("ratio_to_floor"),
+        f"{cpu.get('runs_started', cpu.get('run_worker_processes_started'))} "
+        f"({cpu.get('cpu_seconds_per_run_worker')})"
+        if cpu
+        else None,
+        " / ".join(
+            str(lag[name])
+            for name in (
+                "first_behind_first_s",
+                "last_behind_last_s",
+                "per_posting_median_s",
+                "per_posting_max_s",
+            )
+        )
+        if lag
+        else None,
+    ]
+
+
+def _by_kind_table(rows: list[dict[str, Any]]) -> str:
+    """CPU seconds per posting of each kind of process, and the floor's per use case."""
+    measured = [row for row in rows if row.get("cpu")]
+    if not measured:
+        return ""
+    kinds = sorted({kind for row in measured for kind in row["cpu"]["cpu_seconds_per_posting_by_kind"]})
+    use_cases = sorted({name for row in measured for name in (row.get("floor") or {}).get("by_use_case", {})})
+    lines = [
+        "",
+        "## CPU seconds per posting, from ingest to every output current",
+        "",
+        "| label | storage | postings | whole path | "
+        + " | ".join(kinds)
+        + " | between samples | "
+        + " | ".join(f"floor: {name}" for name in use_cases)
+        + " | floor | ratio | ingest CPU s | `pipeline ui` lifetime CPU s (kernel) |",
+        "|" + "---|" * (9 + len(kinds) + len(use_cases)),
+    ]
+    for row in measured:
+        cpu, floor, postings = row["cpu"], row.get("floor") or {}, row["postings"]
+        cells = [
+            row["label"],
+            row["storage"],
+            postings,
+            cpu["path_cpu_seconds_per_posting"],
+            *(cpu["cpu_seconds_per_posting_by_kind"].get(kind, 0.0) for kind in kinds),
+            round(cpu["between_samples_cpu_seconds"] / postings, 4),
+            *(
+                round(floor.get("by_use_case", {}).get(name, {}).get("cpu_seconds", 0.0) / postings, 4)
+                for name in use_cases
+            ),
+            floor.get("cpu_seconds_per_posting"),
+            cpu.get("ratio_to_floor"),
+            cpu["ingest_cpu_seconds"],
+            cpu["ui_lifetime_cpu_seconds_kernel"],
         ]
         lines.append("| " + " | ".join(str(cell) for cell in cells) + " |")
     return "\n".join(lines) + "\n"
@@ -526,6 +978,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", default="daemon_throughput", help="report name in results/")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--keep-log", type=Path, default=None, help="copy each dagster dev log here")
+    parser.add_argument(
+        "--no-floor", action="store_true", help="skip the plain loop of the same work (the CPU floor)"
+    )
     args = parser.parse_args(argv)
     args.project_root = args.project_root.resolve()
     _byte_compile(args.project_root)

@@ -7,11 +7,13 @@ chain steps as a duplicate answer (its efficiency printed 0.73 where 0.37 was tr
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from appdb.database import dispose, migrate, session_scope
 from appdb.interactions import record_interaction
-from benchmarks.daemon_throughput import _integrity
+from appdb.models import UseCaseOutput
+from benchmarks.daemon_throughput import _integrity, _output_latencies, run_worker_cpu_by_job
 
 
 def _call(session, use_case: str, key: str, backend: str, step: str | None = None, visit: int = 1) -> None:  # noqa: ANN001
@@ -48,3 +50,65 @@ def test_llm_calls_count_only_model_answers_and_chain_steps_are_not_duplicates(t
     assert figures["llm_use_cases"] == ["posting_summary"]
     assert figures["llm_calls_needed"] == 2  # the summaries; the tagger's and resolver's steps call no model
     assert figures["duplicate_outputs"] == 1
+
+
+def test_entities_are_timed_against_their_own_postings_skills(tmp_path: Path) -> None:
+    """How far skill entities trail skills: the first and last of each, and per posting (a posting's
+    concepts against its own skills, not against the first skills of all)."""
+    url = f"sqlite:///{tmp_path / 'app.db'}"
+    migrate(url)
+    ingested = datetime(2026, 11, 27, 12, 0, 0)
+    stored = {
+        ("posting_skills", "a"): 2.0,
+        ("posting_skills", "b"): 3.0,
+        ("skill_entities", "a"): 10.0,
+        ("skill_entities", "b"): 4.0,
+        ("posting_summary", "a"): 1.0,
+    }
+    with session_scope(url) as session:
+        for (use_case, key), seconds in stored.items():
+            at = ingested + timedelta(seconds=seconds)
+            session.add(
+                UseCaseOutput(
+                    use_case=use_case,
+                    subject_key=key,
+                    value={},
+                    model="m",
+                    backend="script",
+                    use_case_version="v1",
+                    input_hash="h",
+                    subject_hash="s",
+                    created_at=at,
+                    updated_at=at,
+                )
+            )
+    try:
+        figures = _output_latencies(url, ingested.replace(tzinfo=UTC).timestamp())
+    finally:
+        dispose(url)
+    assert figures["output_span_by_use_case"]["skill_entities"] == {"first_s": 4.0, "last_s": 10.0}
+    assert figures["trailing_upstream"]["skill_entities"] == {
+        "upstream": "posting_skills",
+        "first_behind_first_s": 2.0,
+        "last_behind_last_s": 7.0,
+        "per_posting_median_s": 8.0,
+        "per_posting_max_s": 8.0,
+    }
+
+
+def test_each_run_takes_the_run_worker_process_started_just_before_it() -> None:
+    """A run worker's CPU goes to its run's job: a process's command line names no run, and Dagster
+    stamps a run's start only after its process has loaded the code location."""
+    workers = [[100.0, 3.0], [101.0, 4.0], [150.0, 5.0], [300.0, 1.0]]
+    runs = [
+        {"jobName": "summary", "startTime": 102.5},
+        {"jobName": "skills", "startTime": 103.0},
+        {"jobName": "summary", "startTime": 152.0},
+        {"jobName": "startup", "startTime": 50.0},  # before any worker of the window: none of them
+        {"jobName": "queued", "startTime": None},
+    ]
+    assert run_worker_cpu_by_job(workers, runs) == {
+        "summary": {"runs": 2, "cpu_seconds": 9.0},
+        "skills": {"runs": 1, "cpu_seconds": 3.0},
+        "(no run matched)": {"runs": 1, "cpu_seconds": 1.0},
+    }
