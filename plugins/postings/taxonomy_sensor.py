@@ -3,14 +3,18 @@
 The taxonomy is a reference input of `skill_entities` (see `appdb.discovery.pending_work_query`):
 loading a changed file makes the resolved skills stale, and their sensor picks them up.
 
-One load per version of the file: each request carries the file's fingerprint as its `run_key`, and
-the sensor asks for nothing while a load runs or after a load of that version was requested (a failed
-load is retried when the file changes, by `pipeline run`, or from the UI), so a slow first load (ESCO's
-label vectors) no longer piles up a run a minute.
+One load per version of the file: each request carries the file's fingerprint (tag
+`pipeline/taxonomy_version`, and in its `run_key`), and the sensor asks for nothing while a load runs or
+once a load of that version succeeded, so a slow first load (ESCO's label vectors) no longer piles up a
+run a minute. A failed load (a bad file, a process killed mid-load) is tried again after 1, then 2
+minutes, at most `LOAD_ATTEMPTS` times per version; then it waits for the file to change, `pipeline
+run`, or a launch from the UI. Without the retries a daemon killed while loading left the taxonomy
+unloaded, and skill resolution waiting, for good.
 """
 
 import hashlib
 import json
+import time
 
 from dagster import (
     AssetKey,
@@ -24,7 +28,6 @@ from dagster import (
     define_asset_job,
     sensor,
 )
-from dagster._core.storage.tags import RUN_KEY_TAG
 
 from assets.run_tags import REASON_TAG
 from plugins.postings.store.taxonomy import loaded_taxonomy_hash
@@ -66,19 +69,47 @@ def skills_taxonomy_sensor(
         return SkipReason(
             f"a load of the taxonomy is under way (run {running[0].run_id[:8]}); waiting for it"
         )
-    run_key = taxonomy_run_key(fingerprint)
-    requested = context.instance.get_runs(RunsFilter(tags={RUN_KEY_TAG: run_key}), limit=1)
-    if requested:
-        status = requested[0].status.value.lower()
+    version = taxonomy_run_key(fingerprint)
+    earlier = context.instance.get_run_records(
+        RunsFilter(tags={TAXONOMY_VERSION_TAG: version}), limit=LOAD_ATTEMPTS + 1
+    )
+    done = [record for record in earlier if record.dagster_run.status == DagsterRunStatus.SUCCESS]
+    if done:
         return SensorResult(
-            skip_reason=f"this version of {path} was loaded once already (run {requested[0].run_id[:8]}, "
-            f"{status}); the next load comes when the file changes",
+            skip_reason=f"this version of {path} was loaded once already "
+            f"(run {done[0].dagster_run.run_id[:8]}); the next load comes when the file changes",
             cursor=fingerprint,
         )
-    request = RunRequest(run_key=run_key, tags={REASON_TAG: "taxonomy changed"})
+    failed = [record for record in earlier if record.dagster_run.status in ENDED_WITHOUT_SUCCESS]
+    if len(failed) >= LOAD_ATTEMPTS:
+        return SensorResult(
+            skip_reason=f"loading this version of {path} failed {len(failed)} times (last: run "
+            f"{failed[0].dagster_run.run_id[:8]}); the next load comes when the file changes, by "
+            "`pipeline run`, or from the UI",
+            cursor=fingerprint,
+        )
+    if failed:
+        ended = failed[0].end_time or failed[0].create_timestamp.timestamp()
+        wait = RETRY_AFTER_SECONDS * 2 ** (len(failed) - 1) - (time.time() - ended)
+        if wait > 0:
+            return SkipReason(
+                f"the last load of {path} failed (run {failed[0].dagster_run.run_id[:8]}); "
+                f"trying again in {wait:.0f} s"
+            )
+    request = RunRequest(
+        run_key=f"{version}-{len(failed)}",
+        tags={
+            REASON_TAG: "taxonomy changed" if not failed else "taxonomy load retried",
+            TAXONOMY_VERSION_TAG: version,
+        },
+    )
     return SensorResult(run_requests=[request], cursor=fingerprint)
 
 
+TAXONOMY_VERSION_TAG = "pipeline/taxonomy_version"
+LOAD_ATTEMPTS = 3
+RETRY_AFTER_SECONDS = 60.0
+ENDED_WITHOUT_SUCCESS = (DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED)
 IN_PROGRESS = [
     DagsterRunStatus.QUEUED,
     DagsterRunStatus.NOT_STARTED,

@@ -1,16 +1,21 @@
 """The taxonomy sensor asks for one load per version of the file (its `run_key`) and none while a load
-runs: a slow first load (ESCO's label vectors) used to pile up a run a minute, 4 for one demo taxonomy."""
+runs: a slow first load (ESCO's label vectors) used to pile up a run a minute, 4 for one demo taxonomy.
+A failed load is tried again after a wait, a few times: a daemon killed mid-load must not leave the
+taxonomy unloaded for good."""
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
+import pytest
 from dagster import DagsterInstance, DagsterRunStatus, SensorResult, SkipReason, build_sensor_context
 from dagster._core.storage.tags import RUN_KEY_TAG
 from dagster._core.test_utils import create_run_for_test
 
 from appdb.database import migrate, session_scope
+from plugins.postings import taxonomy_sensor
 from plugins.postings.store.taxonomy import load_taxonomy
 from plugins.postings.taxonomy_resource import TaxonomyResource
 from plugins.postings.taxonomy_sensor import skills_taxonomy_job, skills_taxonomy_sensor
@@ -24,7 +29,9 @@ def tick(instance: DagsterInstance, url: str, path: Path, cursor: str | None) ->
         return skills_taxonomy_sensor(context)
 
 
-def test_one_load_per_taxonomy_version_and_none_while_one_runs(sqlite_url: str, tmp_path: Path) -> None:
+def test_one_load_per_taxonomy_version_and_none_while_one_runs(
+    sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     migrate(sqlite_url)
     path = write_taxonomy(tmp_path / "skills.csv", [[URI + "python", "Python", "", "skill", ""]])
     with DagsterInstance.ephemeral() as instance:
@@ -37,20 +44,35 @@ def test_one_load_per_taxonomy_version_and_none_while_one_runs(sqlite_url: str, 
         load = create_run_for_test(
             instance,
             job_name=skills_taxonomy_job.name,
-            tags={RUN_KEY_TAG: request.run_key},
+            tags={RUN_KEY_TAG: request.run_key, **request.tags},
             status=DagsterRunStatus.STARTED,
         )
         waiting = tick(instance, sqlite_url, path, first.cursor)
         assert isinstance(waiting, SkipReason) and "under way" in waiting.skip_message
 
-        # it failed: the same version is not requested again, each minute, for ever
+        # it failed (a bad file, or the daemon killed mid-load): not again at once, each minute, for ever
         instance.report_run_failed(instance.get_run_by_id(load.run_id))
         again = tick(instance, sqlite_url, path, first.cursor)
-        assert isinstance(again, SensorResult) and not again.run_requests
-        assert (
-            "loaded once already" in again.skip_reason.skip_message
-            and "failure" in again.skip_reason.skip_message
-        )
+        assert isinstance(again, SkipReason) and "trying again in" in again.skip_message
+
+        # ... but after the wait, once more, under a new run key; and at most three times a version
+        now = time.time()
+        monkeypatch.setattr(taxonomy_sensor.time, "time", lambda: now + 61)
+        retry = tick(instance, sqlite_url, path, first.cursor)
+        assert isinstance(retry, SensorResult) and len(retry.run_requests) == 1
+        assert retry.run_requests[0].run_key != request.run_key
+        for _ in range(2):
+            failed = create_run_for_test(
+                instance,
+                job_name=skills_taxonomy_job.name,
+                tags=dict(request.tags),
+                status=DagsterRunStatus.STARTED,
+            )
+            instance.report_run_failed(instance.get_run_by_id(failed.run_id))
+        monkeypatch.setattr(taxonomy_sensor.time, "time", lambda: now + 3600)
+        given_up = tick(instance, sqlite_url, path, first.cursor)
+        assert isinstance(given_up, SensorResult) and not given_up.run_requests
+        assert "failed 3 times" in given_up.skip_reason.skip_message
 
         # a changed file is a new version: one load of it
         write_taxonomy(path, [[URI + "sql", "SQL", "", "skill", ""]])
