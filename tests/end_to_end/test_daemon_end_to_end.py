@@ -212,9 +212,13 @@ def test_lineage_and_metadata_through_graphql(
         )
         for node in nodes
     }
-    assert lineage["posting_summary"] == (["postings"], [])
-    assert lineage["posting_skills"] == (["postings"], ["skill_entities"])
-    assert lineage["skill_entities"] == (["posting_skills", "postings", "skills_taxonomy"], [])
+    # downstream of every use case: the enriched postings table users build on (docs/outputs.md)
+    assert lineage["posting_summary"] == (["postings"], ["enriched_postings"])
+    assert lineage["posting_skills"] == (["postings"], ["enriched_postings", "skill_entities"])
+    assert lineage["skill_entities"] == (
+        ["posting_skills", "postings", "skills_taxonomy"],
+        ["enriched_postings"],
+    )
 
     variables = {"key": {"path": ["posting_summary"]}, "partition": key}
     materialization = live.graphql(MATERIALIZATION, variables)["assetOrError"]["assetMaterializations"][0]
