@@ -6,9 +6,9 @@ loading a changed file makes the resolved skills stale, and their sensor picks t
 One load per version of the file: each request carries the file's fingerprint (tag
 `pipeline/taxonomy_version`, and in its `run_key`), and the sensor asks for nothing while a load runs or
 once a load of that version succeeded, so a slow first load (ESCO's label vectors) no longer piles up a
-run a minute. A failed load (a bad file, a process killed mid-load) is tried again after 1, then 2
-minutes, at most `LOAD_ATTEMPTS` times per version; then it waits for the file to change, `pipeline
-run`, or a launch from the UI. Without the retries a daemon killed while loading left the taxonomy
+run a minute. A failed load (a bad file, a process killed mid-load) is tried again at the next tick,
+then a minute later, at most `LOAD_ATTEMPTS` times per version; then it waits for the file to change,
+`pipeline run`, or a launch from the UI. Without the retries a daemon killed while loading left the taxonomy
 unloaded, and skill resolution waiting, for good.
 """
 
@@ -90,7 +90,7 @@ def skills_taxonomy_sensor(
         )
     if failed:
         ended = failed[0].end_time or failed[0].create_timestamp.timestamp()
-        wait = RETRY_AFTER_SECONDS * 2 ** (len(failed) - 1) - (time.time() - ended)
+        wait = RETRY_AFTER_SECONDS * (len(failed) - 1) - (time.time() - ended)
         if wait > 0:
             return SkipReason(
                 f"the last load of {path} failed (run {failed[0].dagster_run.run_id[:8]}); "

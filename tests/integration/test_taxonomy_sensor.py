@@ -50,25 +50,32 @@ def test_one_load_per_taxonomy_version_and_none_while_one_runs(
         waiting = tick(instance, sqlite_url, path, first.cursor)
         assert isinstance(waiting, SkipReason) and "under way" in waiting.skip_message
 
-        # it failed (a bad file, or the daemon killed mid-load): not again at once, each minute, for ever
+        # it failed (a bad file, or the daemon killed mid-load): tried again at the next tick, under a
+        # new run key; a second failure waits a minute; a version is tried at most three times
         instance.report_run_failed(instance.get_run_by_id(load.run_id))
-        again = tick(instance, sqlite_url, path, first.cursor)
-        assert isinstance(again, SkipReason) and "trying again in" in again.skip_message
-
-        # ... but after the wait, once more, under a new run key; and at most three times a version
-        now = time.time()
-        monkeypatch.setattr(taxonomy_sensor.time, "time", lambda: now + 61)
         retry = tick(instance, sqlite_url, path, first.cursor)
         assert isinstance(retry, SensorResult) and len(retry.run_requests) == 1
         assert retry.run_requests[0].run_key != request.run_key
-        for _ in range(2):
-            failed = create_run_for_test(
-                instance,
-                job_name=skills_taxonomy_job.name,
-                tags=dict(request.tags),
-                status=DagsterRunStatus.STARTED,
-            )
-            instance.report_run_failed(instance.get_run_by_id(failed.run_id))
+        second = create_run_for_test(
+            instance,
+            job_name=skills_taxonomy_job.name,
+            tags=dict(request.tags),
+            status=DagsterRunStatus.STARTED,
+        )
+        instance.report_run_failed(instance.get_run_by_id(second.run_id))
+        again = tick(instance, sqlite_url, path, first.cursor)
+        assert isinstance(again, SkipReason) and "trying again in" in again.skip_message
+        now = time.time()
+        monkeypatch.setattr(taxonomy_sensor.time, "time", lambda: now + 61)
+        third = tick(instance, sqlite_url, path, first.cursor)
+        assert isinstance(third, SensorResult) and len(third.run_requests) == 1
+        failed = create_run_for_test(
+            instance,
+            job_name=skills_taxonomy_job.name,
+            tags=dict(request.tags),
+            status=DagsterRunStatus.STARTED,
+        )
+        instance.report_run_failed(instance.get_run_by_id(failed.run_id))
         monkeypatch.setattr(taxonomy_sensor.time, "time", lambda: now + 3600)
         given_up = tick(instance, sqlite_url, path, first.cursor)
         assert isinstance(given_up, SensorResult) and not given_up.run_requests
