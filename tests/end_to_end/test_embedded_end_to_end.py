@@ -61,7 +61,7 @@ def test_embedded_model_summarizes_a_batch_in_one_run_and_trace_shows_the_exact_
 
     monkeypatch.setenv("PIPELINE_DATABASE_URL", sqlite_url)
     report = tmp_path / "trace.md"
-    assert main(["trace", "p-2", "--markdown", str(report)]) == 0
+    assert main(["trace", "p-2", "--full", "--markdown", str(report)]) == 0
     printed = capsys.readouterr().out
     assert "output: current" in printed
     assert interactions["p-2"].raw_response.splitlines()[0] in printed
