@@ -18,6 +18,7 @@ import time
 
 from dagster import (
     AssetKey,
+    DagsterInstance,
     DagsterRunStatus,
     DefaultSensorStatus,
     RunRequest,
@@ -29,10 +30,13 @@ from dagster import (
     sensor,
 )
 
+from appdb import heartbeats
 from assets.run_tags import REASON_TAG
 from plugins.postings.store.taxonomy import loaded_taxonomy_hash
 from plugins.postings.taxonomy_resource import TaxonomyResource
 from resources.app_database import AppDatabase
+from resources.run_heartbeat import dead_after_seconds
+from sensors.run_liveness import SILENT_GRACE_SECONDS, fail_run
 
 TAXONOMY_ASSET = "skills_taxonomy"
 
@@ -65,10 +69,12 @@ def skills_taxonomy_sensor(
     running = context.instance.get_runs(
         RunsFilter(job_name=skills_taxonomy_job.name, statuses=IN_PROGRESS), limit=1
     )
-    if running:
+    if running and not _load_died(context.instance, app_db, running[0].run_id):
         return SkipReason(
             f"a load of the taxonomy is under way (run {running[0].run_id[:8]}); waiting for it"
         )
+    if running:  # its process died (a host loss): Dagster's default launcher never sees it, so say so
+        fail_run(context.instance, running[0].run_id, "the taxonomy load's process died (no heartbeat)")
     version = taxonomy_run_key(fingerprint)
     earlier = context.instance.get_run_records(
         RunsFilter(tags={TAXONOMY_VERSION_TAG: version}), limit=LOAD_ATTEMPTS + 1
@@ -104,6 +110,21 @@ def skills_taxonomy_sensor(
         },
     )
     return SensorResult(run_requests=[request], cursor=fingerprint)
+
+
+def _load_died(instance: DagsterInstance, app_db: AppDatabase, run_id: str) -> bool:
+    """A started load whose heartbeat stopped, or that never beat long after it started: killed with
+    its process. (A queued or starting run is Dagster's run monitoring's to time out.)"""
+    record = instance.get_run_record_by_id(run_id)
+    if record is None or record.dagster_run.status != DagsterRunStatus.STARTED:
+        return False
+    with app_db.session() as session:
+        beat = heartbeats.heartbeats_of(session, [run_id]).get(run_id)
+    dead_after = dead_after_seconds(app_db.heartbeat_seconds)
+    if beat is None:
+        started = record.start_time or record.create_timestamp.timestamp()
+        return time.time() - started > dead_after + SILENT_GRACE_SECONDS
+    return beat.state != "alive" or beat.age_seconds() > dead_after
 
 
 TAXONOMY_VERSION_TAG = "pipeline/taxonomy_version"

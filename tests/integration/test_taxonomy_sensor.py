@@ -93,3 +93,29 @@ def test_one_load_per_taxonomy_version_and_none_while_one_runs(
             load_taxonomy(session, path)
         done = tick(instance, sqlite_url, path, changed.cursor)
         assert isinstance(done, SkipReason) and "unchanged and loaded" in done.skip_message
+
+
+def test_a_load_killed_with_its_host_is_failed_and_tried_again(
+    sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A load whose process died before its first beat stays STARTED for ever under Dagster's default
+    launcher: waiting for it left the taxonomy unloaded and skill resolution stuck after a host loss."""
+    migrate(sqlite_url)
+    path = write_taxonomy(tmp_path / "skills.csv", [[URI + "python", "Python", "", "skill", ""]])
+    with DagsterInstance.ephemeral() as instance:
+        first = tick(instance, sqlite_url, path, None)
+        [request] = first.run_requests
+        killed = create_run_for_test(
+            instance,
+            job_name=skills_taxonomy_job.name,
+            tags={RUN_KEY_TAG: request.run_key, **request.tags},
+            status=DagsterRunStatus.STARTED,
+        )
+        young = tick(instance, sqlite_url, path, first.cursor)  # just started: it may still be loading
+        assert isinstance(young, SkipReason) and "under way" in young.skip_message
+
+        now = time.time()
+        monkeypatch.setattr(taxonomy_sensor.time, "time", lambda: now + 120)  # never beat, 2 min on
+        retry = tick(instance, sqlite_url, path, first.cursor)
+        assert isinstance(retry, SensorResult) and len(retry.run_requests) == 1
+        assert instance.get_run_by_id(killed.run_id).status == DagsterRunStatus.FAILURE
