@@ -37,7 +37,7 @@ def enriched_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, app_db_url: str
 
 def trace_outputs(key: str, capsys: pytest.CaptureFixture[str]) -> dict[str, dict[str, Any]]:
     """What `pipeline trace KEY` prints per use case: the current output, its model, version and time."""
-    assert main(["trace", key]) == 0
+    assert main(["trace", key, "--full"]) == 0
     text = capsys.readouterr().out
     found: dict[str, dict[str, Any]] = {}
     for section in re.split(r"^== ", text, flags=re.M)[1:]:
