@@ -121,7 +121,11 @@ def simulated_hosts(count: int, latency_ms: float, parallel: int) -> Iterator[li
         for process in processes:
             if process.poll() is None:
                 process.terminate()
-                process.wait(timeout=10)
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:  # a loaded machine: it did not get the CPU to exit
+                    process.kill()
+                    process.wait()
 
 
 @contextmanager
