@@ -118,17 +118,7 @@ class EmbeddedLLMResource(LLMResource):
                     f"generated, but {model} runs with n_ctx={self.n_ctx}"
                 )
             started = time.perf_counter()
-            result = handle.llm.create_completion(
-                text,
-                max_tokens=max_tokens,
-                temperature=float(options["temperature"]),
-                top_p=float(options.get("top_p", 0.95)),
-                top_k=int(options.get("top_k", 40)),
-                repeat_penalty=float(options["repeat_penalty"]),
-                seed=options.get("seed"),
-                stop=options.get("stop") or [],
-                grammar=handle.grammar(schema) if schema else None,
-            )
+            result = handle.llm.create_completion(text, **_sampling(handle, options, schema, max_tokens))
             latency_ms = (time.perf_counter() - started) * 1000
         usage = result.get("usage", {})
         return Generation(
@@ -152,15 +142,7 @@ class EmbeddedLLMResource(LLMResource):
             started = time.perf_counter()
             try:
                 result = handle.llm.create_chat_completion(
-                    messages=messages,
-                    max_tokens=max_tokens,
-                    temperature=float(options["temperature"]),
-                    top_p=float(options.get("top_p", 0.95)),
-                    top_k=int(options.get("top_k", 40)),
-                    repeat_penalty=float(options["repeat_penalty"]),
-                    seed=options.get("seed"),
-                    stop=options.get("stop") or [],
-                    grammar=handle.grammar(schema) if schema else None,
+                    messages=messages, **_sampling(handle, options, schema, max_tokens)
                 )
             except ValueError as exc:  # the prompt does not fit the context, among others
                 raise ItemError(f"{model} in chat form: {exc}") from exc
@@ -192,3 +174,19 @@ class _LoadedModel:
         if key not in self._grammars:
             self._grammars[key] = LlamaGrammar.from_json_schema(key, verbose=False)
         return self._grammars[key]
+
+
+def _sampling(
+    handle: _LoadedModel, options: dict[str, Any], schema: dict[str, Any] | None, max_tokens: int
+) -> dict[str, Any]:
+    """llama.cpp's sampling arguments from a call's options, the same for completion and chat."""
+    return {
+        "max_tokens": max_tokens,
+        "temperature": float(options["temperature"]),
+        "top_p": float(options.get("top_p", 0.95)),
+        "top_k": int(options.get("top_k", 40)),
+        "repeat_penalty": float(options["repeat_penalty"]),
+        "seed": options.get("seed"),
+        "stop": options.get("stop") or [],
+        "grammar": handle.grammar(schema) if schema else None,
+    }
