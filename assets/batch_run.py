@@ -31,6 +31,7 @@ from dagster import (
 from appdb import claims, discovery, inputs, pauses
 from assets.batch_state import BatchOutcome, BatchRun
 from assets.chain_runner import run_chain
+from assets.check_reports import reported_checks
 from assets.gym_checks import after_batch
 from assets.host_turns import host_turn
 from assets.outputs import record_run_cost
@@ -82,8 +83,9 @@ def process_batch(
     record_run_cost(run)
     outcome = run.outcome
     outcome.skipped_current, outcome.skipped_held_elsewhere = skipped_current, skipped_held_elsewhere
-    yield from check_results(use_case, outcome)
-    yield from after_batch(run)  # review items, judge
+    # evaluations recorded when evaluated, naming this run's materialization (check_reports.py)
+    checks = [*check_results(use_case, outcome), *after_batch(run)]  # after_batch: review items, judge
+    yield from reported_checks(context, use_case.name, outcome, checks)
     if outcome.parked:
         yield from _recorded_current(run, keys, todo)
         raise Failure(
