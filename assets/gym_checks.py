@@ -40,7 +40,7 @@ from dagster._core.definitions.unresolved_asset_job_definition import Unresolved
 from appdb import inputs, interactions, review
 from assets.batch_state import BatchRun
 from assets.llm_calls import LLMRequest, call_llm, generate_in_order
-from assets.outputs import record_call
+from assets.outputs import reasons_table, record_call
 from assets.run_tags import WORK_GROUP_TAG
 from domain.language.chat_prompts import CHAT_STYLE, messages_text
 from domain.language.declaration import SCRIPT_BACKEND, UseCase
@@ -350,7 +350,7 @@ def judge_check_result(
     if current.overall is not None:
         metadata["current_overall"] = MetadataValue.float(round(current.overall, 3))
     if errors:
-        metadata["errors"] = MetadataValue.json(dict(errors))
+        metadata["errors"] = reasons_table(errors, "subject")
     if refusal:
         metadata["judge_refused"] = refusal
     if gym.judge_sample == 0:
