@@ -31,9 +31,10 @@ from dagster import (
 from appdb import claims, discovery, inputs, pauses
 from assets.batch_state import BatchOutcome, BatchRun
 from assets.chain_runner import run_chain
+from assets.check_reports import reported_checks
 from assets.gym_checks import after_batch
 from assets.host_turns import host_turn
-from assets.outputs import record_run_cost
+from assets.outputs import reasons_table, record_run_cost
 from assets.provenance import provenance_for, with_provenance
 from assets.run_tags import run_source
 from assets.single_call import run_single_calls
@@ -82,8 +83,9 @@ def process_batch(
     record_run_cost(run)
     outcome = run.outcome
     outcome.skipped_current, outcome.skipped_held_elsewhere = skipped_current, skipped_held_elsewhere
-    yield from check_results(use_case, outcome)
-    yield from after_batch(run)  # review items, judge
+    # evaluations recorded when evaluated, naming this run's materialization (check_reports.py)
+    checks = [*check_results(use_case, outcome), *after_batch(run)]  # after_batch: review items, judge
+    yield from reported_checks(context, use_case.name, outcome, checks)
     if outcome.parked:
         yield from _recorded_current(run, keys, todo)
         raise Failure(
@@ -181,7 +183,7 @@ def check_results(use_case: UseCase, outcome: BatchOutcome) -> Iterator[AssetChe
             "skipped_held_elsewhere": outcome.skipped_held_elsewhere,
             # a script's runs call no model: no line of zeros to plot
             **({"llm_seconds": round(outcome.llm_ms / 1000, 2)} if use_case.uses_llm else {}),
-            "failures": MetadataValue.json(dict(list(outcome.failed.items())[:50])),
+            "failures": reasons_table(outcome.failed, use_case.subject.noun),
             **_figures(use_case, outcome),
         },
     )
@@ -201,7 +203,7 @@ def check_results(use_case: UseCase, outcome: BatchOutcome) -> Iterator[AssetChe
             metadata={
                 "checked": len(outcome.outputs),
                 "failing": len(failing),
-                f"failing_{use_case.subject_kind}": MetadataValue.json(dict(list(failing.items())[:50])),
+                f"failing_{use_case.subject_kind}": reasons_table(failing, use_case.subject.noun),
             },
         )
 

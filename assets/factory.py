@@ -24,12 +24,13 @@ from dagster import (
     AssetExecutionContext,
     AssetKey,
     AssetsDefinition,
+    AssetSpec,
     BackfillPolicy,
     BetaWarning,
     Config,
-    asset,
     define_asset_job,
     in_process_executor,
+    multi_asset,
 )
 
 # The type `define_asset_job` returns; Dagster does not export it at the top level (a type hint only).
@@ -148,32 +149,40 @@ def build_use_case_asset(use_case: UseCase, spec: WorkSpec, first_in_run: bool =
         *gym_check_specs(use_case),
     ]
 
-    @asset(
+    # a multi-asset of one, so that a batch job can run it without planning its checks (each run
+    # reports them as evaluations of its own materializations: assets/check_reports.py)
+    @multi_asset(
         name=use_case.name,
-        description=use_case.description,
-        partitions_def=partitions_for(use_case.subject_kind),
-        deps=[
-            AssetKey(use_case.subject_kind),  # its subjects' source asset (`postings`, `autodo`)
-            *(AssetKey(name) for name in (*use_case.upstream, *use_case.reference_inputs)),
+        specs=[
+            AssetSpec(
+                use_case.name,
+                description=use_case.description,
+                partitions_def=partitions_for(use_case.subject_kind),
+                deps=[
+                    AssetKey(use_case.subject_kind),  # its subjects' source asset (`postings`, `autodo`)
+                    *(AssetKey(name) for name in (*use_case.upstream, *use_case.reference_inputs)),
+                ],
+                code_version=code_version(use_case),
+                skippable=True,
+                kinds={"python"},
+                group_name="enrichment",
+                metadata={
+                    "model": model_label(use_case),
+                    "use_case_version": use_case.version,
+                    "batch_size": use_case.batch_size,
+                },
+            )
         ],
-        code_version=code_version(use_case),
-        output_required=False,
+        can_subset=True,
         backfill_policy=BackfillPolicy.multi_run(max_partitions_per_run=use_case.batch_size),
         check_specs=check_specs,
         pool=LLM_POOL if use_case.uses_llm else None,
         op_tags={STEP_PRIORITY_TAG: "1"} if first_in_run else None,
-        kinds={"python"},
-        group_name="enrichment",
         required_resource_keys={
             "app_db",
             "gym",
             *use_case.resources,
             *((llm_resource_key(use_case),) if use_case.uses_llm else ()),
-        },
-        metadata={
-            "model": model_label(use_case),
-            "use_case_version": use_case.version,
-            "batch_size": use_case.batch_size,
         },
     )
     def _use_case_asset(context: AssetExecutionContext, config: UseCaseRunConfig) -> Iterator[Any]:

@@ -40,7 +40,7 @@ from dagster._core.definitions.unresolved_asset_job_definition import Unresolved
 from appdb import inputs, interactions, review
 from assets.batch_state import BatchRun
 from assets.llm_calls import LLMRequest, call_llm, generate_in_order
-from assets.outputs import record_call
+from assets.outputs import reasons_table, record_call
 from assets.run_tags import WORK_GROUP_TAG
 from domain.language.chat_prompts import CHAT_STYLE, messages_text
 from domain.language.declaration import SCRIPT_BACKEND, UseCase
@@ -350,7 +350,7 @@ def judge_check_result(
     if current.overall is not None:
         metadata["current_overall"] = MetadataValue.float(round(current.overall, 3))
     if errors:
-        metadata["errors"] = MetadataValue.json(dict(errors))
+        metadata["errors"] = reasons_table(errors, "subject")
     if refusal:
         metadata["judge_refused"] = refusal
     if gym.judge_sample == 0:
@@ -390,10 +390,11 @@ def build_gold_check(use_case: UseCase) -> AssetChecksDefinition:
 
 
 def batch_selection(assets: Sequence[AssetsDefinition]) -> AssetSelection:
-    """What a batch job runs: the assets and the checks they report themselves, not the gold
-    checks (those run in `gym_evaluation_job`; in a batch run they would only show as skipped)."""
-    own_checks = [key for asset in assets for key in asset.check_keys]
-    return AssetSelection.assets(*assets).without_checks() | AssetSelection.checks(*own_checks)
+    """What a batch job runs: the assets, without planning their checks. Each run reports the checks'
+    results as evaluations of its own materializations (`assets/check_reports.py`): a check planned by
+    the run would show "Not evaluated" in the UI when runs overlap. The gold checks run in
+    `gym_evaluation_job`."""
+    return AssetSelection.assets(*assets).without_checks()
 
 
 def build_gym_job(checks: list[AssetChecksDefinition]) -> UnresolvedAssetJobDefinition:

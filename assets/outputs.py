@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from dagster import AssetMaterialization, MetadataValue
+from dagster import AssetMaterialization, MetadataValue, TableColumn, TableRecord, TableSchema
 
 from appdb import claims, events, interactions
 from appdb.models import UseCaseOutput, utcnow
@@ -20,6 +20,7 @@ from domain.language.declaration import UseCase, model_label
 from domain.language.llm_types import Generation
 
 PREVIEW_CHARS = 300
+PREVIEW_ROWS = 50
 
 
 def record_call(
@@ -178,9 +179,49 @@ def keep_unchanged(run: BatchRun, key: str, previous: UseCaseOutput) -> None:
 
 
 def output_preview(use_case: UseCase, output: Mapping[str, Any]) -> MetadataValue:
-    """The materialization's preview: the declared field, else the whole output, cut short."""
-    text = str(output.get(use_case.preview_field, "")) if use_case.preview_field else json.dumps(output)
-    return MetadataValue.text(text[:PREVIEW_CHARS])
+    """The materialization's preview: the declared field (a list of objects, such as skills, as a table
+    with a column per plain field of its schema), else the whole output as text, cut short."""
+    if not use_case.preview_field:
+        return MetadataValue.text(json.dumps(output)[:PREVIEW_CHARS])
+    value = output.get(use_case.preview_field, "")
+    columns = table_columns(use_case.output_schema, use_case.preview_field)
+    if isinstance(value, list) and columns:
+        rows = [item for item in value if isinstance(item, Mapping)][:PREVIEW_ROWS]
+        return MetadataValue.table(
+            [TableRecord({name: _cell(row.get(name)) for name, _ in columns}) for row in rows],
+            schema=TableSchema([TableColumn(name, kind) for name, kind in columns]),
+        )
+    return MetadataValue.text(str(value)[:PREVIEW_CHARS])
+
+
+_TABLE_TYPES = {"string": "string", "integer": "int", "number": "float", "boolean": "bool"}
+
+
+def table_columns(schema: Mapping[str, Any], field: str) -> list[tuple[str, str]]:
+    """(name, Dagster column type) of each plain field of the objects listed in `field`, in the schema's
+    order; nested lists and objects are left out (a cell holds one value). Empty: not a list of objects."""
+    items = schema.get("properties", {}).get(field, {}).get("items", {})
+    columns = []
+    for name, spec in items.get("properties", {}).items():
+        types = spec.get("type", "string" if "enum" in spec else None)
+        types = [types] if isinstance(types, str) else [kind for kind in types or () if kind != "null"]
+        if len(types) == 1 and types[0] in _TABLE_TYPES:
+            columns.append((name, _TABLE_TYPES[types[0]]))
+    return columns
+
+
+def _cell(value: Any) -> str | int | float | bool | None:
+    return value if value is None or isinstance(value, str | int | float | bool) else json.dumps(value)
+
+
+def reasons_table(reasons: Mapping[str, str], noun: str, limit: int = 50) -> MetadataValue:
+    """Subjects (a column named by their `noun`) and why they failed, as a table the UI shows row by row
+    (the first `limit`)."""
+    key_name = noun.replace(" ", "_")
+    return MetadataValue.table(
+        [TableRecord({key_name: key, "reason": reason}) for key, reason in list(reasons.items())[:limit]],
+        schema=TableSchema([TableColumn(key_name, "string"), TableColumn("reason", "string")]),
+    )
 
 
 def output_materialization(

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from appdb.database import session_scope
 from domain.core.merge import resolve_merge
-from pipeline_defs.cli.terminal import EXIT_ERROR, EXIT_REJECTED
+from pipeline_defs.cli.terminal import EXIT_ERROR, EXIT_REJECTED, safe_text
 from pipeline_defs.settings import Settings
-from plugins.postings.store.ingest import ingest_files
+from plugins.postings.store.ingest import IngestReport, ingest_files
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -41,4 +41,29 @@ def cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
     for rejection in report.rejected:
         print(f"rejected {rejection}", file=sys.stderr)
     print(f"ingested {report.accepted} postings: {report.summary()}")
+    record_in_dagster(settings, report, "pipeline ingest")
     return EXIT_REJECTED if report.rejected else 0
+
+
+def record_in_dagster(settings: Settings, report: IngestReport, source: str) -> None:
+    """Tell Dagster the postings were loaded (a materialization of `postings` in its storage: the UI's
+    backfills then see their input as materialized). Only when rows were added or changed; Dagster is
+    imported only then. A failure here is a warning: the postings are loaded and the sensors find them."""
+    if not (report.inserted or report.updated):
+        return
+    try:
+        from dagster import DagsterInstance
+
+        from pipeline_defs.dagster_home import ensure_dagster_home
+        from plugins.postings.postings_asset import report_ingest
+        from plugins.postings.store.postings_kind import POSTINGS
+
+        ensure_dagster_home(settings)
+        with session_scope(settings.database_url) as session:
+            total = POSTINGS.table.count(session)
+        with DagsterInstance.get() as instance:
+            report_ingest(instance, report, total, source)
+    except Exception as exc:  # the load itself is done and committed
+        print(
+            f"warning: the load was not recorded in Dagster's storage: {safe_text(str(exc))}", file=sys.stderr
+        )

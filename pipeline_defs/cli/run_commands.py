@@ -10,6 +10,7 @@ from appdb import reports
 from appdb.database import session_scope
 from appdb.redaction import redact
 from pipeline_defs.catalog import declared_use_cases
+from pipeline_defs.cli.ingest_command import record_in_dagster
 from pipeline_defs.cli.progress import RunProgress, add_progress_argument, progress_wanted, terminal_stream
 from pipeline_defs.cli.terminal import EXIT_ERROR, clip, one_line
 from pipeline_defs.settings import PROJECT_ROOT, Settings, running_from_a_clone
@@ -113,6 +114,7 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
     with session_scope(settings.database_url) as session:
         report = ingest_files(session, [DEMO_POSTINGS])
     print(f"demo postings: {report.summary()}")
+    record_in_dagster(settings, report, "pipeline demo")
     print(
         f"summarizing and extracting skills with the {settings.llm_backend} backend "
         "(several seconds per posting on a CPU) ...",

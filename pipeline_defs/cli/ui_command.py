@@ -53,6 +53,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def cmd_ui(settings: Settings, args: argparse.Namespace) -> int:
     from dagster._cli import dev as dagster_dev
+    from dagster_shared.cli import WorkspaceOpts
 
     from pipeline_defs.dagster_home import ensure_dagster_home
 
@@ -73,11 +74,18 @@ def cmd_ui(settings: Settings, args: argparse.Namespace) -> int:
     workspace = workspace_file(settings)
     try:
         with output_through_safe_text():
-            dagster_dev.dev_command.main(
-                args=["-h", "127.0.0.1", "-p", str(args.port), "-w", workspace],
-                prog_name="dagster dev",
-                auto_envvar_prefix="DAGSTER_CLI",
-                standalone_mode=False,
+            # dagster dev's body, not its click command: the command warns on every start that it is
+            # superseded by `dg dev` (docs/operations.md says why `pipeline ui` stays the way in)
+            dagster_dev.dev_command_impl(
+                code_server_log_level="warning",
+                log_level="info",
+                log_format="colored",
+                port=str(args.port),
+                host="127.0.0.1",
+                use_legacy_code_server_behavior=False,
+                shutdown_pipe=None,
+                verbose=False,
+                workspace_opts=WorkspaceOpts(workspace=[workspace]),
             )
     except KeyboardInterrupt:
         pass

@@ -181,7 +181,7 @@ def test_bad_postings_and_bad_answers_end_as_rejections_item_errors_or_outputs(
 
     [check] = [e for e in result.get_asset_check_evaluations() if e.check_name == "outputs_valid"]
     assert not check.passed  # the run says which postings failed, and why
-    assert set(check.metadata["failures"].value) == failing
+    assert {row.data["posting"] for row in check.metadata["failures"].records} == failing
 
 
 def _fields(posting: Posting) -> dict[str, Any]:

@@ -169,10 +169,10 @@ def test_a_blocked_output_is_not_stored_and_its_check_names_the_posting(gym) -> 
 
     loop_check = evaluations["summary_not_degenerate"]
     assert not loop_check.passed and loop_check.severity == AssetCheckSeverity.ERROR
-    assert list(loop_check.metadata["failing_postings"].value) == ["g-3"]
+    assert [row.data["posting"] for row in loop_check.metadata["failing_postings"].records] == ["g-3"]
     length_check = evaluations["summary_length"]
     assert not length_check.passed and length_check.severity == AssetCheckSeverity.WARN
-    assert list(length_check.metadata["failing_postings"].value) == ["g-2"]
+    assert [row.data["posting"] for row in length_check.metadata["failing_postings"].records] == ["g-2"]
     assert evaluations["summary_not_a_copy"].passed
     with session_scope(url) as session:
         stored = set(session.scalars(select(UseCaseOutput.subject_key)))

@@ -120,7 +120,7 @@ def test_no_command_prints_a_password(
         os.write(1, f"webserver: {os.environ['PIPELINE_DAGSTER_POSTGRES_URL']} {HOSTILE}\n".encode())
         os.write(2, f"daemon: cannot reach {os.environ['OLLAMA_HOST']}\n".encode())
 
-    monkeypatch.setattr(dagster_dev.dev_command, "main", dagster_dev_writes_the_environment)
+    monkeypatch.setattr(dagster_dev, "dev_command_impl", dagster_dev_writes_the_environment)
     monkeypatch.setattr(os, "execv", lambda *_: dagster_dev_writes_the_environment())  # the old `ui`
     main(["ui", "--port", str(free_port())])
     captured = capfd.readouterr()

@@ -26,12 +26,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dagster import DagsterInstance
 from sqlalchemy import select
 
 from appdb.database import dispose, migrate, session_scope
 from appdb.models import UseCaseOutput
 from pipeline_defs.settings import PROJECT_ROOT
+from plugins.postings.postings_asset import report_ingest
 from plugins.postings.store.ingest import ingest_files
+from plugins.postings.store.postings_kind import POSTINGS
 from tests.support.fake_ollama_server import FakeOllamaServer
 from tests.support.postings import write_jsonl
 
@@ -115,7 +118,10 @@ class LivePipeline:
         path = write_jsonl(self.work_dir / f"{name}.jsonl", rows)
         with session_scope(self.app_db_url) as session:
             report = ingest_files(session, [path])
+            total = POSTINGS.table.count(session)
         assert not report.rejected, report.rejected
+        with DagsterInstance.from_config(str(self.dagster_home)) as instance:  # as `pipeline ingest` does
+            report_ingest(instance, report, total, "test")
 
     def outputs(self, keys: list[str]) -> dict[tuple[str, str], UseCaseOutput]:
         with session_scope(self.app_db_url) as session:

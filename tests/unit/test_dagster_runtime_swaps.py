@@ -56,3 +56,15 @@ def test_dagster_dev_starts_its_processes_through_its_modules_opener() -> None:
     source = inspect.getsource(dagster_dev.dev_command_impl)
     assert 'open_ipc_subprocess(\n                [sys.executable, "-m", "dagster_webserver"]' in source
     assert '"-m",\n                    "dagster._daemon",\n                    "run",' in source
+
+
+def test_pipeline_ui_calls_dagster_devs_body_which_warns_of_nothing() -> None:
+    """`pipeline ui` calls `dev_command_impl` with the arguments of its signature (the click command
+    around it warned on every start that `dagster dev` is superseded by `dg dev`)."""
+    from dagster._cli import dev as dagster_dev
+
+    parameters = inspect.signature(dagster_dev.dev_command_impl).parameters
+    assert {"port", "host", "workspace_opts", "shutdown_pipe", "use_legacy_code_server_behavior"} <= set(
+        parameters
+    )
+    assert "superseded" not in inspect.getsource(dagster_dev.dev_command_impl)

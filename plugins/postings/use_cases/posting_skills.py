@@ -426,6 +426,7 @@ POSTING_SKILLS = UseCase(
     display=skills_display,
     review_edits=SKILLS_EDITS,
     run_figures=skills_figures,
+    preview_field="skills",  # a table in the UI: mention, kind, evidence, field, offsets
 )
 
 
@@ -474,6 +475,7 @@ def verified_skills(model: str) -> UseCase:
         display=skills_display,
         review_edits=SKILLS_EDITS,
         run_figures=skills_figures,
+        preview_field="skills",
     )
 
 
@@ -501,6 +503,7 @@ POSTING_SKILLS_LLM = UseCase(
     display=skills_display,
     review_edits=SKILLS_EDITS,
     run_figures=skills_figures,
+    preview_field="skills",  # a table in the UI: mention, kind, evidence, field, offsets
 )
 
 

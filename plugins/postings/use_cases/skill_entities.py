@@ -207,6 +207,7 @@ SKILL_ENTITIES = UseCase(
     ),
     gold_items=entities_gold_items,
     run_figures=resolution_figures,
+    preview_field="entities",  # a table in the UI: mention, concept, confidence, stage
     display=entities_display,
     review_edits=(ReviewEdit((CONCEPT,), edit_concepts),),
 )
