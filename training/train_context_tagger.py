@@ -46,8 +46,7 @@ from plugins.postings.skills.context_tagger import (
 from plugins.postings.skills.embeddings import MiniLMEmbeddings
 from plugins.postings.skills.mention_grounding import MENTION_KINDS, Mention, Token
 from plugins.postings.skills.skill_tagger import CLUSTERS_FILE, MODEL_DIR, WordClusters, sentences
-from training.calibrate_context_tagger import calibrate
-from training.span_corpus import GoldDocument, load_conll, load_skillspan, score_mentions
+from training.span_corpus import GoldDocument, load_skillspan, score_mentions
 from training.train_skill_tagger import (
     ATTRIBUTION,
     CLUSTER_SIZES,
@@ -288,15 +287,6 @@ def train_setting(
     return best
 
 
-def default_cache() -> Path:
-    """Where MiniLM's word vectors of the training and dev sentences are kept between runs."""
-    return (
-        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-        / "posting-enrichment"
-        / "context_tagger"
-    )
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir")
@@ -304,7 +294,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cache",
         type=Path,
-        default=default_cache(),
+        default=Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        / "posting-enrichment"
+        / "context_tagger",
         help="where MiniLM's word vectors of the two splits are kept between runs",
     )
     parser.add_argument(
@@ -354,20 +346,6 @@ def main(argv: list[str] | None = None) -> int:
         args.out / f"{CONTEXT_MODEL_NAME}.npz",
         **{name: value.astype(np.float16) for name, value in weights.items()},
     )
-    # The decoding bias per kind, chosen on dev with the NumPy head (`calibrate_context_tagger`).
-    tagger = ContextTagger(ContextHead(weights, layers, clusters if with_clusters else None), encoder=None)
-    sayfullina_path = data_dir / "sayfullina_softskills" / "sayfullina_dev.conll"
-    sayfullina = (
-        build_corpus(load_conll(sayfullina_path, "skill", "sayfullina-"), encoder, args.cache)
-        if sayfullina_path.is_file()
-        else None
-    )
-    _, decoding = calibrate(tagger, dev, sayfullina)
-    print(
-        f"decoding bias {decoding['o_bias']}: dev {decoding['dev_scores_unbiased']} -> "
-        f"{ {k: round(v['strict']['f1'], 4) for k, v in decoding['dev_scores'].items()} }",
-        flush=True,
-    )
     usage = resource.getrusage(resource.RUSAGE_SELF)
     card = {
         "model": "BiLSTM head with two linear-chain CRFs (skill, knowledge; BIO) over MiniLM word vectors",
@@ -392,7 +370,6 @@ def main(argv: list[str] | None = None) -> int:
         "SkillSpan dev (kinds together); dev is never trained on",
         "dev_scores": scores,
         "trials": trials,
-        "decoding": decoding,
         "train_seconds": {
             "wall": round(time.perf_counter() - wall, 1),
             "cpu": round(usage.ru_utime + usage.ru_stime, 1),

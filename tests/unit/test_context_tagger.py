@@ -124,24 +124,6 @@ def test_crf_decoding_is_the_best_path_and_marginals_are_exact() -> None:
                 assert marginals[position, tag] == pytest.approx(expected, abs=1e-5)
 
 
-def test_the_decoding_bias_is_read_from_the_card_and_trades_mentions_for_sureness() -> None:
-    shipped = tagger()
-    bias = shipped.card.get("decoding", {}).get("o_bias", {})
-    assert list(shipped.head.o_bias) == pytest.approx([bias.get("skill", 0.0), bias.get("knowledge", 0.0)])
-    text = demo_posting("demo-016")["description"]
-    saved = shipped.head.o_bias
-    try:
-        covered = []
-        for value in (-3.0, 0.0, 3.0):
-            shipped.head.o_bias = np.full(2, value, np.float32)
-            covered.append(sum(m.end - m.start for m in shipped.tag(text)))
-    finally:
-        shipped.head.o_bias = saved
-    # A bias towards O (positive) leaves at least as much of the text outside mentions (Viterbi's
-    # count of O tags never falls as O's score rises).
-    assert covered[0] >= covered[1] >= covered[2] and covered[0] > covered[2], covered
-
-
 def test_the_fallback_adds_believed_labels_and_not_plain_words() -> None:
     labels = [
         TaxonomyLabel("kind", "c1", "skill"),

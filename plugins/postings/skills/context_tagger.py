@@ -90,9 +90,6 @@ class ContextHead:
             raise ValueError(f"the head mixes {len(mix)} layers' states, the card says {layers} + 1")
         mix = np.exp(mix - mix.max())
         self.mix = (mix / mix.sum() * self.w["mix.gamma"][0]).astype(np.float32)
-        # Added to each kind's "O" emission when decoding (positive: fewer, surer mentions); chosen on
-        # SkillSpan dev after training (`training/calibrate_context_tagger.py`), read from the card.
-        self.o_bias = np.zeros(len(MENTION_KINDS), np.float32)
 
     def emissions(self, states: np.ndarray, words: Sequence[str]) -> np.ndarray:
         """(2 kinds, words, 3 tags) emission scores of one sentence; `states` is (layers + 1, words, 384)."""
@@ -162,7 +159,6 @@ class ContextHead:
         scores = np.zeros((batch, steps, tags), np.float32)
         for row, sentence in enumerate(emissions):
             scores[row, : lengths[row]] = sentence[kind_index]
-        scores[:, :, 0] += self.o_bias[kind_index]
         # Viterbi; a finished sentence keeps its scores and points back to the same tag.
         best = start + scores[:, 0]
         back = np.tile(np.arange(tags), (batch, steps, 1))
@@ -222,8 +218,6 @@ class ContextTagger:
             clusters = WordClusters.read(model_dir / CLUSTERS_FILE)
         with np.load(weights_path, allow_pickle=False) as stored:
             head = ContextHead(dict(stored), int(card["encoder"]["layers"]), clusters)
-        bias = card.get("decoding", {}).get("o_bias", {})
-        head.o_bias = np.array([float(bias.get(kind, 0.0)) for kind in MENTION_KINDS], np.float32)
         if encoder is None:
             from plugins.postings.skills.embeddings import MiniLMEmbeddings
 
@@ -279,12 +273,6 @@ class ContextTagger:
         self, text: str, sentences_: Sequence[Sequence[Token]], states: Sequence[np.ndarray], field: str
     ) -> tuple[list[Mention], list[np.ndarray]]:
         emissions = self.head.emissions_batch(states, [[token.text for token in s] for s in sentences_])
-        return self.decode_sentences(text, sentences_, emissions, field)
-
-    def decode_sentences(
-        self, text: str, sentences_: Sequence[Sequence[Token]], emissions: Sequence[np.ndarray], field: str
-    ) -> tuple[list[Mention], list[np.ndarray]]:
-        """The mentions of sentences given their emissions, and each token's belief of being inside one."""
         mentions: list[Mention] = []
         inside = [np.zeros(len(sentence), np.float32) for sentence in sentences_]
         for kind_index, kind in enumerate(MENTION_KINDS):
