@@ -37,7 +37,11 @@ class ProgressTask:
     reporter: ProgressReporter | None = field(default=None, repr=False)
 
     def advance(self, count: int = 1) -> None:
-        self.done += count
+        self.update(self.done + count)
+
+    def update(self, done: int) -> None:
+        """`done` so far (when the work counts in its own terms, e.g. the line a file is read to)."""
+        self.done = done
         if self.reporter is not None:
             self.reporter.advanced(self)
 
@@ -96,6 +100,12 @@ class LoggingReporter:
 
 _reporter: ProgressReporter = LoggingReporter()
 _lock = threading.Lock()
+
+
+def watched() -> bool:
+    """Whether the counts are shown as they change (a terminal): work may skip counting its total
+    (a pass over the input) when nobody watches."""
+    return bool(getattr(_reporter, "watched", False))
 
 
 def use_reporter(reporter: ProgressReporter) -> ProgressReporter:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from appdb import reports
 from appdb.database import session_scope
+from pipeline_defs.cli.progress import add_progress_argument
 from pipeline_defs.cli.terminal import EXIT_ERROR, EXIT_REJECTED, clip, table
 from pipeline_defs.settings import Settings
 from plugins.autodo import autodo_store as store
@@ -38,6 +39,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         action="store_true",
         help="read files a symlink points to outside the scanned directory (default: reported, skipped)",
     )
+    add_progress_argument(scan)
     scan.set_defaults(handler=cmd_scan)
     listing = sub.add_parser("list", help="the items")
     listing.add_argument("--status", choices=STATUSES)

@@ -28,6 +28,7 @@ from pipeline_defs.cli.terminal import one_line
 PROGRESS_MODES = ("auto", "always", "never")
 POLL_SECONDS = 0.5
 REDRAW_SECONDS = 0.2  # a task advancing faster than this redraws at most this often
+SHOW_AFTER = 0.5  # a task (without a note) shows its counts once it has run this long
 CLEAR_TO_END = "\x1b[K"
 
 
@@ -116,28 +117,35 @@ class StatusLine:
 
 class TerminalReporter:
     """Shows `domain.core.progress` tasks on the status line: the note first, on a line of its own, then
-    the counts redrawn at most every `redraw_seconds`, and the final counts left on screen."""
+    the counts redrawn at most every `redraw_seconds`, and the final counts left on screen. A task done
+    within `show_after` seconds shows nothing (a small file's ingest needs no progress bar)."""
 
-    def __init__(self, line: StatusLine, redraw_seconds: float = REDRAW_SECONDS) -> None:
+    watched = True
+
+    def __init__(
+        self, line: StatusLine, redraw_seconds: float = REDRAW_SECONDS, show_after: float | None = None
+    ) -> None:
         self.line = line
         self.redraw_seconds = redraw_seconds
-        self._drawn: dict[int, float] = {}
+        self.show_after = SHOW_AFTER if show_after is None else show_after
+        self._drawn: dict[int, float] = {}  # task -> when its counts were last drawn
 
     def started(self, task: ProgressTask) -> None:
         if task.note:
             self.line.say(f"{task.label}: {task.note}")
-        self._drawn[id(task)] = time.monotonic()
-        self.line.show(id(task), task.describe())
+        self.advanced(task)
 
     def advanced(self, task: ProgressTask) -> None:
         now = time.monotonic()
+        if task.elapsed() < self.show_after and not task.note:
+            return
         if now - self._drawn.get(id(task), 0.0) >= self.redraw_seconds:
             self._drawn[id(task)] = now
             self.line.show(id(task), task.describe())
 
     def finished(self, task: ProgressTask) -> None:
-        self._drawn.pop(id(task), None)
-        self.line.finish(id(task), f"{task.describe()} in {duration(task.elapsed())}")
+        if self._drawn.pop(id(task), None) is not None:
+            self.line.finish(id(task), f"{task.describe()} in {duration(task.elapsed())}")
 
 
 class NotesReporter:

@@ -63,15 +63,15 @@ def _encoder_layer(
 def _layer_norm(x: np.ndarray, weights: dict[str, np.ndarray], name: str, eps: float = 1e-12) -> np.ndarray:
     mean = x.mean(axis=-1, keepdims=True)
     variance = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
-    return (x - mean) / np.sqrt(variance + np.float32(eps)) * weights[f"{name}.weight"] + weights[f"{name}.bias"]
+    return (x - mean) / np.sqrt(variance + np.float32(eps)) * weights[f"{name}.weight"] + weights[
+        f"{name}.bias"
+    ]
 
 
 def _gelu(x: np.ndarray) -> np.ndarray:
     """0.5 x (1 + erf(x / sqrt 2)), erf by Abramowitz-Stegun 7.1.26 (error below 1.5e-7)."""
     z = np.abs(x) / np.float32(math.sqrt(2))
     t = 1 / (1 + np.float32(0.3275911) * z)
-    poly = t * (
-        0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))
-    )
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
     erf = np.sign(x) * (1 - poly * np.exp(-z * z))
     return (0.5 * x * (1 + erf)).astype(np.float32)
