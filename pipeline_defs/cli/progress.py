@@ -90,28 +90,28 @@ class StatusLine:
             self._parts[key] = one_line(text)
             self._draw()
 
-    def finish(self, key: Hashable, text: str) -> None:
+    def finish(self, key: Hashable, text: str, clipped: bool = True) -> None:
         """Print `text` as the part's last state, on a line of its own; the other parts redraw below."""
         with self._lock:
             self._parts.pop(key, None)
-            self._write(text)
+            self._write(text, clipped)
             self.stream.write("\n")
             if self._parts:
                 self._draw()
             self.stream.flush()
 
     def say(self, text: str) -> None:
-        """A plain line above the progress (a task's note)."""
-        self.finish(object(), text)
+        """A plain line above the progress (a task's note), whole: it may wrap, it is not redrawn."""
+        self.finish(object(), text, clipped=False)
 
     def _draw(self) -> None:
         self._write(" · ".join(self._parts.values()))
         self.stream.flush()
 
-    def _write(self, text: str) -> None:
+    def _write(self, text: str, clipped: bool = True) -> None:
         width = shutil.get_terminal_size((120, 24)).columns - 1
         text = one_line(text)
-        text = text if len(text) <= width else text[: width - 1] + "…"
+        text = text if len(text) <= width or not clipped else text[: width - 1] + "…"
         self.stream.write("\r" + text + CLEAR_TO_END)
 
 
