@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 LOG_EVERY_SECONDS = 30.0
-logger = logging.getLogger("posting_enrichment.progress")
+logger = logging.getLogger(__name__)
 
 
 @dataclass
