@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from domain.core.progress import ProgressTask, reporting_to
+from plugins.postings.skills import skill_resolver
 from plugins.postings.skills.embeddings import (
     MINILM_INSTALL_HINT,
     MINILM_PACKAGE,
@@ -106,7 +107,10 @@ def big_resolver(cache_dir: Path, embeddings: CountingEmbeddings) -> SkillResolv
     return SkillResolver(entries, preferred, embeddings=embeddings, vector_cache_dir=cache_dir)
 
 
-def test_a_large_taxonomy_says_what_its_first_embedding_costs_and_is_embedded_once(tmp_path: Path) -> None:
+def test_a_large_taxonomy_says_what_its_first_embedding_costs_and_is_embedded_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(skill_resolver, "NOTE_FROM_SECONDS", 0.0)  # the stand-in backend is instant
     embeddings = CountingEmbeddings()
     reporter = RecordingReporter()
     with reporting_to(reporter):

@@ -778,6 +778,7 @@ class SkillResolver:
 
 TIMED_LABELS = 512  # embedded first, and timed, to say up front what the whole taxonomy costs
 LABEL_CHUNK = 4_096  # labels embedded between two progress updates
+NOTE_FROM_SECONDS = 20.0  # a first embedding estimated to take this long says so up front
 
 
 def embedding_matrix(embeddings: EmbeddingBackend, texts: Sequence[str]) -> np.ndarray:
@@ -797,9 +798,11 @@ def embed_labels(embeddings: EmbeddingBackend, texts: Sequence[str], kept_in: Pa
     parts = [embedding_matrix(embeddings, texts[:TIMED_LABELS])]
     estimate = (time.monotonic() - started) * len(texts) / TIMED_LABELS
     kept = f"kept in {kept_in.parent}" if kept_in is not None else "not kept: no cache directory"
-    note = (
+    note = (  # a small taxonomy (the demo's, a few seconds) needs no warning, only its counts
         f"embedding {len(texts):,} labels with {embeddings.model}, about {rough_duration(estimate)} "
         f"on this machine now, once per taxonomy version ({kept})"
+        if estimate >= NOTE_FROM_SECONDS
+        else ""
     )
     with progress_task("label vectors", len(texts), "labels", note, started=started) as task:
         task.advance(TIMED_LABELS)
