@@ -20,7 +20,8 @@ from pathlib import Path
 
 from appdb import reports
 from appdb.database import session_scope
-from pipeline_defs.cli.terminal import EXIT_ERROR, EXIT_REJECTED, clip, table
+from pipeline_defs.cli.progress import add_progress_argument
+from pipeline_defs.cli.terminal import EXIT_ERROR, EXIT_REJECTED, JSON_HELP, clip, print_json, table
 from pipeline_defs.settings import Settings
 from plugins.autodo import autodo_store as store
 from plugins.autodo import service
@@ -38,13 +39,16 @@ def register(commands: argparse._SubParsersAction) -> None:
         action="store_true",
         help="read files a symlink points to outside the scanned directory (default: reported, skipped)",
     )
+    add_progress_argument(scan)
     scan.set_defaults(handler=cmd_scan)
     listing = sub.add_parser("list", help="the items")
     listing.add_argument("--status", choices=STATUSES)
     listing.add_argument("--file", help="only items of this file")
+    listing.add_argument("--json", action="store_true", help=JSON_HELP)
     listing.set_defaults(handler=cmd_list)
     pick_parser = sub.add_parser("pick", help="the next items: highest priority, unblocked, oldest first")
     pick_parser.add_argument("count", nargs="?", type=int, default=1)
+    pick_parser.add_argument("--json", action="store_true", help=JSON_HELP)
     pick_parser.set_defaults(handler=cmd_pick)
     for name, handler, text in (
         ("show", cmd_show, "one item: text, place, notes, dependencies, scope and what its LLM calls cost"),
@@ -134,6 +138,18 @@ def _rows(items) -> list[list[str]]:  # noqa: ANN001
     ]
 
 
+def _item_json(item) -> dict[str, object]:  # noqa: ANN001 - a stored autodo item
+    return {
+        "id": item.key,
+        "priority": item.priority,
+        "status": item.status,
+        "text": item.text,
+        "file": item.file,
+        "line": item.line,
+        "parent": item.parent,
+    }
+
+
 def cmd_list(settings: Settings, args: argparse.Namespace) -> int:
     with session_scope(settings.database_url) as session:
         items = [
@@ -142,6 +158,9 @@ def cmd_list(settings: Settings, args: argparse.Namespace) -> int:
             if (args.status is None or item.status == args.status)
             and (args.file is None or item.file == args.file)
         ]
+    if args.json:
+        print_json([_item_json(item) for item in items])
+        return 0
     if not items:
         print("no items")
         return 0
@@ -153,6 +172,9 @@ def cmd_pick(settings: Settings, args: argparse.Namespace) -> int:
     with session_scope(settings.database_url) as session:
         chosen = pick(service.plan_items(session), args.count)
         stored = store.stored_items(session, [item.key for item in chosen])
+    if args.json:
+        print_json([_item_json(stored[item.key]) for item in chosen])
+        return 0
     if not chosen:
         print("nothing to pick: no open, unblocked items")
         return 0

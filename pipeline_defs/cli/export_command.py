@@ -9,10 +9,17 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from appdb.database import session_scope
+from domain.core import progress
+from pipeline_defs.cli.progress import add_progress_argument
 from pipeline_defs.cli.terminal import EXIT_ERROR, EXIT_OK
 from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import build_use_cases
@@ -26,6 +33,10 @@ from plugins.postings.store.enriched_postings import (
     iter_concept_tables,
     iter_enriched_tables,
 )
+from plugins.postings.store.tables import Posting
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 EXIT_WRITE_FAILED = 1  # the database was read but the file could not be written
 
@@ -53,6 +64,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--concepts", action="store_true", help="one row per (posting, concept) instead")
     parser.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE, help=argparse.SUPPRESS)
+    add_progress_argument(parser)
     parser.set_defaults(handler=cmd_export)
 
 
@@ -107,13 +119,30 @@ def export_enriched(
     concepts: bool = False,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
 ) -> ExportReport:
-    """Stream the enriched postings (or their concepts) from the database into `path`."""
+    """Stream the enriched postings (or their concepts) from the database into `path`, with progress
+    (`domain.core.progress`): postings written of all postings, or rows written when a filter or the
+    long table leaves the total unknown."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with session_scope(database_url) as session:
-        if concepts:
-            return write_tables(
-                iter_concept_tables(session, read, chunk_size=chunk_size), path, CONCEPTS_SCHEMA, file_format
+        filtered = concepts or (read is not None and read.since is not None)
+        total = None if filtered or not progress.watched() else _posting_count(session)
+        unit = "concept rows" if concepts else "postings"
+        with progress.progress_task("export", total, unit) as task:
+            tables = (
+                iter_concept_tables(session, read, chunk_size=chunk_size)
+                if concepts
+                else iter_enriched_tables(session, read, chunk_size=chunk_size)
             )
-        return write_tables(
-            iter_enriched_tables(session, read, chunk_size=chunk_size), path, ENRICHED_SCHEMA, file_format
-        )
+            return write_tables(
+                _counted(tables, task), path, CONCEPTS_SCHEMA if concepts else ENRICHED_SCHEMA, file_format
+            )
+
+
+def _posting_count(session: Session) -> int:
+    return session.execute(select(func.count()).select_from(Posting)).scalar_one()
+
+
+def _counted(tables: Iterable[pa.Table], task: progress.ProgressTask) -> Iterator[pa.Table]:
+    for table in tables:
+        yield table
+        task.advance(table.num_rows)

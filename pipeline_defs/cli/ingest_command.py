@@ -8,6 +8,7 @@ from pathlib import Path
 
 from appdb.database import session_scope
 from domain.core.merge import resolve_merge
+from pipeline_defs.cli.progress import add_progress_argument
 from pipeline_defs.cli.terminal import EXIT_ERROR, EXIT_REJECTED, safe_text
 from pipeline_defs.settings import Settings
 from plugins.postings.store.ingest import IngestReport, ingest_files
@@ -23,6 +24,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="a posting already stored: replace (default), keep_first, merge_fields, append_lists, "
         "or module:function (domain/core/merge.py)",
     )
+    add_progress_argument(parser)
     parser.set_defaults(handler=cmd_ingest)
 
 

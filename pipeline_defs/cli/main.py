@@ -191,6 +191,9 @@ def _run_command(argv: list[str] | None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    from pipeline_defs.cli.progress import install_reporter
+
+    install_reporter(getattr(args, "progress", "auto"))  # what long work below the command shows
     try:
         return args.handler(settings, args)
     except DeclarationError as exc:  # a setting naming no use case, style or backend: found at build

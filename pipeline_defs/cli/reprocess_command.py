@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from appdb.database import session_scope
+from pipeline_defs.cli.progress import RunProgress, add_progress_argument, progress_wanted, terminal_stream
 from pipeline_defs.cli.terminal import EXIT_ERROR
 from pipeline_defs.settings import Settings
 
@@ -20,6 +21,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     reprocess.add_argument("--dry-run", action="store_true", help="count and plan, change nothing")
     reprocess.add_argument("--verbose", action="store_true", help="show Dagster's own log lines")
+    add_progress_argument(reprocess)
     reprocess.set_defaults(handler=cmd_reprocess)
 
 
@@ -64,6 +66,7 @@ def cmd_reprocess(settings: Settings, args: argparse.Namespace) -> int:
     ensure_dagster_home(settings)
     defs = build_definitions(settings, built=built)
     selected_names = {item.use_case.name for item in selected}
+    shown = RunProgress(settings.database_url, enabled=progress_wanted(args.progress, terminal_stream()))
     reports = reprocess_stale(
         defs,
         selected,
@@ -73,6 +76,7 @@ def cmd_reprocess(settings: Settings, args: argparse.Namespace) -> int:
         on_plan=lambda stale, runs: print(
             f"{stale.use_case}: redoing {len(stale.keys)} stale outputs in {runs} runs ...", flush=True
         ),
+        track=shown.track if shown.enabled else None,
     )
     if not reports:
         print("no stale outputs: everything is current")

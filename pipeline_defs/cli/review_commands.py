@@ -19,7 +19,7 @@ import argparse
 import json
 import sys
 import textwrap
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from appdb import reports, review
@@ -28,10 +28,12 @@ from domain.language.declaration import display_output
 from domain.quality.corrections import CorrectionError, Edits
 from domain.quality.review_actions import accept, correct, reject
 from pipeline_defs.catalog import REVIEW_OPTIONS, declared_kinds, find_subject, leased_use_cases
-from pipeline_defs.cli.terminal import EXIT_ERROR, clip, one_line, safe_text, table
+from pipeline_defs.cli.terminal import EXIT_ERROR, JSON_HELP, clip, one_line, print_json, safe_text, table
 from pipeline_defs.settings import Settings
 
 STATUSES = ("open", "accepted", "rejected", "corrected", "all")
+
+REVIEW_STATES = ("open", "accepted", "rejected", "corrected")
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -41,6 +43,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--status", choices=STATUSES, default="open", help="which items to list (default open)"
     )
+    parser.add_argument("--json", action="store_true", help=f"the listing: {JSON_HELP}")
     show = actions.add_parser("show", help="one review item in full")
     show.add_argument("item_id", type=int, metavar="ID")
     for name, help_text in (
@@ -133,10 +136,13 @@ def _list(settings: Settings, args: argparse.Namespace, registry: Mapping[str, A
                 name,
                 str(outputs.get(name, 0)),
                 f"{grade.overall:.2f} ({grade.graded})" if grade.overall is not None else "-",
-                *(str(count.get(status, 0)) for status in ("open", "accepted", "rejected", "corrected")),
+                *(str(count.get(status, 0)) for status in REVIEW_STATES),
                 _gold_cell(figures.get(name, {})),
             ]
         )
+    if args.json:
+        print_json(_listing_json(registry, args.use_case, outputs, grades, counts, figures, items, titles))
+        return 0
     headers = ["use case", "outputs", "judge (graded)", "open", "accepted", "rejected", "corrected"]
     print(table([*headers, "gold P / R / F1 / agreement (compared)"], rows))
     print()
@@ -156,6 +162,45 @@ def _list(settings: Settings, args: argparse.Namespace, registry: Mapping[str, A
         print(f"    output: {clip(display_output(registry.get(item.use_case), item.output), 200)}")
     print("\n`pipeline review show ID` for the whole item; accept, reject or correct it (see --help)")
     return 0
+
+
+def _listing_json(
+    registry: Mapping[str, Any],
+    only: str | None,
+    outputs: Mapping[str, int],
+    grades: Mapping[str, Any],
+    counts: Mapping[str, Mapping[str, int]],
+    figures: Mapping[str, Any],
+    items: Sequence[Any],
+    titles: Mapping[str, str],
+) -> dict[str, Any]:
+    """`pipeline review --json`: the same facts as the listing, nothing clipped."""
+    use_cases = [
+        {
+            "use_case": name,
+            "outputs": outputs.get(name, 0),
+            "judge_overall": grades[name].overall,
+            "judge_graded": grades[name].graded,
+            "review": {status: counts.get(name, {}).get(status, 0) for status in REVIEW_STATES},
+            "gold": figures.get(name, {}),
+        }
+        for name in registry
+        if not only or name == only
+    ]
+    listed = [
+        {
+            "id": item.id,
+            "status": item.status,
+            "use_case": item.use_case,
+            "subject_key": item.subject_key,
+            "title": titles.get(item.subject_key),
+            "grade": item.score,
+            "reason": item.reason,
+            "output": item.output,
+        }
+        for item in items
+    ]
+    return {"use_cases": use_cases, "items": listed}
 
 
 def _show(settings: Settings, item_id: int) -> int:

@@ -14,18 +14,19 @@ is redone in the same command.
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from dagster import DagsterInstance, Definitions
+from dagster import DagsterInstance, Definitions, JobDefinition
 from sqlalchemy.orm import Session
 
 from appdb import discovery
 from assets.factory import UseCaseDefinitions
 from assets.partitions import partitions_for
 from assets.run_tags import REPROCESS_TAG, SOURCE_TAG, partition_range_tags
-from pipeline_defs.cli.in_process_runs import QUIET_LOGS
+from pipeline_defs.cli.in_process_runs import QUIET_LOGS, GroupTracker
 from resources.app_database import AppDatabase
 
 
@@ -90,6 +91,7 @@ def reprocess_stale(
     source: str = "cli",
     verbose: bool = False,
     on_plan: Callable[[StaleOutputs, int], None] | None = None,
+    track: GroupTracker | None = None,
 ) -> list[ReprocessReport]:
     """Redo the stale outputs of `built` use cases (given upstream first), each in its own job's runs."""
     reports = []
@@ -108,21 +110,34 @@ def reprocess_stale(
             on_plan(stale, len(batches))
         report = ReprocessReport(item.use_case.name, len(stale.keys))
         job = defs.resolve_job_def(item.job.name)
-        for batch in batches:
-            result = job.execute_in_process(
-                instance=instance,
-                tags={
-                    **partition_range_tags(batch[0], batch[-1]),
-                    SOURCE_TAG: source,
-                    REPROCESS_TAG: "stale",
-                },
-                run_config=None if verbose else QUIET_LOGS,
-                raise_on_error=False,
-            )
-            report.runs.append(result.run_id)
-            if not result.success:
-                report.failed_runs.append(result.run_id)
+        name, plural = item.use_case.name, item.use_case.subject.plural
+        with track(name, {name: len(stale.keys)}, plural) if track else contextlib.nullcontext():
+            _run_batches(job, batches, instance, source, verbose, report)
         with app_db.session() as session:
             report.stale_after = len(find_stale(session, item).keys)
         reports.append(report)
     return reports
+
+
+def _run_batches(
+    job: JobDefinition,
+    batches: Sequence[Sequence[str]],
+    instance: DagsterInstance,
+    source: str,
+    verbose: bool,
+    report: ReprocessReport,
+) -> None:
+    for batch in batches:
+        result = job.execute_in_process(
+            instance=instance,
+            tags={
+                **partition_range_tags(batch[0], batch[-1]),
+                SOURCE_TAG: source,
+                REPROCESS_TAG: "stale",
+            },
+            run_config=None if verbose else QUIET_LOGS,
+            raise_on_error=False,
+        )
+        report.runs.append(result.run_id)
+        if not result.success:
+            report.failed_runs.append(result.run_id)

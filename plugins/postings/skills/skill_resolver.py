@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -35,6 +36,7 @@ import numpy as np
 from rapidfuzz import fuzz, process
 from sqlalchemy.orm import Session
 
+from domain.core.progress import progress_task
 from plugins.postings.skills.concept_index import LabelVectorIndex
 from plugins.postings.skills.concept_reranker import CandidateSignals, LinkerModel
 from plugins.postings.skills.embeddings import EmbeddingBackend
@@ -614,7 +616,7 @@ class SkillResolver:
         if missing:
             if len(self._query_vectors) + len(missing) > QUERY_MEMO_SIZE:
                 self._query_vectors.clear()  # the texts found above are kept in `found` for this call
-            vectors = _unit_rows(np.asarray(self.embeddings.embed(missing), np.float32))
+            vectors = embedding_matrix(self.embeddings, missing)
             fresh = dict(zip(missing, vectors, strict=True))
             self._query_vectors.update(fresh)
             found.update(fresh)
@@ -703,25 +705,28 @@ class SkillResolver:
         assert self.embeddings is not None
         if self._label_vectors is None:
             self._label_vectors = self._embed_labels(self.embeddings)
-        query = _unit_rows(np.asarray(self.embeddings.embed([text]), np.float32))[0]
+        query = embedding_matrix(self.embeddings, [text])[0]
         return self._label_vectors @ query
 
     def _embed_labels(self, embeddings: EmbeddingBackend) -> np.ndarray:
         """Unit vectors of every distinct label, read from `vector_cache_dir` when computed before.
 
-        Embedding ESCO's ~100k labels takes minutes, so they are cached per backend, model
-        and exact label list (a changed taxonomy gets a new file).
+        Embedding ESCO's ~98,000 distinct labels takes minutes, so they are kept per backend, model,
+        encoder version and exact label list (the digest of the texts embedded: a changed taxonomy
+        gets a new file, an unchanged one reloaded under a new content hash finds its vectors).
         """
         cache_file = None
         if self.vector_cache_dir is not None:
             digest = hashlib.sha256("\n".join(self._label_texts).encode("utf-8")).hexdigest()[:20]
             model = re.sub(r"[^\w.-]+", "_", embeddings.model)
-            cache_file = Path(self.vector_cache_dir) / f"{embeddings.name}-{model}-{digest}.npy"
+            version = re.sub(r"[^\w.-]+", "_", getattr(embeddings, "encoder_version", ""))
+            name = "-".join(part for part in (embeddings.name, model, version, digest) if part)
+            cache_file = Path(self.vector_cache_dir) / f"{name}.npy"
             if cache_file.is_file():
                 cached = np.load(cache_file)
                 if cached.shape[0] == len(self._label_texts):
                     return cached
-        vectors = _unit_rows(np.asarray(embeddings.embed(self._label_texts), np.float32))
+        vectors = embed_labels(embeddings, self._label_texts, cache_file)
         if cache_file is not None:
             cache_file.parent.mkdir(parents=True, exist_ok=True)
             partial = cache_file.with_suffix(f".{os.getpid()}.tmp.npy")
@@ -769,6 +774,53 @@ class SkillResolver:
             (self.concept_uris[i], confidence.get(int(tier[i]), float(concept_scores[i])))
             for i in order.tolist()
         ]
+
+
+TIMED_LABELS = 512  # embedded first, and timed, to say up front what the whole taxonomy costs
+LABEL_CHUNK = 4_096  # labels embedded between two progress updates
+NOTE_FROM_SECONDS = 20.0  # a first embedding estimated to take this long says so up front
+
+
+def embedding_matrix(embeddings: EmbeddingBackend, texts: Sequence[str]) -> np.ndarray:
+    """Unit vectors of `texts` as one float32 matrix (MiniLM's `embed_array` skips the lists of floats)."""
+    embed_array = getattr(embeddings, "embed_array", None)
+    matrix = embed_array(texts) if embed_array else np.asarray(embeddings.embed(list(texts)), np.float32)
+    return _unit_rows(np.asarray(matrix, np.float32).reshape(len(texts), -1))
+
+
+def embed_labels(embeddings: EmbeddingBackend, texts: Sequence[str], kept_in: Path | None) -> np.ndarray:
+    """Unit vectors of a taxonomy's labels, with progress (`domain.core.progress`) when there are many:
+    the first `TIMED_LABELS` are timed to say what the rest will cost, then the rest in chunks.
+    Taxonomy order mixes short and long labels, so the first chunk's rate holds for the rest."""
+    if len(texts) <= TIMED_LABELS:
+        return embedding_matrix(embeddings, texts)
+    started = time.monotonic()
+    parts = [embedding_matrix(embeddings, texts[:TIMED_LABELS])]
+    estimate = (time.monotonic() - started) * len(texts) / TIMED_LABELS
+    kept = f"kept in {kept_in.parent}" if kept_in is not None else "not kept: no cache directory"
+    note = (  # a small taxonomy (the demo's, a few seconds) needs no warning, only its counts
+        f"embedding {len(texts):,} labels with {embeddings.model}, about {rough_duration(estimate)} "
+        f"on this machine now, once per taxonomy version ({kept})"
+        if estimate >= NOTE_FROM_SECONDS
+        else ""
+    )
+    with progress_task("label vectors", len(texts), "labels", note, started=started) as task:
+        task.advance(TIMED_LABELS)
+        for start in range(TIMED_LABELS, len(texts), LABEL_CHUNK):
+            parts.append(embedding_matrix(embeddings, texts[start : start + LABEL_CHUNK]))
+            task.advance(len(parts[-1]))
+    return np.concatenate(parts)
+
+
+def rough_duration(seconds: float) -> str:
+    """`40 s`, `6 min`, `1.5 h`: an estimate, said as one."""
+    if seconds < 10:
+        return f"{max(1, round(seconds))} s"
+    if seconds < 90:
+        return f"{round(seconds / 10) * 10} s"
+    if seconds < 90 * 60:
+        return f"{round(seconds / 60)} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def _ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:

@@ -38,6 +38,7 @@ from sqlalchemy.orm import Session
 from appdb.dialects import CHUNK
 from appdb.merge_upsert import MergeFunction, merge_with_stored
 from appdb.models import KEY_LENGTH, utcnow
+from domain.core import progress
 from plugins.postings.store.ingest_reader import FIELD_LIMITS, read_records
 from plugins.postings.store.tables import Posting
 
@@ -62,6 +63,7 @@ _CATEGORY_NAMES = {
 }
 BATCH_ROWS = 2_000
 """Postings validated, looked up and written together: bounds memory, and makes writes set-based."""
+PROGRESS_RECORDS = 1_000  # records read between two progress updates
 
 # Per-ingest scratch tables (TEMPORARY: private to the connection, gone with it; created and dropped in
 # the caller's transaction, so a rolled-back ingest leaves nothing behind).
@@ -239,20 +241,48 @@ def ingest_files(session: Session, paths: Iterable[Path], merge: MergeFunction |
         table.create(connection, checkfirst=True)
         session.execute(delete(table))
     files = [Path(path) for path in paths]
-    for index in range(len(files)):
-        _ingest_file(session, files, index, report, merge)
+    # The files' lines, counted only when a terminal shows the progress (one quick pass in binary)
+    line_counts = [_count_lines(path) for path in files] if progress.watched() else None
+    with progress.progress_task("ingest", sum(line_counts) if line_counts else None, "lines") as task:
+        for index in range(len(files)):
+            before = task.done
+            last_line = _ingest_file(session, files, index, report, merge, task)
+            task.update(before + (line_counts[index] if line_counts else last_line))
     for table in (_CHANGED, _SEEN):
         table.drop(connection)
     return report
 
 
+def _count_lines(path: Path) -> int:
+    """The lines of a file (a last line without a newline counts), read in binary blocks."""
+    lines, last = 0, b"\n"
+    try:
+        with path.open("rb") as handle:
+            while block := handle.read(1 << 20):
+                lines += block.count(b"\n")
+                last = block[-1:]
+    except OSError:
+        return 0  # the ingest itself says what is wrong with the file
+    return lines + (last != b"\n")
+
+
 def _ingest_file(
-    session: Session, files: Sequence[Path], index: int, report: IngestReport, merge: MergeFunction | None
-) -> None:
+    session: Session,
+    files: Sequence[Path],
+    index: int,
+    report: IngestReport,
+    merge: MergeFunction | None,
+    task: progress.ProgressTask,
+) -> int:
+    """Ingest one file; the number of its last line read."""
     path = files[index]
     rejected: list[Rejection] = []
     batch: dict[str, tuple[dict[str, Any], int]] = {}
-    for record in read_records(path):
+    lines_before, last_line = task.done, 0
+    for number, record in enumerate(read_records(path), 1):
+        last_line = record.last_line
+        if number % PROGRESS_RECORDS == 0:
+            task.update(lines_before + last_line)
         if record.error is not None or record.fields is None:
             rejected.append(Rejection(str(path), record.line, record.error or "empty", record.last_line))
             continue
@@ -272,6 +302,7 @@ def _ingest_file(
     if batch:
         _write_batch(session, files, index, batch, report, rejected, merge)
     report.rejected.extend(sorted(rejected, key=lambda rejection: rejection.line))
+    return last_line
 
 
 def _duplicate(

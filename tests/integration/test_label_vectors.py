@@ -1,0 +1,129 @@
+"""The label vectors of a taxonomy: the fast MiniLM encoder computes what the plain one did, a large
+taxonomy says up front what its first embedding costs and shows its progress, and the vectors are kept
+per label list and encoder version (the second use embeds nothing)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from domain.core.progress import ProgressTask, reporting_to
+from plugins.postings.skills import skill_resolver
+from plugins.postings.skills.embeddings import (
+    MINILM_INSTALL_HINT,
+    MINILM_PACKAGE,
+    MiniLMEmbeddings,
+    _bert_words,
+    _bert_words_unicode,
+)
+from plugins.postings.skills.skill_resolver import TIMED_LABELS, SkillResolver, TaxonomyLabelEntry
+from plugins.postings.store.taxonomy import DEMO_TAXONOMY_PATH, concept_labels, read_taxonomy_csv
+from tests.support.minilm_reference import reference_vectors
+
+needs_minilm = pytest.mark.skipif(
+    importlib.util.find_spec(MINILM_PACKAGE) is None,
+    reason=f"embedded model not installed: {MINILM_INSTALL_HINT}",
+)
+
+
+def demo_label_texts() -> list[str]:
+    concepts, _ = read_taxonomy_csv(DEMO_TAXONOMY_PATH)
+    return list(dict.fromkeys(label for concept in concepts for label, _, _ in concept_labels(concept)))
+
+
+@needs_minilm
+def test_the_fast_encoder_computes_the_vectors_the_plain_one_did() -> None:
+    """Labels of the demo taxonomy (several batches over two threads) against the plain forward pass
+    the encoder had before it was batched, fused and threaded."""
+    texts = demo_label_texts()[:96]
+    fast = MiniLMEmbeddings(batch_size=16, threads=2)
+    vectors = fast.embed_array(texts)
+    fast.threads = 1
+    one_thread = fast.embed_array(texts)
+    reference = np.concatenate(
+        [
+            reference_vectors(fast._weights, [fast.encode(text) for text in texts[start : start + 16]])
+            for start in range(0, len(texts), 16)
+        ]
+    )
+    assert vectors.shape == (len(texts), 384)
+    assert np.abs(vectors - reference).max() < 1e-5
+    assert np.array_equal(vectors, one_thread)  # the threads share the work, not the numbers
+
+
+def test_the_ascii_tokenizer_agrees_with_berts_character_rules() -> None:
+    texts = [
+        "C++/C#, Node.js & SQL (PostgreSQL)",
+        "  ta\tb\nnew\rline\x00\x1b[31mred\x7f ",
+        "e-mail: hr@example.com; 24/7 on-call!",
+        "Über café naïve",  # not ASCII: the character path
+        "",
+    ]
+    for text in texts:
+        assert _bert_words(text) == _bert_words_unicode(text)
+    assert _bert_words("Node.js (v18)") == ["node", ".", "js", "(", "v18", ")"]
+
+
+class CountingEmbeddings:
+    """A stand-in backend: a fixed vector per text, and a count of the texts it was asked for."""
+
+    name = "counting"
+    model = "count-1"
+    encoder_version = "v7"
+
+    def __init__(self) -> None:
+        self.embedded = 0
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        self.embedded += len(texts)
+        return [[float(len(text)), 1.0, float(sum(map(ord, text)) % 7)] for text in texts]
+
+
+class RecordingReporter:
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+        self.last: ProgressTask | None = None
+
+    def started(self, task: ProgressTask) -> None:
+        self.notes.append(task.note)
+
+    def advanced(self, task: ProgressTask) -> None:
+        self.last = task
+
+    def finished(self, task: ProgressTask) -> None:
+        self.last = task
+
+
+def big_resolver(cache_dir: Path, embeddings: CountingEmbeddings) -> SkillResolver:
+    count = TIMED_LABELS * 3
+    entries = [
+        TaxonomyLabelEntry(f"urn:skill:{n}", f"skill number {n}", f"skill number {n}", True)
+        for n in range(count)
+    ]
+    preferred = {entry.concept_uri: entry.label for entry in entries}
+    return SkillResolver(entries, preferred, embeddings=embeddings, vector_cache_dir=cache_dir)
+
+
+def test_a_large_taxonomy_says_what_its_first_embedding_costs_and_is_embedded_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(skill_resolver, "NOTE_FROM_SECONDS", 0.0)  # the stand-in backend is instant
+    embeddings = CountingEmbeddings()
+    reporter = RecordingReporter()
+    with reporting_to(reporter):
+        vectors = big_resolver(tmp_path, embeddings)._embed_labels(embeddings)
+    count = TIMED_LABELS * 3
+    assert vectors.shape == (count, 3) and np.allclose(np.linalg.norm(vectors, axis=1), 1.0)
+    [note] = reporter.notes
+    assert note.startswith(f"embedding {count:,} labels with count-1, about ") and "once per taxonomy" in note
+    assert reporter.last is not None and reporter.last.done == reporter.last.total == count
+    [kept] = list(tmp_path.iterdir())
+    assert kept.name.startswith("counting-count-1-v7-")  # a new encoder version embeds anew
+
+    again = CountingEmbeddings()
+    with reporting_to(RecordingReporter()) as quiet:
+        assert np.array_equal(big_resolver(tmp_path, again)._embed_labels(again), vectors)
+    assert again.embedded == 0 and quiet.notes == []
