@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from dagster import (
@@ -35,8 +36,9 @@ from assets.check_reports import reported_checks
 from assets.gym_checks import after_batch
 from assets.host_turns import host_turn
 from assets.outputs import reasons_table, record_run_cost
+from assets.partitions import partition_positions
 from assets.provenance import provenance_for, with_provenance
-from assets.run_tags import run_source
+from assets.run_tags import CONTINUE_TAG, run_source
 from assets.single_call import run_single_calls
 from domain.language.declaration import UseCase, code_version
 from domain.language.llm_types import BackendUnavailable
@@ -45,6 +47,8 @@ from resources.app_database import AppDatabase
 from resources.llm import LLMResource
 
 ITEMS_OK_CHECK = "outputs_valid"
+CONTINUE_POLL_SECONDS = 1.0  # a run following its upstream looks for new inputs this often
+CONTINUE_IDLE_SECONDS = 60.0  # and ends after this long without any
 
 
 def process_batch(
@@ -77,9 +81,18 @@ def process_batch(
         f"{skipped_current} skipped (already current, waiting for upstream, or backing off), "
         f"{skipped_held_elsewhere} skipped (held by another run)"
     )
-    if held:
-        provenance = provenance_for(context.instance, code_version(use_case), use_case, held)  # staleness
-        yield from with_provenance(_process_held(run, held), provenance.tag)
+    going_on_for = continue_seconds(context.run.tags) if not force else 0.0
+    going_on_until = time.monotonic() + going_on_for
+    batch, batches = held, 0
+    while batch:
+        provenance = provenance_for(context.instance, code_version(use_case), use_case, batch)  # staleness
+        yield from with_provenance(_process_held(run, batch), provenance.tag)
+        batches += 1
+        batch = next_batch(run, spec, going_on_until) if going_on_for else []
+        if batch:
+            context.log.info(f"{use_case.name}: going on with {len(batch)} more {use_case.subject.plural}")
+    if batches > 1:
+        context.log.info(f"{use_case.name}: {batches} batches in this run")
     record_run_cost(run)
     outcome = run.outcome
     outcome.skipped_current, outcome.skipped_held_elsewhere = skipped_current, skipped_held_elsewhere
@@ -97,6 +110,57 @@ def process_batch(
             metadata={"parked": MetadataValue.json(outcome.parked), "done": len(outcome.done)},
         )
     return outcome
+
+
+def continue_seconds(tags: Mapping[str, str]) -> float:
+    """How long the run keeps claiming more work after its own batch: its `CONTINUE_TAG` (set by the
+    discovery sensors), else 0."""
+    try:
+        return max(0.0, float(tags.get(CONTINUE_TAG, 0)))
+    except ValueError:
+        return 0.0
+
+
+def next_batch(run: BatchRun, spec: discovery.WorkSpec, until: float) -> list[str]:
+    """Claim the next batch of the use case's pending subjects (at most its batch size, only subjects
+    Dagster knows as partitions, oldest first) for this run; [] when there is none and none is coming.
+
+    A script use case reading others' outputs waits for the next ones while some of its upstream is
+    still held by a run or not yet taken (looking again when discovery's change marker moves), at most
+    `CONTINUE_IDLE_SECONDS` without new work and never past `until`; any other stops at once when
+    nothing is pending. Claims are taken as any run takes them (`claims.claim_items`,
+    discovery asked again under the claim), so a subject is never done twice."""
+    use_case, instance = run.use_case, run.context.instance
+    size = use_case.batch_size
+    # an LLM step waiting would hold the `llm` pool, one slot on the embedded model: it never waits
+    follows_upstream = bool(spec.upstream_specs) and not use_case.uses_llm
+    marker, idle_since = None, time.monotonic()
+    while time.monotonic() < until:
+        with run.app_db.session() as session:
+            now_marker = discovery.change_marker(session, spec.subjects)
+            pending = discovery.find_pending_work(session, spec) if now_marker != marker else []
+            marker = now_marker
+        if pending:
+            candidates = pending[: 2 * size]  # the newest may not be partitions yet: the sensor adds them
+            known = partition_positions(instance, candidates, use_case.subject_kind)
+            keys = [key for key in candidates if key in known][:size]
+            with run.app_db.session() as session:
+                held = claims.claim_items(
+                    session, use_case.name, keys, run.run_id, policy=use_case.retry, spec=spec
+                )
+            if held:
+                return held
+        if not follows_upstream or time.monotonic() - idle_since > CONTINUE_IDLE_SECONDS:
+            return []
+        with run.app_db.session() as session:
+            coming = any(
+                discovery.work_held(session, upstream) or discovery.work_unclaimed(session, upstream)
+                for upstream in spec.upstream_specs.values()
+            )
+        if not coming:
+            return []
+        time.sleep(CONTINUE_POLL_SECONDS)
+    return []
 
 
 def _process_held(run: BatchRun, held: list[str]) -> Iterator[AssetMaterialization]:

@@ -95,7 +95,8 @@ def run_chain(run: BatchRun, held: Sequence[str]) -> Iterator[AssetMaterializati
             session, use_case.subject.table, held, use_case.subject_variables, use_case.upstream
         )
         existing = inputs.existing_outputs(session, use_case.name, held)
-    outcome.subjects, outcome.inputs = subjects, values
+    outcome.subjects.update(subjects)  # a run going on adds each batch's to the earlier ones
+    outcome.inputs.update(values)
     active: dict[str, SubjectChain] = {}
     for key in held:
         input_hash = chain_input_hash(use_case, values[key])

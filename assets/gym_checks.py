@@ -32,6 +32,7 @@ from dagster import (
     MetadataValue,
     asset_check,
     define_asset_job,
+    in_process_executor,
 )
 
 # The type `define_asset_job` returns; Dagster does not export it at the top level (a type hint only).
@@ -403,6 +404,9 @@ def build_gym_job(checks: list[AssetChecksDefinition]) -> UnresolvedAssetJobDefi
         selection=AssetSelection.checks(*checks),
         description="Evaluate every use case's current outputs against the gold (corrections, public sets).",
         tags={WORK_GROUP_TAG: "gym"},
+        # one process for every use case's check: Dagster's default started a process per check (each
+        # loading the code location, 2-3 s of CPU) on top of the run's own
+        executor_def=in_process_executor,
     )
 
 

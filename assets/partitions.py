@@ -2,11 +2,45 @@
 definition per kind of subject (named after the kind)."""
 
 import functools
+from collections.abc import Collection
 
-from dagster import DynamicPartitionsDefinition
+from dagster import DagsterInstance, DynamicPartitionsDefinition
+from dagster._core.storage.event_log.schema import DynamicPartitionsTable
+from sqlalchemy import select
+
+_LOOKUP_CHUNK = 500  # partition keys per lookup query on SQLite
 
 
 @functools.cache
 def partitions_for(kind: str) -> DynamicPartitionsDefinition:
     """The dynamic partitions of a kind of subject (one object per kind, as Dagster wants)."""
     return DynamicPartitionsDefinition(name=kind)
+
+
+def partition_positions(instance: DagsterInstance, keys: Collection[str], kind: str) -> dict[str, int]:
+    """Dagster's position of each of `keys` that is a partition of `kind` (absent: not one yet).
+
+    A run over a partition range covers every partition between its first and last key in
+    this order (the order partitions were added). Looking up only the keys at hand keeps a
+    tick fast: listing all partitions took a third of a second at 100,000 subjects.
+    """
+    storage = instance.event_log_storage
+    if not hasattr(storage, "index_connection"):  # not a SQL storage: list them all
+        known = instance.get_dynamic_partitions(kind)
+        wanted = set(keys)
+        return {key: index for index, key in enumerate(known) if key in wanted}
+    table = DynamicPartitionsTable
+    keys = list(keys)
+    positions: dict[str, int] = {}
+    with storage.index_connection() as conn:
+        # SQLite caps the parameters of a statement; on PostgreSQL each statement may scan the table
+        chunk = _LOOKUP_CHUNK if conn.dialect.name == "sqlite" else max(len(keys), 1)
+        for start in range(0, len(keys), chunk):
+            rows = conn.execute(
+                select(table.c.partition, table.c.id).where(
+                    table.c.partitions_def_name == kind,
+                    table.c.partition.in_(keys[start : start + chunk]),
+                )
+            )
+            positions.update((key, position) for key, position in rows)
+    return positions

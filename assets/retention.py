@@ -19,6 +19,7 @@ from dagster import (
     JobDefinition,
     OpExecutionContext,
     ScheduleDefinition,
+    in_process_executor,
     job,
     op,
 )
@@ -69,7 +70,11 @@ def build_retirement(
         retired = retire_partitions(context.instance, kind, keys)
         context.log.info(f"retired {retired} {noun} partitions finished before {before:%Y-%m-%d %H:%M} UTC")
 
-    @job(name=f"retire_finished_{kind}_job", description=f"Delete the partitions of finished {noun}s.")
+    @job(
+        name=f"retire_finished_{kind}_job",
+        description=f"Delete the partitions of finished {noun}s.",
+        executor_def=in_process_executor,  # one op: no second process for it
+    )
     def retire_job() -> None:
         retire_finished()
 

@@ -22,6 +22,9 @@ REASON_TAG = "pipeline/reason"
 """Why a sensor asked for a run that is not work discovery (e.g. the taxonomy file changed)."""
 REPROCESS_TAG = "pipeline/reprocess"
 """Set on runs of `pipeline reprocess`: which outdated outputs they redo."""
+CONTINUE_TAG = "pipeline/continue_seconds"
+"""Set by a discovery sensor: for how many seconds the run keeps claiming more pending subjects after
+its own batch (`assets/batch_run.py`)."""
 DAGSTER_SENSOR_TAG = "dagster/sensor_name"
 DAGSTER_BACKFILL_TAG = "dagster/backfill"
 DAGSTER_PARTITION_TAG = "dagster/partition"
@@ -35,6 +38,7 @@ __all__ = [
     "PRIORITY_TAG",
     "REASON_TAG",
     "REPROCESS_TAG",
+    "CONTINUE_TAG",
     "COST_TAG_PREFIX",
     "SOURCE_TAG",
     "USE_CASE_TAG",

@@ -67,7 +67,8 @@ def run_single_calls(run: BatchRun, held: Sequence[str]) -> Iterator[AssetMateri
         existing = inputs.existing_outputs(session, use_case.name, held)
         references = inputs.reference_hashes(session, use_case.reference_inputs)
         failed_before = claims.earlier_failures(session, use_case.name, held) if use_case.uses_llm else {}
-    run.outcome.subjects, run.outcome.inputs = subjects, values
+    run.outcome.subjects.update(subjects)  # a run going on adds each batch's to the earlier ones
+    run.outcome.inputs.update(values)
     prepared: list[PreparedCall] = []
     for key in held:
         try:

@@ -81,10 +81,27 @@ RUNS_QUERY = """
 """
 
 
+PORT_RANGE_VARIABLE = "PIPELINE_PORT_RANGE"  # e.g. 24100-24199: servers started here take ports from it
+_ports_given: set[int] = set()
+
+
 def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    """A free local port: any, or the next free one of PIPELINE_PORT_RANGE (on a shared machine where
+    each user keeps to a range of ports)."""
+    first, _, last = os.environ.get(PORT_RANGE_VARIABLE, "").partition("-")
+    candidates = range(int(first), int(last or first) + 1) if first else [0]
+    for port in candidates:
+        if port in _ports_given:
+            continue
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            found = probe.getsockname()[1]
+        _ports_given.add(found)
+        return found
+    raise RuntimeError(f"no free port in {PORT_RANGE_VARIABLE}={os.environ[PORT_RANGE_VARIABLE]}")
 
 
 def _get(url: str, timeout: float = 10) -> Any:
@@ -133,7 +150,8 @@ def postgres_databases(admin_url: str, count: int) -> Iterator[list[str]]:
     """Fresh PostgreSQL databases, dropped afterwards."""
     admin_url = normalize_url(admin_url)  # psycopg2: with SQLAlchemy 2.1 a bare postgresql:// picks psycopg 3
     engine = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    names = [f"bench_daemon_{uuid.uuid4().hex[:8]}" for _ in range(count)]
+    prefix = os.environ.get("PIPELINE_TEST_DATABASE_PREFIX", "bench_daemon")  # a shared server's prefix
+    names = [f"{prefix}_{uuid.uuid4().hex[:8]}" for _ in range(count)]
     base = admin_url.rsplit("/", 1)[0]
     with engine.connect() as conn:
         for name in names:

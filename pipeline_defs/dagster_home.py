@@ -117,9 +117,7 @@ def dagster_yaml(settings: Settings) -> str:
             "PooledPostgresEventLogStorage",
             {**url, "event_batch_size": DEFAULT_EVENT_BATCH_SIZE},
         )
-        lines += _storage(
-            "schedule_storage", "dagster_postgres.schedule_storage", "PostgresScheduleStorage", url
-        )
+        lines += _storage("schedule_storage", STORAGE_MODULE, "PooledPostgresScheduleStorage", url)
     else:
         # The directories Dagster's default SQLite storage uses inside DAGSTER_HOME.
         home = settings.dagster_home.resolve()
@@ -134,8 +132,8 @@ def dagster_yaml(settings: Settings) -> str:
         )
         lines += _storage(
             "schedule_storage",
-            "dagster._core.storage.schedules",
-            "SqliteScheduleStorage",
+            STORAGE_MODULE,
+            "PooledSqliteScheduleStorage",
             {"base_dir": str(home / "schedules")},
         )
     return "\n".join(lines) + "\n"

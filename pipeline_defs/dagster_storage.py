@@ -55,13 +55,16 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from alembic.script import ScriptDirectory
 from dagster import Field, IntSource
 from dagster._config.config_schema import UserConfigSchema
 from dagster._core.events import ASSET_CHECK_EVENTS, ASSET_EVENTS, DagsterEventType
 from dagster._core.events.log import EventLogEntry
+from dagster._core.storage import sql as dagster_sql
 from dagster._core.storage.event_log.schema import AssetKeyTable, SqlEventLogStorageTable
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import INDEX_SHARD_NAME, SqliteEventLogStorage
 from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage
+from dagster._core.storage.schedules.sqlite.sqlite_schedule_storage import SqliteScheduleStorage
 from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
 from dagster._serdes import ConfigurableClassData
 from sqlalchemy import create_engine, event
@@ -71,6 +74,39 @@ from sqlalchemy.pool import NullPool
 
 from appdb.database import normalize_url
 from pipeline_defs.settings import export_for_dagster
+
+
+class _ScriptDirectoryOnce:
+    """Stands in for alembic's `ScriptDirectory` in Dagster's `check_alembic_revision`: one directory
+    (and its revision map, read once) per migrations folder and process.
+
+    Dagster compares a storage's revision with the head of its migrations every time it opens the
+    storage: every `DagsterInstance.from_ref`, which the code server makes for every sensor tick and
+    every run for its own process. Each time alembic read and executed every migration file anew (about
+    90 of them for the run, event log and schedule storages): 85% of opening an instance, 0.05 CPU s
+    a tick here. The installed migrations do not change while a process lives."""
+
+    _directories: dict[str, ScriptDirectory] = {}
+    _lock = threading.Lock()
+
+    @classmethod
+    def from_config(cls, config: Any) -> ScriptDirectory:
+        location = str(config.get_main_option("script_location"))
+        with cls._lock:
+            directory = cls._directories.get(location)
+            if directory is None:
+                directory = cls._directories[location] = ScriptDirectory.from_config(config)
+            return directory
+
+
+def _read_migrations_once() -> None:
+    """Point Dagster's revision check at `_ScriptDirectoryOnce` (where this Dagster has it, as 1.13 does:
+    pinned by tests/unit/test_dagster_storage_speedups.py)."""
+    if getattr(dagster_sql, "ScriptDirectory", None) is ScriptDirectory:
+        dagster_sql.ScriptDirectory = _ScriptDirectoryOnce  # ty: ignore[invalid-assignment]
+
+
+_read_migrations_once()
 
 DEFAULT_EVENT_BATCH_SIZE = 1000
 EVENT_BATCH_SIZE_ENV = "DAGSTER_EVENT_BATCH_SIZE"  # read by DagsterInstance on every event
@@ -276,6 +312,54 @@ class PooledSqliteRunStorage(RemembersRunColumns, SqliteRunStorage):
         self._pooled.dispose()
 
 
+class RemembersScheduleSchema:
+    """A schedule storage's tables and built indexes, answered from memory once seen. Dagster's asks
+    for them around every read and write of a sensor's state or tick (the daemon does both every tick
+    of every sensor): each answer a new connection and, for tables, a reflection of the schema."""
+
+    def _has_instigators_table(self, conn: Connection) -> bool:
+        ask = super()._has_instigators_table  # ty: ignore[unresolved-attribute]
+        return _remembered(self, "table instigators", lambda: ask(conn))
+
+    def _has_asset_daemon_asset_evaluations_table(self, conn: Connection) -> bool:
+        ask = super()._has_asset_daemon_asset_evaluations_table  # ty: ignore[unresolved-attribute]
+        return _remembered(self, "table asset_daemon_asset_evaluations", lambda: ask(conn))
+
+    def has_instigators_table(self) -> bool:
+        return _remembered(self, "table instigators", super().has_instigators_table)  # ty: ignore[unresolved-attribute]
+
+    def has_secondary_index_table(self) -> bool:
+        return _remembered(self, "table secondary_indexes", super().has_secondary_index_table)  # ty: ignore[unresolved-attribute]
+
+    def has_built_index(self, migration_name: str) -> bool:
+        ask = super().has_built_index  # ty: ignore[unresolved-attribute]
+        return _remembered(self, f"index {migration_name}", lambda: ask(migration_name))
+
+
+class PooledSqliteScheduleStorage(RemembersScheduleSchema, SqliteScheduleStorage):
+    """Dagster's SQLite schedule storage (sensor states, cursors, ticks) with one pooled engine instead
+    of an engine per operation. Commits keep Dagster's durability."""
+
+    def __init__(self, conn_string: str, inst_data: ConfigurableClassData | None = None) -> None:
+        super().__init__(conn_string, inst_data)
+        self._pooled = _pooled_sqlite_engine(conn_string)
+
+    @classmethod
+    def from_config_value(  # ty: ignore[invalid-method-override]
+        cls, inst_data: ConfigurableClassData | None, config_value: Mapping[str, Any]
+    ) -> PooledSqliteScheduleStorage:
+        return cls.from_local(inst_data=inst_data, **config_value)
+
+    @contextmanager
+    def connect(self) -> Iterator[Connection]:
+        with self._pooled.connect() as conn, conn.begin():
+            yield conn
+
+    def dispose(self) -> None:
+        super().dispose()
+        self._pooled.dispose()
+
+
 _BATCH_CONFIG = {
     "event_batch_size": Field(
         IntSource,
@@ -325,6 +409,7 @@ def _postgres_asynchronous_commit(dbapi_connection: Any, _record: Any) -> None:
 try:  # dagster-postgres is a dependency, but keep the SQLite storage usable without it
     from dagster_postgres.event_log.event_log import PostgresEventLogStorage
     from dagster_postgres.run_storage.run_storage import PostgresRunStorage
+    from dagster_postgres.schedule_storage.schedule_storage import PostgresScheduleStorage
     from dagster_postgres.utils import create_pg_engine, get_token_provider_from_config, pg_url_from_config
 except ImportError:  # pragma: no cover
     PostgresEventLogStorage = None  # type: ignore[assignment,misc]
@@ -448,6 +533,31 @@ if PostgresEventLogStorage is not None:
         def from_config_value(  # ty: ignore[invalid-method-override]
             cls, inst_data: ConfigurableClassData | None, config_value: Mapping[str, Any]
         ) -> PooledPostgresRunStorage:
+            return cls(inst_data=inst_data, **_postgres_storage_args(config_value))
+
+        def dispose(self) -> None:
+            super().dispose()
+            self._engine.dispose()
+
+    class PooledPostgresScheduleStorage(RemembersScheduleSchema, PostgresScheduleStorage):
+        """dagster-postgres's schedule storage with a pooled, pinged connection instead of NullPool:
+        the daemon reads and writes each sensor's state and tick every tick (a new server connection
+        each, and a schema reflection before most)."""
+
+        def __init__(
+            self,
+            postgres_url: str,
+            should_autocreate_tables: bool = True,
+            inst_data: ConfigurableClassData | None = None,
+            token_provider: Any = None,
+        ) -> None:
+            super().__init__(postgres_url, should_autocreate_tables, inst_data, token_provider)
+            self._engine = _replace_with_pooled_pg_engine(self)
+
+        @classmethod
+        def from_config_value(  # ty: ignore[invalid-method-override]
+            cls, inst_data: ConfigurableClassData | None, config_value: Mapping[str, Any]
+        ) -> PooledPostgresScheduleStorage:
             return cls(inst_data=inst_data, **_postgres_storage_args(config_value))
 
         def dispose(self) -> None:

@@ -73,7 +73,12 @@ def engine_definitions(
         sensors=[
             *(
                 build_discovery_sensor(
-                    group, settings.sensor_interval_seconds, settings.resolved_hosts(), groups
+                    group,
+                    settings.sensor_interval_seconds,
+                    settings.resolved_hosts(),
+                    groups,
+                    settings.run_continue_seconds,
+                    settings.runs_per_host,
                 )
                 for group in groups
             ),

@@ -61,6 +61,9 @@ DEFAULT_RUNS_PER_HOST = 3
 # The least time between two ticks of a discovery sensor. The daemon looks every 5 s, and at once when
 # subjects arrive (pipeline_defs/daemon.py); an idle tick is one cheap query (docs/performance.md).
 DEFAULT_SENSOR_INTERVAL_SECONDS = 1
+# How long a sensor's run of a one-use-case work group keeps claiming more pending subjects after its
+# own batch (assets/batch_run.py): each new run is a process loading the code location.
+DEFAULT_RUN_CONTINUE_SECONDS = 600
 
 
 def running_from_a_clone() -> bool:
@@ -309,6 +312,13 @@ class Settings:
         "subjects arrive, an LLM step ends or a run ends)",
         DEFAULT_SENSOR_INTERVAL_SECONDS,
         parse=positive_int,
+    )
+    run_continue_seconds: int = setting(
+        "PIPELINE_RUN_CONTINUE_SECONDS",
+        "how long a run the sensors start keeps claiming more pending subjects after its own batch (fewer "
+        "run starts; its sensor starts no more runs than can work at once meanwhile); 0: one batch a run",
+        DEFAULT_RUN_CONTINUE_SECONDS,
+        parse=whole_number,
     )
     heartbeat_seconds: float = setting(
         "PIPELINE_HEARTBEAT_SECONDS",

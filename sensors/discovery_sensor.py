@@ -14,7 +14,7 @@ tick where nothing changed skips the queries. Freeing dead runs' work is the liv
 
 import json
 from bisect import bisect_left, bisect_right
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,16 +30,15 @@ from dagster import (
     SkipReason,
     sensor,
 )
-from dagster._core.storage.event_log.schema import DynamicPartitionsTable
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from appdb import discovery, events, pauses
 from assets.factory import WorkGroup
-from assets.partitions import partitions_for
+from assets.partitions import partition_positions, partitions_for
 from assets.run_tags import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
+    CONTINUE_TAG,
     DAGSTER_PARTITION_TAG,
     PRIORITY_TAG,
     SOURCE_TAG,
@@ -52,7 +51,6 @@ from sensors.host_pinning import pin_requests, usable_hosts
 
 DEFAULT_INTERVAL_SECONDS = 30
 SPREAD_FLOOR = 25  # subjects: below this a run's start costs more than it spreads
-_LOOKUP_CHUNK = 500  # partition keys per lookup query on SQLite
 ACTIVE_STATUSES = [
     DagsterRunStatus.QUEUED,
     DagsterRunStatus.NOT_STARTED,
@@ -148,35 +146,6 @@ def run_size(subjects: int, batch_size: int, hosts: int = 1) -> int:
     return min(batch_size, max(SPREAD_FLOOR, -(-subjects // runs)))
 
 
-def partition_positions(instance: DagsterInstance, keys: Collection[str], kind: str) -> dict[str, int]:
-    """Dagster's position of each of `keys` that is a partition of `kind` (absent: not one yet).
-
-    A run over a partition range covers every partition between its first and last key in
-    this order (the order partitions were added). Looking up only the keys at hand keeps a
-    tick fast: listing all partitions took a third of a second at 100,000 subjects.
-    """
-    storage = instance.event_log_storage
-    if not hasattr(storage, "index_connection"):  # not a SQL storage: list them all
-        known = instance.get_dynamic_partitions(kind)
-        wanted = set(keys)
-        return {key: index for index, key in enumerate(known) if key in wanted}
-    table = DynamicPartitionsTable
-    keys = list(keys)
-    positions: dict[str, int] = {}
-    with storage.index_connection() as conn:
-        # SQLite caps the parameters of a statement; on PostgreSQL each statement may scan the table
-        chunk = _LOOKUP_CHUNK if conn.dialect.name == "sqlite" else max(len(keys), 1)
-        for start in range(0, len(keys), chunk):
-            rows = conn.execute(
-                select(table.c.partition, table.c.id).where(
-                    table.c.partitions_def_name == kind,
-                    table.c.partition.in_(keys[start : start + chunk]),
-                )
-            )
-            positions.update((key, position) for key, position in rows)
-    return positions
-
-
 def _keys_in_active_runs(
     instance: DagsterInstance, job_name: str, positions: dict[str, int], kind: str
 ) -> set[str]:
@@ -253,23 +222,42 @@ def more_input_coming(
 
 @dataclass(frozen=True)
 class DiscoveryScope:
-    """What one group's sensor looks at: the group, the hosts its LLM runs go to, and (a script group)
-    the jobs and use cases of other groups that write what it reads."""
+    """What one group's sensor looks at: the group, the hosts its LLM runs go to, (a script group)
+    the jobs and use cases of other groups that write what it reads, and how long its runs keep
+    claiming more work after their own batch (0: they do not; `continue_seconds`) with how many of
+    them at once (`runs_per_host` per host for a model's group, one for a script's)."""
 
     group: WorkGroup
     hosts: Sequence[LLMHost]
     feeders: Sequence[str]
     feeder_specs: Sequence[discovery.WorkSpec]
+    continue_seconds: int = 0
+    runs_per_host: int = 1
 
     @classmethod
-    def of(cls, group: WorkGroup, hosts: Sequence[LLMHost], groups: Sequence[WorkGroup]) -> "DiscoveryScope":
+    def of(
+        cls,
+        group: WorkGroup,
+        hosts: Sequence[LLMHost],
+        groups: Sequence[WorkGroup],
+        continue_seconds: int = 0,
+        runs_per_host: int = 1,
+    ) -> "DiscoveryScope":
         feeders = feeding_jobs(group, groups) if group.model is None else []
         return cls(
             group,
             hosts if group.model else (),  # a script group calls no model server
             feeders,
             feeding_specs(group) if feeders else [],
+            # a run goes on with its own use case only: in a run of several, the next step would wait
+            continue_seconds if len(group.members) == 1 else 0,
+            runs_per_host,
         )
+
+    def runs_at_once(self, open_hosts: int) -> int:
+        """Runs of the group that may work at once while runs go on claiming: the queue's limit per
+        host (a model's group; the embedded model counts as one host), one for a script's group."""
+        return self.runs_per_host * max(1, open_hosts) if self.group.model else 1
 
 
 def discover(context: SensorEvaluationContext, app_db: AppDatabase, scope: DiscoveryScope) -> Any:
@@ -289,7 +277,10 @@ def discover(context: SensorEvaluationContext, app_db: AppDatabase, scope: Disco
     for name, why in plan.paused.items():
         context.log.warning(f"{name} is paused, no runs requested for it: {why}")
     cursor = json.dumps({"marker": marker, "pending": len(plan.pending)})
-    requests, waiting = _full_batches_while_upstream_writes(context, app_db, scope, plan)
+    if scope.continue_seconds:
+        requests, waiting = _while_runs_go_on(context, scope, plan, len(open_hosts))
+    else:
+        requests, waiting = _full_batches_while_upstream_writes(context, app_db, scope, plan)
     if scope.hosts and not open_hosts:
         context.log.warning(f"{group.name}: every host serving {group.model} is paused or lists other models")
         requests = []
@@ -345,6 +336,30 @@ def _full_batches_while_upstream_writes(
     return requests[:full], waiting
 
 
+def _while_runs_go_on(
+    context: SensorEvaluationContext, scope: DiscoveryScope, plan: RunPlan, open_hosts: int
+) -> tuple[list[RunRequest], str]:
+    """The run requests to make now when runs go on claiming (`CONTINUE_TAG`), and why the rest waits:
+    no more runs than may work at once, counting the group's queued and running runs, which take the
+    rest as they finish their batches (a downstream group's run follows its upstream's outputs as they
+    come, so a part-filled batch starts at once)."""
+    group = scope.group
+    requests = [
+        request.with_replaced_attrs(tags={**request.tags, CONTINUE_TAG: str(scope.continue_seconds)})
+        for request in plan.run_requests(group)
+    ]
+    active = len(context.instance.get_runs(RunsFilter(job_name=group.job.name, statuses=ACTIVE_STATUSES)))
+    room = max(0, scope.runs_at_once(open_hosts) - active)
+    if len(requests) <= room:
+        return requests, ""
+    waiting = (
+        f"{group.name}: {plan.to_request} {group.subject.plural} not in a run yet; {active} runs going "
+        f"(at most {scope.runs_at_once(open_hosts)} at once) take them as they finish their batches"
+    )
+    context.log.info(waiting)
+    return requests[:room], waiting
+
+
 def _why_nothing_requested(group: WorkGroup, plan: RunPlan, waiting: str) -> str:
     if waiting:
         return waiting
@@ -361,6 +376,8 @@ def build_discovery_sensor(
     interval_seconds: int = DEFAULT_INTERVAL_SECONDS,
     hosts: Sequence[LLMHost] = (),
     groups: Sequence[WorkGroup] = (),
+    continue_seconds: int = 0,
+    runs_per_host: int = 1,
 ) -> SensorDefinition:
     """The group's sensor; it ticks at most every `interval_seconds` (PIPELINE_SENSOR_INTERVAL_SECONDS): at
     the daemon's 5 s look, or sooner when subjects arrive (`pipeline_defs/daemon.py`). With
@@ -369,8 +386,13 @@ def build_discovery_sensor(
     A script group (no model) whose inputs are still being written by runs of other `groups` waits
     until it has a full batch or those inputs are all written: otherwise it starts a run for every few
     subjects the upstream runs finish (each run a process loading the code and the resolver: 11 runs
-    where 2 would do, measured with three hosts, on the CPU the other runs need)."""
-    scope = DiscoveryScope.of(group, hosts, groups)
+    where 2 would do, measured with three hosts, on the CPU the other runs need).
+
+    With `continue_seconds` (PIPELINE_RUN_CONTINUE_SECONDS; a group of one use case) each run keeps
+    claiming its use case's pending subjects after its own batch for up to that long, and a
+    downstream group's run follows its upstream's outputs as they come; the sensor then requests no
+    more runs than may work at once (`DiscoveryScope.runs_at_once`): fewer, longer runs."""
+    scope = DiscoveryScope.of(group, hosts, groups, continue_seconds, runs_per_host)
     members = ", ".join(group.use_case_names)
 
     @sensor(

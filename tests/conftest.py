@@ -84,7 +84,9 @@ def postgres_database(postgres_admin_url: str) -> Iterator[Callable[[], str]]:
     made: list[tuple[str, str]] = []
 
     def make() -> str:
-        name = f"pipeline_test_{uuid.uuid4().hex[:12]}"
+        # PIPELINE_TEST_DATABASE_PREFIX: where several people share one server, each keeps to a prefix
+        prefix = os.environ.get("PIPELINE_TEST_DATABASE_PREFIX", "pipeline_test")
+        name = f"{prefix}_{uuid.uuid4().hex[:12]}"
         with admin.cursor() as cursor:
             cursor.execute(f'CREATE DATABASE "{name}"')
         url = make_url(postgres_admin_url).set(drivername="postgresql+psycopg2", database=name)

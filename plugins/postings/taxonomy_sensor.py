@@ -27,6 +27,7 @@ from dagster import (
     SensorResult,
     SkipReason,
     define_asset_job,
+    in_process_executor,
     sensor,
 )
 
@@ -44,6 +45,7 @@ skills_taxonomy_job = define_asset_job(
     "skills_taxonomy_job",
     selection=[AssetKey(TAXONOMY_ASSET)],
     description="Load the configured skills taxonomy into the app database (a no-op when unchanged).",
+    executor_def=in_process_executor,  # one step: no second process loading the code location for it
 )
 
 

@@ -66,6 +66,7 @@ def test_sqlite_home_pools_event_log_connections_and_reads_back_a_batch_run(
     with DagsterInstance.from_config(str(home)) as instance:
         assert type(instance.event_log_storage).__name__ == "PooledSqliteEventLogStorage"
         assert type(instance.run_storage).__name__ == "PooledSqliteRunStorage"
+        assert type(instance.schedule_storage).__name__ == "PooledSqliteScheduleStorage"
     # Dagster's own SQLite layout inside DAGSTER_HOME, so existing homes and tools still find it
     assert (home / "history" / "runs.db").exists() and (home / "history" / "runs" / "index.db").exists()
     _batch_run_is_read_back_by_another_instance(home, sqlite_url, tmp_path, httpserver)
@@ -99,7 +100,7 @@ def test_postgres_home_pools_event_log_connections_and_reads_back_a_batch_run(
     with DagsterInstance.from_config(str(home)) as instance:
         assert type(instance.event_log_storage).__name__ == "PooledPostgresEventLogStorage"
         assert type(instance.run_storage).__name__ == "PooledPostgresRunStorage"
-        assert type(instance.schedule_storage).__name__ == "PostgresScheduleStorage"
+        assert type(instance.schedule_storage).__name__ == "PooledPostgresScheduleStorage"
     _batch_run_is_read_back_by_another_instance(home, sqlite_url, tmp_path, httpserver)
 
 

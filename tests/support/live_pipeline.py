@@ -72,10 +72,25 @@ query RunErrors($runId: ID!) {
 """
 
 
+_PORTS_GIVEN: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    """A free local port: any, or (PIPELINE_PORT_RANGE=first-last, on a machine shared by several
+    people) a free one of that range."""
+    first, _, last = os.environ.get("PIPELINE_PORT_RANGE", "").partition("-")
+    for port in range(int(first), int(last or first) + 1) if first else [0]:
+        if port in _PORTS_GIVEN:  # handed out, perhaps not bound yet
+            continue
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            found = probe.getsockname()[1]
+        _PORTS_GIVEN.add(found)
+        return found
+    raise RuntimeError(f"no free port in PIPELINE_PORT_RANGE={os.environ['PIPELINE_PORT_RANGE']}")
 
 
 def make_postings(prefix: str, count: int) -> list[dict[str, str]]:

@@ -31,6 +31,8 @@ OURS = (
     dagster_storage.PooledSqliteRunStorage,
     dagster_storage.PooledPostgresEventLogStorage,
     dagster_storage.PooledPostgresRunStorage,
+    dagster_storage.PooledSqliteScheduleStorage,
+    dagster_storage.PooledPostgresScheduleStorage,
 )
 # Dagster's private helpers the overrides call (beside the methods they override)
 CALLED = {
@@ -46,6 +48,7 @@ CALLED = {
     ],
     "PostgresEventLogStorage": ["_connect"],
     "SqliteRunStorage": ["from_local"],
+    "SqliteScheduleStorage": ["from_local"],
 }
 
 

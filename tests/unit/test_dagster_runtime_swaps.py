@@ -6,7 +6,9 @@ the project quietly running without it (the pooled storages have their own canar
 - the daemon's sensor loop (`pipeline_defs/daemon.py`: its waits cut short when work arrives);
 - dagster-webserver's `uvicorn` (`pipeline_defs/webserver.py`: the app served inside `RequestGuard`);
 - dagster dev's subprocess opener (`pipeline_defs/cli/ui_command.py`: the guarded webserver and the
-  waking daemon started in place of Dagster's own).
+  waking daemon started in place of Dagster's own);
+- the migrations folder Dagster reads to check a storage's revision (`pipeline_defs/dagster_storage.py`:
+  read once per process, not at every opening of the instance).
 
 When one fails after an upgrade: read the new source, bring the swap in line, and run the end-to-end
 tests (`tests/end_to_end/test_ui_guard.py`, `test_daemon_end_to_end.py`).
@@ -68,3 +70,28 @@ def test_pipeline_ui_calls_dagster_devs_body_which_warns_of_nothing() -> None:
         parameters
     )
     assert "superseded" not in inspect.getsource(dagster_dev.dev_command_impl)
+
+
+def test_dagster_checks_storage_revisions_through_its_modules_script_directory() -> None:
+    from dagster._core.storage import sql as dagster_sql
+
+    from pipeline_defs import dagster_storage
+
+    # a module global that `check_alembic_revision` looks up when it runs: the swap replaces it
+    assert dagster_sql.ScriptDirectory is dagster_storage._ScriptDirectoryOnce
+    source = inspect.getsource(dagster_sql.check_alembic_revision)
+    assert "ScriptDirectory.from_config(alembic_config)" in source
+
+
+def test_the_migrations_are_read_once_per_folder_and_still_name_dagsters_head() -> None:
+    from alembic.script import ScriptDirectory
+    from dagster._core.storage.runs.sqlite import sqlite_run_storage
+    from dagster._core.storage.sql import get_alembic_config
+
+    from pipeline_defs import dagster_storage
+
+    config = get_alembic_config(sqlite_run_storage.__file__)
+    once = dagster_storage._ScriptDirectoryOnce
+    assert once.from_config(config) is once.from_config(config)
+    head = ScriptDirectory.from_config(config).as_revision_number("head")
+    assert once.from_config(config).as_revision_number("head") == head

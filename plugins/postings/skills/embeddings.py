@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import io
 import json
@@ -27,7 +28,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import httpx
 import numpy as np
@@ -447,11 +448,22 @@ def _single_blas_thread(wanted: bool) -> contextlib.AbstractContextManager[objec
     """
     if not wanted:
         return contextlib.nullcontext()
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
+    controller = _blas_controller()
+    if controller is None:
         return contextlib.nullcontext()
-    return threadpool_limits(limits=1, user_api="blas")
+    return controller.limit(limits=1, user_api="blas")
+
+
+@functools.cache
+def _blas_controller() -> Any:
+    """threadpoolctl's view of the loaded BLAS libraries, found once per process (None without
+    threadpoolctl). `threadpool_limits(...)` looks them up anew on every call (it walks every loaded
+    shared library): 10 ms a posting in the tagger, a quarter of its CPU (py-spy, 2026-11-28)."""
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:
+        return None
+    return ThreadpoolController()  # numpy (imported above) has loaded its BLAS by now
 
 
 def _packaged_model_zip() -> Path:

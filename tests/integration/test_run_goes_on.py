@@ -1,0 +1,112 @@
+"""A sensor's run goes on claiming its use case's pending postings after its own batch (fewer run
+starts), and the sensor then starts no more runs than may work at once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dagster import DagsterRunStatus, SensorResult, build_sensor_context
+from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+from dagster._core.test_utils import create_run_for_test
+from pytest_httpserver import HTTPServer
+from sqlalchemy import func, select
+
+from appdb import claims
+from appdb.database import session_scope
+from appdb.models import Interaction, UseCaseOutput, WorkItem
+from assets.factory import build_work_groups
+from assets.run_tags import CONTINUE_TAG
+from pipeline_defs.definitions import build_definitions
+from pipeline_defs.settings import Settings
+from pipeline_defs.wiring import build_llm_resource, build_use_cases
+from plugins.postings.use_cases.posting_summary import POSTING_SUMMARY
+from resources.app_database import AppDatabase
+from sensors.discovery_sensor import build_discovery_sensor
+from tests.support.fakes import FakeOllama
+from tests.support.postings import seed_postings
+
+POSTINGS = [{"key": f"k-{i:02d}", "title": f"Job {i}", "description": f"Do task {i}."} for i in range(6)]
+KEYS = [row["key"] for row in POSTINGS]
+
+
+def _settings(url: str, host: str) -> Settings:
+    return Settings.from_env().changed(
+        database_url=url, llm_backend="ollama", llm_hosts=(host,), batch_size_override=2
+    )
+
+
+def _run(defs, instance, first: str, last: str, going_on: bool):  # noqa: ANN001, ANN202
+    tags = {ASSET_PARTITION_RANGE_START_TAG: first, ASSET_PARTITION_RANGE_END_TAG: last}
+    if going_on:
+        tags[CONTINUE_TAG] = "120"
+    job = defs.resolve_job_def("posting_summary_job")
+    return job.execute_in_process(instance=instance, tags=tags, raise_on_error=False)
+
+
+def _done_by_run(url: str) -> dict[str, str]:
+    with session_scope(url) as session:
+        return dict(session.execute(select(UseCaseOutput.subject_key, UseCaseOutput.run_id)).all())
+
+
+def test_a_run_going_on_does_every_pending_known_posting_once_and_leaves_held_and_unknown_ones(
+    httpserver: HTTPServer, sqlite_url: str, tmp_path: Path, dagster_instance
+) -> None:
+    FakeOllama(httpserver)
+    seed_postings(sqlite_url, tmp_path, POSTINGS)
+    settings = _settings(sqlite_url, httpserver.url_for("/").rstrip("/"))
+    defs = build_definitions(settings, use_cases=[POSTING_SUMMARY], llm=build_llm_resource(settings))
+    dagster_instance.add_dynamic_partitions("postings", KEYS[:5])  # k-05: not a partition yet
+    with session_scope(sqlite_url) as session:  # k-04: held by another run
+        assert claims.claim_items(session, "posting_summary", ["k-04"], "other-run") == ["k-04"]
+
+    plain = _run(defs, dagster_instance, "k-00", "k-01", going_on=False)
+    assert plain.success and set(_done_by_run(sqlite_url)) == {"k-00", "k-01"}  # its batch only
+
+    going_on = _run(defs, dagster_instance, "k-02", "k-02", going_on=True)
+    assert going_on.success
+    done = _done_by_run(sqlite_url)
+    assert set(done) == {"k-00", "k-01", "k-02", "k-03"}  # k-03 beyond its range; not k-04, k-05
+    assert done["k-03"] == going_on.run_id
+    materialized = {
+        event.event_specific_data.materialization.partition
+        for event in going_on.get_asset_materialization_events()
+    }
+    assert materialized == {"k-02", "k-03"}  # Dagster hears of each, in this run
+    with session_scope(sqlite_url) as session:
+        calls = dict(
+            session.execute(
+                select(Interaction.subject_key, func.count()).group_by(Interaction.subject_key)
+            ).all()
+        )
+        held = session.scalars(select(WorkItem.claimed_by).where(WorkItem.subject_key == "k-04")).one()
+    assert calls == dict.fromkeys(["k-00", "k-01", "k-02", "k-03"], 1)  # each generated once
+    assert held == "other-run"
+
+
+def test_with_runs_going_on_the_sensor_starts_no_more_than_may_work_at_once(
+    sqlite_url: str, tmp_path: Path, dagster_instance
+) -> None:
+    seed_postings(sqlite_url, tmp_path, POSTINGS)
+    settings = Settings.from_env().changed(batch_size_override=1)
+    [group] = build_work_groups(build_use_cases(settings, [POSTING_SUMMARY]))
+    sensor = build_discovery_sensor(group, continue_seconds=300, runs_per_host=2)
+
+    def tick() -> SensorResult:
+        context = build_sensor_context(
+            instance=dagster_instance, resources={"app_db": AppDatabase(url=sqlite_url)}
+        )
+        result = sensor(context)
+        assert isinstance(result, SensorResult)
+        return result
+
+    first = tick()  # six postings, batches of one: two runs (the embedded model counts as one host)
+    assert len(first.run_requests) == 2
+    assert {request.tags[CONTINUE_TAG] for request in first.run_requests} == {"300"}
+    dagster_instance.add_dynamic_partitions("postings", KEYS)
+    create_run_for_test(
+        dagster_instance,
+        job_name=group.job.name,
+        status=DagsterRunStatus.STARTED,
+        tags={ASSET_PARTITION_RANGE_START_TAG: "k-00", ASSET_PARTITION_RANGE_END_TAG: "k-00"},
+    )
+    assert len(tick().run_requests) == 1  # one run going: room for one more
