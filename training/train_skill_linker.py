@@ -462,10 +462,10 @@ def prepare(args: argparse.Namespace) -> tuple[SkillResolver, Data]:
     spans = [span for sentence in skillspan for span in sentence.spans]
     label_share = sum(match_label(span, lookup) is not None for span in spans) / max(len(spans), 1)
     pairs = (
-        esco_alt_pairs(concepts, lookup, ad_frames(skillspan), ESCO_ALT_CONCEPTS, SEED)
+        esco_alt_pairs(concepts, lookup, ad_frames(skillspan), args.esco_alt_concepts, SEED)
         + skillspan_pairs(skillspan, lookup)
         + onet_pairs(onet, lookup)
-        + description_pairs(concepts, DESCRIPTION_CONCEPTS, SEED)
+        + description_pairs(concepts, description_concepts(args.esco_alt_concepts), SEED)
         + multi_skill_pairs(concepts, skillspan, MULTI_SKILL_SENTENCES, SEED)
     )
     resolver.linker = LinkerModel({}, 0.0, {}, prior.total)  # candidate signals read the prior from it
@@ -485,9 +485,17 @@ def prepare(args: argparse.Namespace) -> tuple[SkillResolver, Data]:
         "skillspan_train_spans": len(spans),
         "skillspan_train_spans_that_are_esco_labels": round(label_share, 4),
         "onet_examples": len(onet),
+        "esco_alt_concepts": args.esco_alt_concepts,
     }
     popularity = {c.uri: prior.total.get(c.preferred_label, 0) for c in concepts}
     return resolver, Data(examples, prior, label_share, facts, popularity)
+
+
+def description_concepts(esco_alt_concepts: int) -> int:
+    """As many description queries as `DESCRIPTION_CONCEPTS` is of `ESCO_ALT_CONCEPTS`, so a smaller
+    sample (`--esco-alt-concepts`) keeps the mix; they are the first concepts of the same seeded order,
+    so their sentences are embedded once for both sources."""
+    return round(esco_alt_concepts * DESCRIPTION_CONCEPTS / ESCO_ALT_CONCEPTS)
 
 
 def by_kind(examples: Sequence[Example]) -> dict[str, list[Example]]:
@@ -567,8 +575,8 @@ def train_variant(
             "popularity_exponent": data.popularity_exponent,
             "grid": tried,
             "seed": SEED,
-            "esco_alt_concepts": ESCO_ALT_CONCEPTS,
-            "description_concepts": DESCRIPTION_CONCEPTS,
+            "esco_alt_concepts": data.facts["esco_alt_concepts"],
+            "description_concepts": description_concepts(data.facts["esco_alt_concepts"]),
             "threshold_rule": THRESHOLD_RULE,
         },
         "acceptance": acceptance_card,
@@ -645,6 +653,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--prior", choices=("independent", "none"), default="independent")
     parser.add_argument("--ablation", type=Path, default=None, help="also write ablation models here")
     parser.add_argument(
+        "--ablation-only",
+        type=lambda text: [s.strip() for s in text.split(",") if s.strip()],
+        default=[],
+        help="only these ablation variants (no_prior, without_<source>); default all",
+    )
+    parser.add_argument(
+        "--esco-alt-concepts",
+        type=int,
+        default=ESCO_ALT_CONCEPTS,
+        help=f"ESCO concepts sampled for alternative-label pairs (default {ESCO_ALT_CONCEPTS}; the first "
+        "ones of one seeded order, so a smaller number reuses the embedded texts of a larger one)",
+    )
+    parser.add_argument(
         "--popularity-exponents",
         type=lambda text: [float(x) for x in text.split(",") if x.strip()],
         default=list(POPULARITY_EXPONENTS),
@@ -695,6 +716,8 @@ def main(argv: list[str] | None = None) -> int:
     set_popularity_weights(data, exponent)
     if args.ablation:
         for name, sources, use_prior in ablation_variants(args.sources):
+            if args.ablation_only and name not in args.ablation_only:
+                continue
             variant, variant_trained = train_variant(data, sources, use_prior, name)
             write_model(variant, variant_trained, args.ablation / f"{name}.json")
     print(f"CPU seconds (this process): {time.process_time() - started:.0f}")
