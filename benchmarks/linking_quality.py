@@ -413,9 +413,10 @@ def render_markdown(results: dict[str, Any], extractors: list[str], end_to_end: 
             "",
             f"## Ablation (each model selected on independent held-out data; (a) with {end_to_end})",
             "",
-            "| variant | saw Decorte labels | training sources | prior | (a) MRR TECH / HOUSE |"
-            " (b) MRR TECH / HOUSE | (c) right / wrong TECH | (c) right / wrong HOUSE | threshold |",
-            "|---|---|---|---|---:|---:|---:|---:|---:|",
+            "| variant | saw Decorte labels | training sources | prior | popularity exponent |"
+            " (a) MRR TECH / HOUSE | (b) MRR TECH / HOUSE | (c) right / wrong TECH | (c) right / wrong HOUSE"
+            " | threshold |",
+            "|---|---|---|---|---:|---:|---:|---:|---:|---:|",
         ]
         for name, entry in {**systems, **results["ablation"]}.items():
             if "threshold" not in entry:
@@ -424,10 +425,11 @@ def render_markdown(results: dict[str, Any], extractors: list[str], end_to_end: 
             sources = ", ".join((card.get("training_data") or {}).get("sources", {})) or "SkillSkape"
             prior = (card.get("prior") or {}).get("used")
             prior_text = "SkillSkape counts" if prior is None else ("independent" if prior else "none")
+            exponent = (card.get("hyper_parameters") or {}).get("popularity_exponent", 0)
             a_key = f"sentence_level_{end_to_end}"
             t, h = entry["tech"], entry["house"]
             lines.append(
-                f"| {name} | {flag(entry)} | {sources} | {prior_text} | "
+                f"| {name} | {flag(entry)} | {sources} | {prior_text} | {exponent:g} | "
                 f"{t[a_key]['mrr']:.3f} / {h[a_key]['mrr']:.3f} | "
                 f"{t['span_given']['mrr']:.3f} / {h['span_given']['mrr']:.3f} | "
                 f"{pct(t['resolution']['right'])} / {pct(t['resolution']['wrong'])} | "

@@ -3,7 +3,8 @@ knows no benchmark answers; write the shipped artefact.
 
     python -m training.train_skill_linker [--data-dir D] [--out PATH] [--cache DIR]
         [--sources esco_alt,skillspan,onet,esco_description] [--prior independent|none]
-        [--ablation DIR]
+        [--ablation DIR [--ablation-only no_prior,...]] [--esco-alt-concepts N]
+        [--popularity-exponents 0,0.5,1]
 
 Issue 43. The model before this one counted SkillSkape train sentences as its prior and learned only
 SkillSkape concepts as positives; SkillSkape's 514 concepts are exactly the gold labels of the Decorte
@@ -31,6 +32,13 @@ trainer reads neither SkillSkape nor any Decorte label:
 `--ablation DIR` writes, besides the shipped model, one model per variant of the data into DIR
 (without each source, no prior), selected the same way, for
 `benchmarks.linking_quality --ablation DIR`.
+
+`--popularity-exponents 0,0.5,1` (not the default, not yet measured on the benchmark): queries of
+ESCO-sampled concepts weigh (1 + prior count) ** exponent, so the fitted mix of concepts leans to the
+ones many occupations ask for, as postings do, and the prior has something to learn; the exponent is
+chosen on held-out SkillSpan and O*NET pairs (drawn as job ads draw them, unweighted), and every
+exponent's model is written to the ablation folder. `--esco-alt-concepts N` samples fewer concepts
+(the first N of the same seeded order, so their texts are already embedded).
 """
 
 from __future__ import annotations
@@ -98,6 +106,14 @@ DESCRIPTION_CONCEPTS = 3000  # concepts whose description sentence becomes a sen
 MULTI_SKILL_SENTENCES = 2000  # SkillSpan train sentences whose spans are all replaced by alternative labels
 HELD_OUT_PERCENT = 25  # of the groups (concepts, postings, technologies), for selection and calibration
 L2_GRID = (1e-3, 1e-2, 1e-1)
+# Queries of the sources whose concepts the trainer samples uniformly from ESCO weigh
+# (1 + prior count) ** exponent (mean 1 per source), so the fitted mix of concepts is closer to the one
+# postings ask for (an ESCO skill listed by 100 occupations is asked for more often than one listed by
+# none) and the prior has something to learn; the exponent is chosen on job-ad pairs (`job_ad_mention_mrr`).
+# The default, 0 alone, rebuilds the shipped model (every query weighs 1): the weighting is not measured
+# on the benchmark yet, so it is an option (`--popularity-exponents 0,0.5,1`), not the default.
+POPULARITY_EXPONENTS = (0.0,)
+SAMPLED_SOURCES = ("esco_alt", "esco_description")
 MAX_WRONG = 0.10
 THRESHOLD_RULE = (
     f"lowest confidence with at most {MAX_WRONG:.0%} of held-out mentions in job-ad sentences wrong "
@@ -123,6 +139,7 @@ class Example:
     features: np.ndarray
     labels: np.ndarray
     pair: Pair | None = None
+    weight: float = 1.0  # how much the query counts (`popularity_weights`); 1 for every query at exponent 0
 
     @property
     def held_out(self) -> bool:
@@ -217,11 +234,16 @@ def stack(examples: Sequence[Example]) -> tuple[np.ndarray, np.ndarray]:
     return np.vstack([e.features for e in examples]), np.concatenate([e.labels for e in examples])
 
 
+def row_weights(examples: Sequence[Example]) -> np.ndarray:
+    """Each candidate row weighs what its query weighs."""
+    return np.concatenate([np.full(len(e.labels), e.weight) for e in examples])
+
+
 def fit_model(examples: Sequence[Example], variant: Variant) -> LogisticModel:
     """A logistic reranker on the variant's columns (a left-out feature gets weight 0)."""
     features, labels = stack(examples)
     columns = variant.columns()
-    fitted = fit_logistic(features[:, columns], labels, l2=variant.l2)
+    fitted = fit_logistic(features[:, columns], labels, l2=variant.l2, weights=row_weights(examples))
     mean, scale, weights = np.zeros(len(FEATURES)), np.ones(len(FEATURES)), np.zeros(len(FEATURES))
     mean[columns], scale[columns], weights[columns] = fitted.mean, fitted.scale, fitted.weights
     return LogisticModel(mean, scale, weights, fitted.bias)
@@ -242,12 +264,31 @@ def like_a_job_ad(pair: Pair | None) -> bool:
 
 
 def held_out_mrr(model: LogisticModel, examples: Sequence[Example]) -> dict[str, float]:
-    """MRR per source over held-out examples (a gold concept not among the candidates counts 0)."""
-    by_source: dict[str, list[float]] = {}
+    """MRR per source over held-out examples, each weighted by its query's weight (a gold concept not
+    among the candidates counts 0)."""
+    by_source: dict[str, list[tuple[float, float]]] = {}
     for example in examples:
         assert example.pair is not None
-        by_source.setdefault(example.pair.source, []).append(reciprocal_rank(model, example))
-    return {source: round(float(np.mean(values)), 4) for source, values in sorted(by_source.items())}
+        scored = (reciprocal_rank(model, example), example.weight)
+        by_source.setdefault(example.pair.source, []).append(scored)
+    return {
+        source: round(float(np.average([r for r, _ in values], weights=[w for _, w in values])), 4)
+        for source, values in sorted(by_source.items())
+    }
+
+
+def job_ad_mention_mrr(models: dict[str, LogisticModel], examples: Sequence[Example]) -> dict[str, float]:
+    """Held-out MRR of the mention models on the pairs drawn as job ads draw them, unweighted: SkillSpan
+    train spans (as written and with the label hidden) and O*NET technologies. The popularity
+    exponent is chosen on this, since these pairs' concepts were not sampled by the trainer."""
+    scores: dict[str, list[float]] = {}
+    for example in examples:
+        pair = example.pair
+        if pair is None or pair.kind == "sentence" or pair.source not in ("skillspan", "onet"):
+            continue
+        name = f"{pair.source} {'hidden' if pair.hidden_label else 'as written'}"
+        scores.setdefault(name, []).append(reciprocal_rank(models[pair.kind], example))
+    return {name: round(float(np.mean(values)), 4) for name, values in sorted(scores.items())}
 
 
 def select(
@@ -300,9 +341,8 @@ def select(
 
 def with_platt(model: LogisticModel, examples: Sequence[Example]) -> LogisticModel:
     features, labels = stack(examples)
-    return LogisticModel(
-        model.mean, model.scale, model.weights, model.bias, fit_platt(model.logits(features), labels)
-    )
+    platt = fit_platt(model.logits(features), labels, row_weights(examples))
+    return LogisticModel(model.mean, model.scale, model.weights, model.bias, platt)
 
 
 def ranking_of(model: LogisticModel, example: Example) -> tuple[np.ndarray, np.ndarray, bool]:
@@ -318,7 +358,7 @@ def fit_acceptance(
 ) -> tuple[AcceptanceModel, dict[str, Any]]:
     """The acceptance model (`concept_reranker.AcceptanceModel`): is a mention's best candidate a gold
     concept, from the shape of its ranking; fitted on held-out (calibration) mention pairs."""
-    rows, labels = [], []
+    rows, labels, weights = [], [], []
     for kind in ("mention", "bare_mention"):
         for example in examples[kind]:
             if not len(example.labels):
@@ -326,7 +366,8 @@ def fit_acceptance(
             probabilities, tiers, right = ranking_of(models[kind], example)
             rows.append(acceptance_features(probabilities, tiers)[0])
             labels.append(float(right))
-    scorer = fit_logistic(np.array(rows), np.array(labels), l2=1e-3)
+            weights.append(example.weight)
+    scorer = fit_logistic(np.array(rows), np.array(labels), l2=1e-3, weights=np.array(weights))
     card = {
         "what": "logistic model of 'the best candidate is right' over the ranking's shape; its output is "
         "the confidence the threshold is set on",
@@ -355,19 +396,22 @@ def threshold_of(
         probabilities, tiers, right = ranking_of(models[pair.kind], example)
         confidence = acceptance.confidence(probabilities, tiers)
         group = "label" if pair.hidden_label is None else f"hidden {pair.source}"
-        answers.append((confidence, right, group))
-    sizes = Counter(group for _, _, group in answers)
+        answers.append((confidence, right, group, example.weight))
+    sizes = Counter(group for _, _, group, _ in answers)
+    group_weights: Counter[str] = Counter()
+    for _, _, group, query_weight in answers:
+        group_weights[group] += query_weight
     share = {
         "label": label_share,
         "hidden skillspan": (1 - label_share) / 2,
         "hidden esco_alt": (1 - label_share) / 2,
     }
-    weight = {group: share.get(group, 0.0) / count for group, count in sizes.items()}
-    total = sum(weight[g] * n for g, n in sizes.items()) or 1.0
+    weight = {group: share.get(group, 0.0) / total for group, total in group_weights.items()}
+    total = sum(weight[g] * w for g, w in group_weights.items()) or 1.0
 
     def shares(threshold: float) -> dict[str, float]:
-        right = sum(weight[g] for c, r, g in answers if c >= threshold and r) / total
-        wrong = sum(weight[g] for c, r, g in answers if c >= threshold and not r) / total
+        right = sum(weight[g] * w for c, r, g, w in answers if c >= threshold and r) / total
+        wrong = sum(weight[g] * w for c, r, g, w in answers if c >= threshold and not r) / total
         return {
             "threshold": round(threshold, 4),
             "right": round(right, 4),
@@ -391,6 +435,26 @@ class Data:
     prior: PriorCounts
     label_share: float
     facts: dict[str, Any]
+    popularity: dict[str, int]  # concept URI -> its prior count (how often it is asked for)
+    popularity_exponent: float = 0.0  # the one the queries' weights were set with
+
+
+def set_popularity_weights(data: Data, exponent: float) -> None:
+    """Weigh each query of a sampled source by its gold concepts' mean (1 + prior count) ** exponent,
+    scaled to mean 1 within its source; other sources' queries (drawn from job ads) weigh 1."""
+    data.popularity_exponent = exponent
+    raw: dict[str, list[tuple[Example, float]]] = {}
+    for example in data.examples:
+        example.weight = 1.0
+        pair = example.pair
+        if pair is None or pair.source not in SAMPLED_SOURCES or exponent == 0:
+            continue
+        value = float(np.mean([(1 + data.popularity.get(uri, 0)) ** exponent for uri in pair.gold]))
+        raw.setdefault(pair.source, []).append((example, value))
+    for values in raw.values():
+        mean = float(np.mean([value for _, value in values]))
+        for example, value in values:
+            example.weight = value / mean
 
 
 def prepare(args: argparse.Namespace) -> tuple[SkillResolver, Data]:
@@ -408,10 +472,10 @@ def prepare(args: argparse.Namespace) -> tuple[SkillResolver, Data]:
     spans = [span for sentence in skillspan for span in sentence.spans]
     label_share = sum(match_label(span, lookup) is not None for span in spans) / max(len(spans), 1)
     pairs = (
-        esco_alt_pairs(concepts, lookup, ad_frames(skillspan), ESCO_ALT_CONCEPTS, SEED)
+        esco_alt_pairs(concepts, lookup, ad_frames(skillspan), args.esco_alt_concepts, SEED)
         + skillspan_pairs(skillspan, lookup)
         + onet_pairs(onet, lookup)
-        + description_pairs(concepts, DESCRIPTION_CONCEPTS, SEED)
+        + description_pairs(concepts, description_concepts(args.esco_alt_concepts), SEED)
         + multi_skill_pairs(concepts, skillspan, MULTI_SKILL_SENTENCES, SEED)
     )
     resolver.linker = LinkerModel({}, 0.0, {}, prior.total)  # candidate signals read the prior from it
@@ -431,8 +495,17 @@ def prepare(args: argparse.Namespace) -> tuple[SkillResolver, Data]:
         "skillspan_train_spans": len(spans),
         "skillspan_train_spans_that_are_esco_labels": round(label_share, 4),
         "onet_examples": len(onet),
+        "esco_alt_concepts": args.esco_alt_concepts,
     }
-    return resolver, Data(examples, prior, label_share, facts)
+    popularity = {c.uri: prior.total.get(c.preferred_label, 0) for c in concepts}
+    return resolver, Data(examples, prior, label_share, facts, popularity)
+
+
+def description_concepts(esco_alt_concepts: int) -> int:
+    """As many description queries as `DESCRIPTION_CONCEPTS` is of `ESCO_ALT_CONCEPTS`, so a smaller
+    sample (`--esco-alt-concepts`) keeps the mix; they are the first concepts of the same seeded order,
+    so their sentences are embedded once for both sources."""
+    return round(esco_alt_concepts * DESCRIPTION_CONCEPTS / ESCO_ALT_CONCEPTS)
 
 
 def by_kind(examples: Sequence[Example]) -> dict[str, list[Example]]:
@@ -509,10 +582,11 @@ def train_variant(
         },
         "hyper_parameters": {
             **chosen,
+            "popularity_exponent": data.popularity_exponent,
             "grid": tried,
             "seed": SEED,
-            "esco_alt_concepts": ESCO_ALT_CONCEPTS,
-            "description_concepts": DESCRIPTION_CONCEPTS,
+            "esco_alt_concepts": data.facts["esco_alt_concepts"],
+            "description_concepts": description_concepts(data.facts["esco_alt_concepts"]),
             "threshold_rule": THRESHOLD_RULE,
         },
         "acceptance": acceptance_card,
@@ -588,6 +662,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--prior", choices=("independent", "none"), default="independent")
     parser.add_argument("--ablation", type=Path, default=None, help="also write ablation models here")
+    parser.add_argument(
+        "--ablation-only",
+        type=lambda text: [s.strip() for s in text.split(",") if s.strip()],
+        default=[],
+        help="only these ablation variants (no_prior, without_<source>); default all",
+    )
+    parser.add_argument(
+        "--esco-alt-concepts",
+        type=int,
+        default=ESCO_ALT_CONCEPTS,
+        help=f"ESCO concepts sampled for alternative-label pairs (default {ESCO_ALT_CONCEPTS}; the first "
+        "ones of one seeded order, so a smaller number reuses the embedded texts of a larger one)",
+    )
+    parser.add_argument(
+        "--popularity-exponents",
+        type=lambda text: [float(x) for x in text.split(",") if x.strip()],
+        default=list(POPULARITY_EXPONENTS),
+        help="weights of ESCO-sampled queries, (1 + prior count) ** exponent: chosen among these on "
+        "held-out job-ad pairs (default 0: every query weighs the same, the shipped model; try 0,0.5,1)",
+    )
     args = parser.parse_args(argv)
     unknown = [s for s in args.sources if s not in SOURCES]
     if unknown:
@@ -603,10 +697,37 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    model, trained = train_variant(data, args.sources, args.prior == "independent", "shipped")
+    use_prior = args.prior == "independent"
+    held = [e for e in data.examples if e.held_out]
+    tried: list[dict[str, Any]] = []
+    best: tuple[float, float, LinkerModel, list[str]] | None = None
+    for exponent in args.popularity_exponents:
+        set_popularity_weights(data, exponent)
+        model, trained = train_variant(data, args.sources, use_prior, f"popularity_{exponent:g}")
+        scores = job_ad_mention_mrr(model.models, held)  # type: ignore[arg-type]
+        score = float(np.mean(list(scores.values())))
+        print(f"popularity exponent {exponent:g}: job-ad mention MRR {score:.4f} {scores}", flush=True)
+        tried.append({"exponent": exponent, "job_ad_mention_mrr": scores, "mean": round(score, 4)})
+        if args.ablation and len(args.popularity_exponents) > 1:
+            write_model(model, trained, args.ablation / f"popularity_{exponent:g}.json")
+        if best is None or score > best[0]:
+            best = (score, exponent, model, trained)
+    assert best is not None
+    _, exponent, model, trained = best
+    model.card["variant"] = "shipped"
+    model.card["hyper_parameters"]["popularity_weighting"] = {
+        "chosen_exponent": exponent,
+        "rule": "queries of ESCO-sampled sources (esco_alt, esco_description) weigh (1 + prior count) ** "
+        "exponent, mean 1 per source; the exponent with the best unweighted held-out MRR of the mention "
+        "models on SkillSpan train spans (as written, hidden) and O*NET technologies",
+        "tried": tried,
+    }
     write_model(model, trained, args.out)
+    set_popularity_weights(data, exponent)
     if args.ablation:
         for name, sources, use_prior in ablation_variants(args.sources):
+            if args.ablation_only and name not in args.ablation_only:
+                continue
             variant, variant_trained = train_variant(data, sources, use_prior, name)
             write_model(variant, variant_trained, args.ablation / f"{name}.json")
     print(f"CPU seconds (this process): {time.process_time() - started:.0f}")

@@ -214,3 +214,43 @@ def test_the_shipped_linker_names_its_sources_and_none_is_benchmark_derived() ->
     assert model.prior_part_names == ("esco_essential", "esco_optional", "onet", "skillspan")
     assert all(sum(model.prior_parts[label]) == model.concept_prior[label] for label in nonzero[:500])
     assert model.trained_concepts and DEFAULT_MODEL_PATH.stat().st_size < 10_000_000
+
+
+def test_a_weighted_fit_counts_a_row_as_often_as_its_weight() -> None:
+    """Popularity weighting (the trainer's `set_popularity_weights`) rests on this: a row of weight 2
+    is fitted as two copies of it."""
+    from plugins.postings.skills.concept_reranker import fit_logistic, fit_platt
+
+    rng = np.random.default_rng(3)
+    features = rng.normal(size=(60, 3))
+    labels = (features[:, 0] + rng.normal(size=60) > 0).astype(np.float64)
+    weights = rng.integers(1, 4, size=60).astype(np.float64)
+    weighted = fit_logistic(features, labels, l2=1e-3, weights=weights * 60 / weights.sum())
+    repeated = fit_logistic(
+        np.repeat(features, weights.astype(int), axis=0), np.repeat(labels, weights.astype(int))
+    )
+    assert np.allclose(weighted.logits(features), repeated.logits(features), atol=1e-5)
+    platt_weighted = fit_platt(features[:, 0], labels, weights)
+    platt_repeated = fit_platt(
+        np.repeat(features[:, 0], weights.astype(int)), np.repeat(labels, weights.astype(int))
+    )
+    assert np.allclose(platt_weighted, platt_repeated, atol=1e-6)
+
+
+def test_queries_of_concepts_many_occupations_ask_for_weigh_more() -> None:
+    """ESCO-sampled queries weigh (1 + prior count) ** exponent (mean 1 per source); job-ad ones 1."""
+    from training.independent_data import Pair, PriorCounts
+    from training.train_skill_linker import Data, Example, set_popularity_weights
+
+    def example(source: str, uri: str) -> Example:
+        pair = Pair("mention", "m", None, frozenset({ESCO + uri}), None, source, uri)
+        return Example(np.zeros((1, 1)), np.ones(1), pair)
+
+    examples = [example("esco_alt", "py"), example("esco_alt", "stone"), example("skillspan", "py")]
+    popularity = {ESCO + "py": 99, ESCO + "stone": 0}
+    data = Data(examples, PriorCounts({}, {}, ""), 0.1, {}, popularity)
+    set_popularity_weights(data, 0.5)
+    assert examples[0].weight == pytest.approx(10 / 5.5) and examples[1].weight == pytest.approx(1 / 5.5)
+    assert examples[2].weight == 1.0
+    set_popularity_weights(data, 0.0)
+    assert [e.weight for e in examples] == [1.0, 1.0, 1.0]

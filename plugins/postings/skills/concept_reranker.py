@@ -183,39 +183,52 @@ class LogisticModel:
         )
 
 
-def fit_logistic(features: np.ndarray, labels: np.ndarray, l2: float = 1e-3) -> LogisticModel:
-    """L2-regularized logistic regression by Newton's method (a dozen features: converges in ~10 steps)."""
-    mean = features.mean(axis=0)
-    scale = features.std(axis=0) + 1e-6
+def fit_logistic(
+    features: np.ndarray, labels: np.ndarray, l2: float = 1e-3, weights: np.ndarray | None = None
+) -> LogisticModel:
+    """L2-regularized logistic regression by Newton's method (a dozen features: converges in ~10 steps).
+
+    weights: one per row (mean 1; None: all 1), so the training data can stand for another mix of
+    concepts than the one it was sampled from (the trainer's popularity weighting)."""
+    row_weights = np.ones(len(labels)) if weights is None else np.asarray(weights, np.float64)
+    total = row_weights.sum()
+    mean = (features * row_weights[:, None]).sum(axis=0) / total
+    scale = np.sqrt((((features - mean) ** 2) * row_weights[:, None]).sum(axis=0) / total) + 1e-6
     design = np.hstack([(features - mean) / scale, np.ones((len(features), 1))])
-    weights = np.zeros(design.shape[1])
+    coefficients = np.zeros(design.shape[1])
     penalty = np.full(design.shape[1], l2)
     penalty[-1] = 0.0
     for _ in range(100):
-        probabilities = 1.0 / (1.0 + np.exp(-design @ weights))
-        gradient = design.T @ (probabilities - labels) / len(labels) + penalty * weights
-        curvature = probabilities * (1 - probabilities)
-        hessian = (design * curvature[:, None]).T @ design / len(labels) + np.diag(penalty + 1e-9)
+        probabilities = 1.0 / (1.0 + np.exp(-design @ coefficients))
+        gradient = design.T @ (row_weights * (probabilities - labels)) / total + penalty * coefficients
+        curvature = row_weights * probabilities * (1 - probabilities)
+        hessian = (design * curvature[:, None]).T @ design / total + np.diag(penalty + 1e-9)
         step = np.linalg.solve(hessian, gradient)
-        weights -= step
+        coefficients -= step
         if np.abs(step).max() < 1e-7:
             break
-    return LogisticModel(mean, scale, weights[:-1], float(weights[-1]))
+    return LogisticModel(mean, scale, coefficients[:-1], float(coefficients[-1]))
 
 
-def fit_platt(logits: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
-    """Platt scaling (a, b) fitted on held-out logits, so confidences match observed frequencies there."""
+def fit_platt(
+    logits: np.ndarray, labels: np.ndarray, weights: np.ndarray | None = None
+) -> tuple[float, float]:
+    """Platt scaling (a, b) fitted on held-out logits, so confidences match observed frequencies there
+    (weights: one per row, as in `fit_logistic`)."""
+    row_weights = np.ones(len(labels)) if weights is None else np.asarray(weights, np.float64)
+    total = row_weights.sum()
     design = np.stack([logits, np.ones_like(logits)], axis=1)
-    weights = np.array([1.0, 0.0])
+    coefficients = np.array([1.0, 0.0])
     for _ in range(100):
-        probabilities = 1.0 / (1.0 + np.exp(-design @ weights))
-        gradient = design.T @ (probabilities - labels) / len(labels)
-        hessian = (design * (probabilities * (1 - probabilities))[:, None]).T @ design / len(labels)
+        probabilities = 1.0 / (1.0 + np.exp(-design @ coefficients))
+        gradient = design.T @ (row_weights * (probabilities - labels)) / total
+        curvature = row_weights * probabilities * (1 - probabilities)
+        hessian = (design * curvature[:, None]).T @ design / total
         step = np.linalg.solve(hessian + 1e-9 * np.eye(2), gradient)
-        weights -= step
+        coefficients -= step
         if np.abs(step).max() < 1e-9:
             break
-    return float(weights[0]), float(weights[1])
+    return float(coefficients[0]), float(coefficients[1])
 
 
 @dataclass(frozen=True)
