@@ -162,6 +162,10 @@ STORAGE_READY = ".pipeline-storage-ready"
 HOME_LOCK_WAIT_SECONDS = 300.0
 
 
+GRPC_TIMEOUT_VARIABLE = "DAGSTER_GRPC_TIMEOUT_SECONDS"
+GRPC_TIMEOUT_SECONDS = 180
+
+
 def ensure_dagster_home(settings: Settings) -> Path:
     """Create DAGSTER_HOME with a dagster.yaml (readable by its owner only) and Dagster's storage
     schemas if missing, and point this process, and the processes it starts, at it (and at the
@@ -176,6 +180,9 @@ def ensure_dagster_home(settings: Settings) -> Path:
         # dagster-postgres needs psycopg2: with SQLAlchemy 2.1 a bare postgresql:// picks psycopg 3.
         export_for_dagster(POSTGRES_URL_VARIABLE, normalize_url(settings.dagster_postgres_url))
     export_for_dagster("DAGSTER_HOME", str(home))
+    # Dagster's own bound on a call to the code server (60 s): on a CPU busy with the embedded model a
+    # run launch took longer and the run "failed to start" (seen at load ~60 on 2 cores); a user's value wins
+    export_for_dagster(GRPC_TIMEOUT_VARIABLE, str(GRPC_TIMEOUT_SECONDS), unless_set=True)
     config = home / "dagster.yaml"
     ready = home / STORAGE_READY
     if config.exists():

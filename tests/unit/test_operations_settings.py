@@ -209,3 +209,18 @@ def test_a_referee_model_on_a_server_makes_skill_entities_call_it(monkeypatch: p
         ValueError, match="PIPELINE_LINK_STYLE must be one of linker, linker\\+llm, not 'llm'"
     ):
         Settings.from_env()
+
+
+def test_the_code_servers_calls_get_three_minutes_unless_the_user_says_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run launched while the embedded model keeps the CPU busy must not 'fail to start' after
+    Dagster's default 60 s; a value the user exported is kept."""
+    monkeypatch.delenv("DAGSTER_GRPC_TIMEOUT_SECONDS", raising=False)
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "unused"))
+    settings = Settings.from_env().changed(dagster_home=tmp_path / "home", dagster_postgres_url=None)
+    ensure_dagster_home(settings)
+    assert os.environ["DAGSTER_GRPC_TIMEOUT_SECONDS"] == "180"
+    monkeypatch.setenv("DAGSTER_GRPC_TIMEOUT_SECONDS", "30")
+    ensure_dagster_home(settings)
+    assert os.environ["DAGSTER_GRPC_TIMEOUT_SECONDS"] == "30"
