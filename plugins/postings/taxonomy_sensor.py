@@ -96,7 +96,7 @@ def skills_taxonomy_sensor(
             "`pipeline run`, or from the UI",
             cursor=fingerprint,
         )
-    if failed:
+    if len(failed) > 1:  # the first retry is at once; a clock read twice could make "0 s" a wait
         ended = failed[0].end_time or failed[0].create_timestamp.timestamp()
         wait = RETRY_AFTER_SECONDS * (len(failed) - 1) - (time.time() - ended)
         if wait > 0:
