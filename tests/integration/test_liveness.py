@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -282,16 +283,39 @@ def test_pipeline_run_waits_for_a_run_that_stopped_beating_and_does_its_work_too
         heartbeats.start_heartbeat(
             session, dead_run, job="gemma3_270m_batch_job", source="sensor", host="another-host", pid=4242
         )
+    other_done = threading.Event()
+
+    def beat_until_the_other_posting_is_done() -> None:
+        """The holder is alive while the command does the other posting (however long that takes on a
+        loaded machine), and dies just as it is done: the command must wait for it, not find it reaped."""
+        while not other_done.is_set():
+            done = _count(
+                app_db_url,
+                UseCaseOutput,
+                UseCaseOutput.use_case == "posting_summary",
+                UseCaseOutput.subject_key == keys[1],
+            )
+            if done:
+                return
+            with session_scope(app_db_url) as session:
+                heartbeats.beat(session, dead_run)
+            other_done.wait(0.5)
+
     with FakeOllamaServer(delay_seconds=0.0) as fake:
-        # beats every 5 s, dead after 25 s: longer than the run of the other posting takes, even on a
-        # loaded machine, so the command must wait for the holder rather than find it reaped mid-run
+        # beats every 5 s, dead after 25 s once the beating thread stops
         env = _env(tmp_path, app_db_url, fake.url) | {"PIPELINE_HEARTBEAT_SECONDS": "5"}
         for name in os.environ:
             if name.startswith(("PIPELINE_", "DAGSTER_")):
                 monkeypatch.delenv(name)
         for name, value in env.items():
             monkeypatch.setenv(name, value)
-        code = main(["run", "--use-case", "posting_summary"])
+        beating = threading.Thread(target=beat_until_the_other_posting_is_done, daemon=True)
+        beating.start()
+        try:
+            code = main(["run", "--use-case", "posting_summary"])
+        finally:
+            other_done.set()
+            beating.join()
     err = capsys.readouterr().err
     assert code == 0, err
     assert f"waiting up to 25s for run {dead_run} (gemma3_270m_batch_job, pid 4242 on another-host)" in err
