@@ -38,6 +38,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         "ui", help="start dagster dev (webserver and daemon) on 127.0.0.1:3000, the webserver guarded"
     )
     ui.add_argument("--port", type=int, default=3000, help="the webserver's port on 127.0.0.1 (default 3000)")
+    ui.add_argument("--verbose", action="store_true", help="show Dagster's own warnings too")
     ui.set_defaults(handler=cmd_ui)
     webserver = commands.add_parser(
         "webserver", help="the guarded dagster-webserver alone (a service; the daemon runs apart)"
