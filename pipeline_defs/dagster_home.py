@@ -197,6 +197,23 @@ def ensure_dagster_home(settings: Settings) -> Path:
     return home
 
 
+def ensure_dagster_storage(settings: Settings) -> Path:
+    """`ensure_dagster_home`, then the storage itself, from this one process before it starts others
+    (`pipeline ui`'s webserver, daemon and code server; runs): Dagster creates any missing tables when
+    the instance opens, and the `llm` pool gets its limit row (`ensure_pools`: one query when it is there).
+
+    The home's marker cannot tell that `PIPELINE_DAGSTER_POSTGRES_URL` now names a fresh database
+    (dagster.yaml names the variable, not the URL): `pipeline ui` on such a home left the row to the
+    daemon's runs, which raced to write it (issue 39, item 5)."""
+    from dagster import DagsterInstance
+
+    home = ensure_dagster_home(settings)
+    with DagsterInstance.get() as instance:
+        _ = (instance.run_storage, instance.event_log_storage, instance.schedule_storage)
+        ensure_pools(settings, instance)
+    return home
+
+
 def _keep_private(config: Path) -> None:
     """An existing dagster.yaml (kept: it may be edited) loses any group or world access; one written
     before the file named the variable may hold a password: say so."""

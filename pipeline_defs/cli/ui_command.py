@@ -55,9 +55,9 @@ def register(commands: argparse._SubParsersAction) -> None:
 def cmd_ui(settings: Settings, args: argparse.Namespace) -> int:
     from dagster._cli import dev as dagster_dev
 
-    from pipeline_defs.dagster_home import ensure_dagster_home
+    from pipeline_defs.dagster_home import ensure_dagster_storage
 
-    home = ensure_dagster_home(settings)
+    home = ensure_dagster_storage(settings)
     print(f"DAGSTER_HOME={home}", flush=True)
     print(
         f"UI on http://127.0.0.1:{args.port}: GraphQL refuses foreign Host, cross-origin and GET-mutation "
@@ -91,9 +91,9 @@ def cmd_ui(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_webserver(settings: Settings, args: argparse.Namespace) -> int:
     from pipeline_defs import webserver
-    from pipeline_defs.dagster_home import ensure_dagster_home
+    from pipeline_defs.dagster_home import ensure_dagster_storage
 
-    ensure_dagster_home(settings)
+    ensure_dagster_storage(settings)
     workspace = workspace_file(settings)
     sys.argv = ["dagster-webserver", "-h", args.host, "-p", str(args.port), "-w", workspace]
     webserver.main()
@@ -102,9 +102,9 @@ def cmd_webserver(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_daemon(settings: Settings, args: argparse.Namespace) -> int:
     from pipeline_defs import daemon
-    from pipeline_defs.dagster_home import ensure_dagster_home
+    from pipeline_defs.dagster_home import ensure_dagster_storage
 
-    ensure_dagster_home(settings)
+    ensure_dagster_storage(settings)
     sys.argv = ["dagster-daemon", "run", "-w", workspace_file(settings)]
     daemon.main()
     return 0

@@ -1,5 +1,6 @@
 """Three runs starting at once on a fresh PostgreSQL Dagster storage: none fails on the `llm` pool's
-limit row (issue 39, item 5). A run's first step writes that row when it finds none
+limit row (issue 39, item 5); `pipeline ui` writes the row before it starts anything, also on a home
+set up before against another database. A run's first step writes that row when it finds none
 (`InstanceConcurrencyContext.claim`: no pool info and a default limit, then
 `initialize_concurrency_limit_to_default`); three at once each inserted it and two failed
 (`UniqueViolation ... concurrency_limits_concurrency_key_key`, then `InFailedSqlTransaction`). The
@@ -14,9 +15,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from sqlalchemy import create_engine, text
 
+from pipeline_defs.cli.main import main
 from pipeline_defs.dagster_home import ensure_dagster_home
 from pipeline_defs.settings import Settings
+from tests.support.live_pipeline import free_port
 
 pytestmark = pytest.mark.postgres
 RUNS_AT_ONCE = 3
@@ -60,3 +64,35 @@ def test_three_first_runs_at_once_on_a_fresh_postgres_storage_all_get_the_pool(
     for run in runs:
         run.join(timeout=60)
     assert all(outcome.startswith("claimed:") for outcome in outcomes), outcomes
+
+
+def _pool_rows(url: str) -> list[str]:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return list(conn.execute(text("SELECT concurrency_key FROM concurrency_limits")).scalars())
+    finally:
+        engine.dispose()
+
+
+def test_pipeline_ui_on_an_existing_home_and_a_fresh_postgres_database_writes_the_pool_row_first(
+    postgres_database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """dagster.yaml names the URL's variable, not the URL: the home's "storage ready" marker is the same
+    for a fresh database, and `pipeline ui` used to leave the row to the daemon's runs (which raced)."""
+    from dagster._cli import dev as dagster_dev
+
+    used_before, fresh = postgres_database(), postgres_database()
+    monkeypatch.setenv("PIPELINE_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PIPELINE_DAGSTER_POSTGRES_URL", used_before)
+    ensure_dagster_home(Settings.from_env())  # the home, set up on the first database
+    monkeypatch.setenv("PIPELINE_DAGSTER_POSTGRES_URL", fresh)
+    seen_when_dagster_dev_starts: list[list[str]] = []
+    monkeypatch.setattr(
+        dagster_dev.dev_command, "main", lambda **_: seen_when_dagster_dev_starts.append(_pool_rows(fresh))
+    )
+
+    assert main(["ui", "--port", str(free_port())]) == 0
+
+    assert seen_when_dagster_dev_starts == [["llm"]]
