@@ -262,13 +262,17 @@ def measure(args: argparse.Namespace, kill: str, app_db: str) -> dict[str, Any]:
             result = _clock(args, db, ui, killed_at, killed_runs, pids)
             tree.stop_window()
             result.update(db.redone_calls(killed_runs))
+            if result["all_current_seconds"] is None:  # why: the log says (a launch, a load, a sensor)
+                kept = Path(tempfile.mkdtemp(prefix="crash-bench-log-", dir=data_root)) / "dagster_dev.log"
+                kept.write_text(log_path.read_text(errors="replace"))
+                result["log_kept"] = str(kept)
             result.update(
                 kill=kill,
                 app_db=app_db,
                 postings=args.postings,
                 claims_held_at_kill=sum(claims[run] for run in killed_runs),
                 killed_runs=len(killed_runs),
-                outputs_at_kill=sum(outputs_at_kill.get(name, 0) for name in USE_CASES),
+                outputs_at_kill=sum(outputs_at_kill.get(name, 0) for name in args.use_cases),
                 kill_after_ingest_seconds=round(killed_at - ingested, 2),
                 cpu=tree.figures(),
             )
@@ -292,7 +296,7 @@ def _clock(
     args: argparse.Namespace, db: AppDb, ui: Ui, killed_at: float, killed_runs: set[str], pids: dict[str, int]
 ) -> dict[str, Any]:
     """Poll from the kill until every output is current; when each milestone came, in seconds after it."""
-    expected = args.postings * len(USE_CASES)
+    expected = args.postings * len(args.use_cases)
     killed_pids = [pids[run] for run in killed_runs if run in pids]
     seconds: dict[str, float | None] = dict.fromkeys(
         ("processes_gone", "location_loaded", "claims_given_back", "runs_marked_failed", "all_current")
@@ -301,7 +305,12 @@ def _clock(
     next_runs_poll = 0.0
     deadline = killed_at + args.timeout
     outputs = 0
+    reported: set[str] = set()
     while time.time() < deadline:
+        for name, value in seconds.items():  # each milestone as it comes: a run cut short still says it
+            if value is not None and name not in reported:
+                reported.add(name)
+                print(f"  {name}: {value:.1f}s after the kill", flush=True)
         now = time.time()
         if seconds["processes_gone"] is None and not any(_alive(pid) for pid in killed_pids):
             seconds["processes_gone"] = now - killed_at
@@ -320,7 +329,7 @@ def _clock(
             if len(statuses) == len(killed_runs) and all(s in FINISHED for s in statuses.values()):
                 seconds["runs_marked_failed"] = time.time() - killed_at
         counts = db.outputs()
-        outputs = sum(counts.get(name, 0) for name in USE_CASES)
+        outputs = sum(counts.get(name, 0) for name in args.use_cases)
         if outputs >= expected:
             seconds["all_current"] = time.time() - killed_at
             break
@@ -342,16 +351,18 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     lines = [
         "# Crash recovery (`pipeline ui`, simulated Ollama): seconds after the `kill -9`",
         "",
-        "| label | app DB | kill | postings | outputs at kill | claims held at kill | processes gone s "
+        "| label | app DB | kill | until | postings | outputs at kill | claims held at kill "
+        "| processes gone s "
         "| location loaded s | claims held for s | runs marked failed s | **all current s** "
         "| CPU s, kill to all current | LLM calls redone (first by a killed run) | attempts | load avg |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         cells = [
             row["label"],
             row["app_db"],
             row["kill"],
+            row.get("until", "all"),
             row["postings"],
             f"{row['outputs_at_kill']} / {row['expected_outputs']}",
             row["claims_held_at_kill"],
@@ -384,12 +395,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kill-at-outputs", type=int, default=30, help="summaries stored before the kill")
     parser.add_argument("--port-range", default="23900-23999", help="ports for the servers started")
     parser.add_argument("--timeout", type=float, default=1500, help="seconds after the kill")
+    parser.add_argument(
+        "--until",
+        choices=("all", "summary"),
+        default="all",
+        help="all: every output of the three use cases current; summary: every posting's summary (the "
+        "LLM group's work, which the killed run held; skill resolution is CPU-bound on a loaded machine)",
+    )
     parser.add_argument("--postgres-admin-url", default="postgresql://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--db-prefix", default="bench_crash", help="PostgreSQL databases: <prefix>_<random>")
     parser.add_argument("--name", default="crash_recovery", help="report name in results/")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     args.project_root = args.project_root.resolve()
+    args.use_cases = USE_CASES if args.until == "all" else (SUMMARY,)
     kills = [k.strip() for k in args.kill.split(",") if k.strip()]
     dbs = [d.strip() for d in args.app_db.split(",") if d.strip()]
     if not set(kills) <= set(KILL_KINDS) or not set(dbs) <= set(APP_DBS):
@@ -401,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
     for app_db in dbs:
         for kill in kills:
             print(f"{args.label}: {app_db}, kill {kill}, {args.postings} postings ...", flush=True)
-            row = {"label": args.label, **measure(args, kill, app_db)}
+            row = {"label": args.label, "until": args.until, **measure(args, kill, app_db)}
             print(json.dumps({k: v for k, v in row.items() if k != "cpu"}, indent=1), flush=True)
             rows.append(row)
             write_report(args.name, {"rows": rows}, markdown(rows), out)
