@@ -370,7 +370,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             row.get("location_loaded_seconds") if row["kill"] == "tree" else "-",
             row.get("claims_given_back_seconds"),
             row.get("runs_marked_failed_seconds"),
-            f"**{row.get('all_current_seconds')}**",
+            f"**{row.get('all_current_seconds') or 'not reached'}**",
             row["cpu"]["total_cpu_seconds"],
             f"{row.get('llm_calls_redone')} ({row.get('redone_first_answered_by_a_killed_run')})",
             row.get("attempts_spent"),
@@ -406,7 +406,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--db-prefix", default="bench_crash", help="PostgreSQL databases: <prefix>_<random>")
     parser.add_argument("--name", default="crash_recovery", help="report name in results/")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        metavar="NAME",
+        help="measure nothing: put the rows of these reports (runs side by side) into --name's",
+    )
     args = parser.parse_args(argv)
+    out = args.out or PROJECT_ROOT / "results"
+    if args.merge:
+        merged = [
+            row
+            for name in args.merge
+            for row in json.loads((out / f"{name}.json").read_text())["results"]["rows"]
+        ]
+        write_report(args.name, {"rows": merged}, markdown(merged), out)
+        print(markdown(merged))
+        return 0
     args.project_root = args.project_root.resolve()
     args.use_cases = USE_CASES if args.until == "all" else (SUMMARY,)
     kills = [k.strip() for k in args.kill.split(",") if k.strip()]
@@ -414,7 +430,6 @@ def main(argv: list[str] | None = None) -> int:
     if not set(kills) <= set(KILL_KINDS) or not set(dbs) <= set(APP_DBS):
         parser.error(f"--kill takes {KILL_KINDS}, --app-db {APP_DBS}")
     _byte_compile(args.project_root, python=args.python)
-    out = args.out or PROJECT_ROOT / "results"
     existing = out / f"{args.name}.json"
     rows = json.loads(existing.read_text())["results"]["rows"] if existing.exists() else []
     for app_db in dbs:
