@@ -118,12 +118,15 @@ def _post(url: str, body: dict[str, Any], timeout: float = 30) -> Any:
 
 
 @contextmanager
-def simulated_hosts(count: int, latency_ms: float, parallel: int) -> Iterator[list[subprocess.Popen]]:
-    """`count` simulated Ollama servers, each its own process (so one can be killed like a dead host)."""
+def simulated_hosts(
+    count: int, latency_ms: float, parallel: int, ports: list[int] | None = None
+) -> Iterator[list[subprocess.Popen]]:
+    """`count` simulated Ollama servers, each its own process (so one can be killed like a dead host);
+    on `ports` when given (a shared machine's own range), else on free ports."""
     processes = []
     try:
-        for _ in range(count):
-            port = _free_port()
+        for index in range(count):
+            port = ports[index] if ports else _free_port()
             process = subprocess.Popen(
                 [sys.executable, "-m", "benchmarks.simulated_ollama", "--port", str(port)]
                 + ["--latency-ms", str(latency_ms), "--parallel", str(parallel)],
@@ -146,11 +149,11 @@ def simulated_hosts(count: int, latency_ms: float, parallel: int) -> Iterator[li
 
 
 @contextmanager
-def postgres_databases(admin_url: str, count: int) -> Iterator[list[str]]:
-    """Fresh PostgreSQL databases, dropped afterwards."""
+def postgres_databases(admin_url: str, count: int, prefix: str | None = None) -> Iterator[list[str]]:
+    """Fresh PostgreSQL databases named `<prefix>_<random>`, dropped afterwards."""
     admin_url = normalize_url(admin_url)  # psycopg2: with SQLAlchemy 2.1 a bare postgresql:// picks psycopg 3
     engine = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    prefix = os.environ.get("PIPELINE_TEST_DATABASE_PREFIX", "bench_daemon")  # a shared server's prefix
+    prefix = prefix or os.environ.get("PIPELINE_TEST_DATABASE_PREFIX", "bench_daemon")  # a shared server's
     names = [f"{prefix}_{uuid.uuid4().hex[:8]}" for _ in range(count)]
     base = admin_url.rsplit("/", 1)[0]
     with engine.connect() as conn:
@@ -181,12 +184,19 @@ def _postings(count: int) -> list[dict[str, str]]:
 class Ui:
     """`pipeline ui` in a process group of its own, from `project_root`, with the given environment."""
 
-    def __init__(self, project_root: Path, env: dict[str, str], log_path: Path) -> None:
-        self.port = _free_port()
+    def __init__(
+        self,
+        project_root: Path,
+        env: dict[str, str],
+        log_path: Path,
+        port: int | None = None,
+        python: str = sys.executable,
+    ) -> None:
+        self.port = port or _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log = log_path.open("w")
+        self.log = log_path.open("a")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "pipeline_defs.cli.main", "ui", "--port", str(self.port)],
+            [python, "-m", "pipeline_defs.cli.main", "ui", "--port", str(self.port)],
             cwd=project_root,
             env=env,
             stdout=self.log,
@@ -244,18 +254,18 @@ class Ui:
         self.log.close()
 
 
-def _byte_compile(project_root: Path) -> None:
+def _byte_compile(project_root: Path, python: str = sys.executable) -> None:
     """Compile the checkout's modules once, as a normal install leaves them: every run is a new process,
     and where PYTHONDONTWRITEBYTECODE is set (this machine; many container images) each would compile
     the project anew (0.25-0.3 s of a run's start)."""
     packages = [str(project_root / name) for name in PROJECT_PACKAGES if (project_root / name).is_dir()]
-    subprocess.run([sys.executable, "-m", "compileall", "-q", *packages], check=True, capture_output=True)
+    subprocess.run([python, "-m", "compileall", "-q", *packages], check=True, capture_output=True)
 
 
-def _pipeline(project_root: Path, env: dict[str, str], *command: str) -> None:
+def _pipeline(project_root: Path, env: dict[str, str], *command: str, python: str = sys.executable) -> None:
     """One `pipeline` command of the checkout under test; its output in the error if it fails."""
     done = subprocess.run(
-        [sys.executable, "-m", "pipeline_defs.cli.main", *command],
+        [python, "-m", "pipeline_defs.cli.main", *command],
         cwd=project_root,
         env=env,
         capture_output=True,

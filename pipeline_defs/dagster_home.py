@@ -35,6 +35,12 @@ MAX_CONCURRENT_RUNS = 4
 SCRIPT_RUNS_ROOM = 2  # places for script runs (skill resolution) beside the LLM runs on a server backend
 DEQUEUE_INTERVAL_SECONDS = 1
 DEQUEUE_WORKERS = min(4, os.cpu_count() or 1)  # each launch is a process loading the code: CPU-bound
+# A launch whose call to the code server times out (60 s: seen 15 times in 25 minutes at load 100 on 2
+# cores) goes back to the queue and is tried again this much later, up to this many times, instead of
+# failing the run: a failed taxonomy load counted towards the sensor's three attempts, and skill
+# resolution then waited for a changed file.
+LAUNCH_RETRIES = 3
+LAUNCH_RETRY_DELAY_SECONDS = 30
 SENSOR_WORKERS = 4
 FREE_SLOTS_AFTER_RUN_END_SECONDS = 60
 STORAGE_MODULE = "pipeline_defs.dagster_storage"
@@ -90,6 +96,8 @@ def dagster_yaml(settings: Settings) -> str:
         # the cores: on 2 cores four launches took 6-7 s each and held up the first output.
         "  dequeue_use_threads: true",
         f"  dequeue_num_workers: {DEQUEUE_WORKERS}",
+        f"  max_user_code_failure_retries: {LAUNCH_RETRIES}",
+        f"  user_code_failure_retry_delay: {LAUNCH_RETRY_DELAY_SECONDS}",
         # Sensors tick side by side (one after another, a loop took 1-3 s on a busy machine and the
         # daemon looks every second: `pipeline_defs/daemon.py`).
         "sensors:",
@@ -199,6 +207,23 @@ def ensure_dagster_home(settings: Settings) -> Path:
         if not ready.exists() or ready.read_text() != _config_hash(config):
             _create_storage_schemas()
             ready.write_text(_config_hash(config))
+    return home
+
+
+def ensure_dagster_storage(settings: Settings) -> Path:
+    """`ensure_dagster_home`, then the storage itself, from this one process before it starts others
+    (`pipeline ui`'s webserver, daemon and code server; runs): Dagster creates any missing tables when
+    the instance opens, and the `llm` pool gets its limit row (`ensure_pools`: one query when it is there).
+
+    The home's marker cannot tell that `PIPELINE_DAGSTER_POSTGRES_URL` now names a fresh database
+    (dagster.yaml names the variable, not the URL): `pipeline ui` on such a home left the row to the
+    daemon's runs, which raced to write it (issue 39, item 5)."""
+    from dagster import DagsterInstance
+
+    home = ensure_dagster_home(settings)
+    with DagsterInstance.get() as instance:
+        _ = (instance.run_storage, instance.event_log_storage, instance.schedule_storage)
+        ensure_pools(settings, instance)
     return home
 
 

@@ -28,6 +28,8 @@ POSTGRES_ADMIN_URL = os.environ.get(
     "PIPELINE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
 )
 REQUIRE_POSTGRES = os.environ.get("PIPELINE_REQUIRE_POSTGRES") == "1"
+# the test databases' names: `<prefix>_<random>` (a shared server may give each user a prefix of their own)
+TEST_DATABASE_PREFIX = os.environ.get("PIPELINE_TEST_DATABASE_PREFIX", "pipeline_test")
 # `live_pipeline`: one real `dagster dev` per session, shared by the daemon and browser tests
 pytest_plugins = ["tests.support.live_pipeline"]
 
@@ -84,9 +86,7 @@ def postgres_database(postgres_admin_url: str) -> Iterator[Callable[[], str]]:
     made: list[tuple[str, str]] = []
 
     def make() -> str:
-        # PIPELINE_TEST_DATABASE_PREFIX: where several people share one server, each keeps to a prefix
-        prefix = os.environ.get("PIPELINE_TEST_DATABASE_PREFIX", "pipeline_test")
-        name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+        name = f"{TEST_DATABASE_PREFIX}_{uuid.uuid4().hex[:12]}"
         with admin.cursor() as cursor:
             cursor.execute(f'CREATE DATABASE "{name}"')
         url = make_url(postgres_admin_url).set(drivername="postgresql+psycopg2", database=name)

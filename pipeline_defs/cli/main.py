@@ -43,7 +43,7 @@ from importlib import import_module
 from types import TracebackType
 from typing import Any, NamedTuple
 
-from pipeline_defs.cli.terminal import EXIT_ERROR, SafeStream, safe_text
+from pipeline_defs.cli.terminal import EXIT_ERROR, SafeStream, hide_dagster_warnings, safe_text
 
 DISTRIBUTION = "posting-enrichment"
 
@@ -194,11 +194,16 @@ def _run_command(argv: list[str] | None) -> int:
     from pipeline_defs.cli.progress import install_reporter
 
     install_reporter(getattr(args, "progress", "auto"))  # what long work below the command shows
+    # Dagster's warnings about its own APIs are for Dagster users; `--verbose` (run, demo, ui, ...) shows them
+    show_dagster_warnings = hide_dagster_warnings() if not getattr(args, "verbose", False) else None
     try:
         return args.handler(settings, args)
     except DeclarationError as exc:  # a setting naming no use case, style or backend: found at build
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    finally:
+        if show_dagster_warnings is not None:
+            show_dagster_warnings()
 
 
 if __name__ == "__main__":

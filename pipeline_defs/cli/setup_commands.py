@@ -17,10 +17,10 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
-    from pipeline_defs.dagster_home import ensure_dagster_home
+    from pipeline_defs.dagster_home import ensure_dagster_storage
 
     migrate(settings.database_url)
     print(f"application database is at the newest schema: {redact(settings.database_url)}")
     # a service runs dagster-webserver and dagster-daemon directly: they need the home's dagster.yaml
-    print(f"Dagster home (dagster.yaml kept if present): {ensure_dagster_home(settings)}")
+    print(f"Dagster home (dagster.yaml kept if present): {ensure_dagster_storage(settings)}")
     return 0

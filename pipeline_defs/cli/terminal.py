@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, TextIO
 
@@ -42,6 +43,8 @@ _CONTROL_SEQUENCE = re.compile(
 # C0 and C1 controls but tab and newline; bidi overrides and isolates (text that reads backwards)
 _CONTROL_CHARACTER = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 REPLACEMENT = "\ufffd"
+# a file inside a Dagster package (dagster/, dagster_postgres/, dagster_shared/, ...)
+_DAGSTER_PACKAGE_FILE = re.compile(r"[/\\]dagster(?:_[a-z]+)?[/\\]")
 
 
 def safe_text(text: str) -> str:
@@ -68,6 +71,31 @@ class SafeStream:
 
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]|~#])")
 _BACKTICK_RUN = re.compile(r"`+")
+
+
+def _dagster_warning(category: type[Warning], filename: str) -> bool:
+    """A warning Dagster raises about itself: one of its own categories (superseded, beta, preview,
+    config), or any warning raised from a file of a Dagster package."""
+    return category.__module__.startswith("dagster") or bool(_DAGSTER_PACKAGE_FILE.search(filename))
+
+
+def hide_dagster_warnings() -> Callable[[], None]:
+    """Stop printing Dagster's warnings about its own APIs (`pipeline ui` printed "Function
+    `dev_command` is superseded ... Use 'dg dev' instead" on every start: advice about Dagster's CLI
+    that no user of `pipeline` can act on). `--verbose` keeps them. Other warnings still print.
+    Returns the undo."""
+    shown = warnings.showwarning
+
+    def show_unless_dagster(message, category, filename, lineno, file=None, line=None):  # noqa: ANN001, ANN202
+        if not _dagster_warning(category, filename):
+            shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show_unless_dagster
+
+    def undo() -> None:
+        warnings.showwarning = shown
+
+    return undo
 
 
 def markdown_text(text: str) -> str:

@@ -38,6 +38,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         "ui", help="start dagster dev (webserver and daemon) on 127.0.0.1:3000, the webserver guarded"
     )
     ui.add_argument("--port", type=int, default=3000, help="the webserver's port on 127.0.0.1 (default 3000)")
+    ui.add_argument("--verbose", action="store_true", help="show Dagster's own warnings too")
     ui.set_defaults(handler=cmd_ui)
     webserver = commands.add_parser(
         "webserver", help="the guarded dagster-webserver alone (a service; the daemon runs apart)"
@@ -55,9 +56,9 @@ def cmd_ui(settings: Settings, args: argparse.Namespace) -> int:
     from dagster._cli import dev as dagster_dev
     from dagster_shared.cli import WorkspaceOpts
 
-    from pipeline_defs.dagster_home import ensure_dagster_home
+    from pipeline_defs.dagster_home import ensure_dagster_storage
 
-    home = ensure_dagster_home(settings)
+    home = ensure_dagster_storage(settings)
     print(f"DAGSTER_HOME={home}", flush=True)
     print(
         f"UI on http://127.0.0.1:{args.port}: GraphQL refuses foreign Host, cross-origin and GET-mutation "
@@ -98,9 +99,9 @@ def cmd_ui(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_webserver(settings: Settings, args: argparse.Namespace) -> int:
     from pipeline_defs import webserver
-    from pipeline_defs.dagster_home import ensure_dagster_home
+    from pipeline_defs.dagster_home import ensure_dagster_storage
 
-    ensure_dagster_home(settings)
+    ensure_dagster_storage(settings)
     workspace = workspace_file(settings)
     sys.argv = ["dagster-webserver", "-h", args.host, "-p", str(args.port), "-w", workspace]
     webserver.main()
@@ -109,9 +110,9 @@ def cmd_webserver(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_daemon(settings: Settings, args: argparse.Namespace) -> int:
     from pipeline_defs import daemon
-    from pipeline_defs.dagster_home import ensure_dagster_home
+    from pipeline_defs.dagster_home import ensure_dagster_storage
 
-    ensure_dagster_home(settings)
+    ensure_dagster_storage(settings)
     sys.argv = ["dagster-daemon", "run", "-w", workspace_file(settings)]
     daemon.main()
     return 0

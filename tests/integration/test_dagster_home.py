@@ -30,6 +30,21 @@ def test_default_home_uses_sqlite_and_one_llm_pool(tmp_path: Path, monkeypatch: 
         assert isinstance(instance.run_storage, SqliteRunStorage)
 
 
+def test_a_launch_that_times_out_on_a_loaded_machine_is_queued_again_not_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At load 100 on 2 cores the daemon's call to the code server to start a run timed out (60 s) 15
+    times in 25 minutes; each such run failed, and three failed taxonomy loads left skill resolution
+    waiting for a changed file. Dagster's queue retries such launches when the home asks it to."""
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "unused"))
+    settings = Settings.from_env().changed(dagster_home=tmp_path / "home", dagster_postgres_url=None)
+    ensure_dagster_home(settings)
+    with DagsterInstance.from_config(str(tmp_path / "home")) as instance:
+        queue = instance.get_concurrency_config().run_queue_config
+        assert queue.max_user_code_failure_retries >= 3
+        assert queue.user_code_failure_retry_delay >= 30
+
+
 @pytest.mark.postgres
 def test_runs_are_stored_in_postgres_when_configured(
     postgres_url: str,

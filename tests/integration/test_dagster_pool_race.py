@@ -1,5 +1,6 @@
 """Three runs starting at once on a fresh PostgreSQL Dagster storage: none fails on the `llm` pool's
-limit row (issue 39, item 5). A run's first step writes that row when it finds none
+limit row (issue 39, item 5); `pipeline ui` writes the row before it starts anything, also on a home
+set up before against another database. A run's first step writes that row when it finds none
 (`InstanceConcurrencyContext.claim`: no pool info and a default limit, then
 `initialize_concurrency_limit_to_default`); three at once each inserted it and two failed
 (`UniqueViolation ... concurrency_limits_concurrency_key_key`, then `InFailedSqlTransaction`). The
@@ -9,14 +10,23 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import subprocess
+import sys
 import uuid
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from sqlalchemy import create_engine, select, text
 
+from appdb.database import dispose, session_scope
+from appdb.models import UseCaseOutput
+from pipeline_defs.cli.main import main
 from pipeline_defs.dagster_home import ensure_dagster_home
-from pipeline_defs.settings import Settings
+from pipeline_defs.settings import PROJECT_ROOT, Settings
+from tests.support.fake_ollama_server import FakeOllamaServer
+from tests.support.live_pipeline import free_port, make_postings
+from tests.support.postings import seed_postings
 
 pytestmark = pytest.mark.postgres
 RUNS_AT_ONCE = 3
@@ -60,3 +70,82 @@ def test_three_first_runs_at_once_on_a_fresh_postgres_storage_all_get_the_pool(
     for run in runs:
         run.join(timeout=60)
     assert all(outcome.startswith("claimed:") for outcome in outcomes), outcomes
+
+
+def _pool_rows(url: str) -> list[str]:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return list(conn.execute(text("SELECT concurrency_key FROM concurrency_limits")).scalars())
+    finally:
+        engine.dispose()
+
+
+def test_pipeline_ui_on_an_existing_home_and_a_fresh_postgres_database_writes_the_pool_row_first(
+    postgres_database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """dagster.yaml names the URL's variable, not the URL: the home's "storage ready" marker is the same
+    for a fresh database, and `pipeline ui` used to leave the row to the daemon's runs (which raced)."""
+    from dagster._cli import dev as dagster_dev
+
+    used_before, fresh = postgres_database(), postgres_database()
+    monkeypatch.setenv("PIPELINE_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PIPELINE_DAGSTER_POSTGRES_URL", used_before)
+    ensure_dagster_home(Settings.from_env())  # the home, set up on the first database
+    monkeypatch.setenv("PIPELINE_DAGSTER_POSTGRES_URL", fresh)
+    seen_when_dagster_dev_starts: list[list[str]] = []
+    monkeypatch.setattr(
+        dagster_dev.dev_command, "main", lambda **_: seen_when_dagster_dev_starts.append(_pool_rows(fresh))
+    )
+
+    assert main(["ui", "--port", str(free_port())]) == 0
+
+    assert seen_when_dagster_dev_starts == [["llm"]]
+
+
+def test_three_pipeline_runs_at_once_on_fresh_postgres_storages_all_succeed(
+    postgres_database, tmp_path: Path
+) -> None:
+    """The real command, three times at once, on a fresh PostgreSQL app database and a fresh Dagster
+    storage behind a new home: each exits 0, none meets the pool row's unique key, and every posting
+    gets its outputs (one of them failed with `UniqueViolation ... concurrency_limits` and exit 1)."""
+    app_url, dagster_url = postgres_database(), postgres_database()
+    rows = make_postings("three-runs", 6)
+    seed_postings(app_url, tmp_path, rows)
+    with FakeOllamaServer(delay_seconds=0.2) as fake:
+        env = {
+            key: value for key, value in os.environ.items() if not key.startswith(("PIPELINE_", "DAGSTER_"))
+        }
+        env.update(
+            PYTHONPATH=str(PROJECT_ROOT),
+            PIPELINE_DATA_DIR=str(tmp_path / "data"),
+            PIPELINE_DATABASE_URL=app_url,
+            PIPELINE_DAGSTER_POSTGRES_URL=dagster_url,
+            OLLAMA_HOST=fake.url,
+            PIPELINE_LLM_BACKEND="ollama",
+            PIPELINE_EMBEDDING_BACKEND="none",
+            PIPELINE_JUDGE_SAMPLE="0",
+            PIPELINE_BATCH_SIZE="2",
+        )
+        runs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "pipeline_defs.cli.main", "run"],
+                cwd=PROJECT_ROOT,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for _ in range(RUNS_AT_ONCE)
+        ]
+        outputs = [run.communicate(timeout=600)[0] for run in runs]  # a hang guard
+    dispose(app_url)
+    for run, output in zip(runs, outputs, strict=True):
+        assert run.returncode == 0, output[-3000:]
+        assert "UniqueViolation" not in output and "concurrency_limits" not in output, output[-3000:]
+    with session_scope(app_url) as session:
+        stored = set(session.execute(select(UseCaseOutput.use_case, UseCaseOutput.subject_key)).all())
+    dispose(app_url)
+    wanted = {(name, row["key"]) for name in ("posting_summary", "posting_skills") for row in rows}
+    assert wanted <= stored, sorted(wanted - stored)
