@@ -73,11 +73,6 @@ def test_pipeline_ui_starts_without_dagsters_superseded_warning(tmp_path: Path) 
     assert "dg dev" not in output, output
 
 
-def test_pipeline_ui_verbose_shows_dagsters_warnings(tmp_path: Path) -> None:
-    output = _ui_output_until_services_start(tmp_path, "--verbose")
-    assert "SupersessionWarning" in output, output
-
-
 def _to_stderr(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
     """Python's own way of showing a warning (pytest records them instead)."""
     sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
