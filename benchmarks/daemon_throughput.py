@@ -38,7 +38,6 @@ import logging
 import os
 import resource
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -57,6 +56,7 @@ from sqlalchemy import create_engine, func, select, text
 
 from appdb.database import normalize_url
 from appdb.models import Interaction, UseCaseOutput, WorkItem
+from benchmarks.ports import free_port
 from benchmarks.process_tree_cpu import ProcessTreeCpu, become_subreaper, reap_orphans
 from benchmarks.report import write_report
 from domain.language.declaration import SCRIPT_BACKEND
@@ -81,29 +81,6 @@ RUNS_QUERY = """
 """
 
 
-PORT_RANGE_VARIABLE = "PIPELINE_PORT_RANGE"  # e.g. 24100-24199: servers started here take ports from it
-_ports_given: set[int] = set()
-
-
-def _free_port() -> int:
-    """A free local port: any, or the next free one of PIPELINE_PORT_RANGE (on a shared machine where
-    each user keeps to a range of ports)."""
-    first, _, last = os.environ.get(PORT_RANGE_VARIABLE, "").partition("-")
-    candidates = range(int(first), int(last or first) + 1) if first else [0]
-    for port in candidates:
-        if port in _ports_given:
-            continue
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            found = probe.getsockname()[1]
-        _ports_given.add(found)
-        return found
-    raise RuntimeError(f"no free port in {PORT_RANGE_VARIABLE}={os.environ[PORT_RANGE_VARIABLE]}")
-
-
 def _get(url: str, timeout: float = 10) -> Any:
     with urllib.request.urlopen(url, timeout=timeout) as response:
         return json.loads(response.read())
@@ -126,7 +103,7 @@ def simulated_hosts(
     processes = []
     try:
         for index in range(count):
-            port = ports[index] if ports else _free_port()
+            port = ports[index] if ports else free_port()
             process = subprocess.Popen(
                 [sys.executable, "-m", "benchmarks.simulated_ollama", "--port", str(port)]
                 + ["--latency-ms", str(latency_ms), "--parallel", str(parallel)],
@@ -192,7 +169,7 @@ class Ui:
         port: int | None = None,
         python: str = sys.executable,
     ) -> None:
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log_path.open("a")
         self.process = subprocess.Popen(

@@ -14,7 +14,6 @@ import json
 import math
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ from sqlalchemy import select
 
 from appdb.database import dispose, migrate, session_scope
 from appdb.models import UseCaseOutput
+from benchmarks import ports
 from pipeline_defs.settings import PROJECT_ROOT
 from plugins.postings.postings_asset import report_ingest
 from plugins.postings.store.ingest import ingest_files
@@ -72,25 +72,7 @@ query RunErrors($runId: ID!) {
 """
 
 
-_PORTS_GIVEN: set[int] = set()
-
-
-def free_port() -> int:
-    """A free local port: any, or (PIPELINE_PORT_RANGE=first-last, on a machine shared by several
-    people) a free one of that range."""
-    first, _, last = os.environ.get("PIPELINE_PORT_RANGE", "").partition("-")
-    for port in range(int(first), int(last or first) + 1) if first else [0]:
-        if port in _PORTS_GIVEN:  # handed out, perhaps not bound yet
-            continue
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            found = probe.getsockname()[1]
-        _PORTS_GIVEN.add(found)
-        return found
-    raise RuntimeError(f"no free port in PIPELINE_PORT_RANGE={os.environ['PIPELINE_PORT_RANGE']}")
+free_port = ports.free_port  # the end-to-end tests' servers keep to PIPELINE_PORT_RANGE too
 
 
 def make_postings(prefix: str, count: int) -> list[dict[str, str]]:

@@ -1,0 +1,26 @@
+"""Free local ports for the servers the benchmarks and the end-to-end tests start: any free port, or
+on a machine shared by several people (PIPELINE_PORT_RANGE=first-last) a free one of that range."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+PORT_RANGE_VARIABLE = "PIPELINE_PORT_RANGE"  # e.g. 24100-24199
+_ports_given: set[int] = set()  # handed out in this process, perhaps not bound yet
+
+
+def free_port() -> int:
+    first, _, last = os.environ.get(PORT_RANGE_VARIABLE, "").partition("-")
+    for port in range(int(first), int(last or first) + 1) if first else [0]:
+        if port in _ports_given:
+            continue
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            found = probe.getsockname()[1]
+        _ports_given.add(found)
+        return found
+    raise RuntimeError(f"no free port in {PORT_RANGE_VARIABLE}={os.environ[PORT_RANGE_VARIABLE]}")
