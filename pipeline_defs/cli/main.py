@@ -191,9 +191,11 @@ def _run_command(argv: list[str] | None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    from domain.core.progress import use_reporter
     from pipeline_defs.cli.progress import install_reporter
 
-    install_reporter(getattr(args, "progress", "auto"))  # what long work below the command shows
+    # what long work below the command shows; put back when it ends (main() is also called in process)
+    previous_reporter = install_reporter(getattr(args, "progress", "auto"))
     # Dagster's warnings about its own APIs are for Dagster users; `--verbose` (run, demo, ui, ...) shows them
     show_dagster_warnings = hide_dagster_warnings() if not getattr(args, "verbose", False) else None
     try:
@@ -202,6 +204,7 @@ def _run_command(argv: list[str] | None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     finally:
+        use_reporter(previous_reporter)
         if show_dagster_warnings is not None:
             show_dagster_warnings()
 

@@ -105,8 +105,11 @@ class StatusLine:
         self.finish(object(), text, clipped=False)
 
     def _draw(self) -> None:
-        self._write(" · ".join(self._parts.values()))
-        self.stream.flush()
+        try:
+            self._write(" · ".join(self._parts.values()))
+            self.stream.flush()
+        except (OSError, ValueError):  # a closed or gone terminal: the progress line, never the work, stops
+            pass
 
     def _write(self, text: str, clipped: bool = True) -> None:
         width = shutil.get_terminal_size((120, 24)).columns - 1

@@ -105,3 +105,22 @@ def test_a_task_and_a_run_share_the_line_and_the_note_stays_above(sqlite_url: st
     ):
         task.advance(10)
     assert notes.getvalue() == "label vectors: about 1 min, once\n"
+
+
+def test_a_command_called_in_process_puts_back_the_progress_reporter_it_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`main()` is called in process (tests, notebooks): a status line bound to that call's stderr must
+    not outlive it, or the next ingest in the process writes to a closed stream."""
+    from domain.core import progress
+    from pipeline_defs.cli.main import main as cli_main
+
+    monkeypatch.setenv("PIPELINE_DATABASE_URL", f"sqlite:///{tmp_path / 'app.db'}")
+    monkeypatch.setenv("PIPELINE_DATA_DIR", str(tmp_path / "data"))
+    mine = progress.LoggingReporter()
+    previous = progress.use_reporter(mine)
+    try:
+        cli_main(["pauses"])
+        assert progress.use_reporter(mine) is mine
+    finally:
+        progress.use_reporter(previous)
