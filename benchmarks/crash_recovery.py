@@ -38,7 +38,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import sys
 import tempfile
 import time
@@ -61,6 +60,7 @@ from benchmarks.daemon_throughput import (
     postgres_databases,
     simulated_hosts,
 )
+from benchmarks.ports import free_port_in
 from benchmarks.process_tree_cpu import ProcessTreeCpu, become_subreaper, reap_orphans
 from benchmarks.report import write_report
 from pipeline_defs.settings import PROJECT_ROOT
@@ -80,17 +80,10 @@ def _ports(spec: str) -> list[int]:
 
 def _free_port_in(ports: list[int], taken: set[int]) -> int:
     """The first port of the range nothing listens on (a shared machine gives each user a range)."""
-    for port in ports:
-        if port in taken:
-            continue
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        taken.add(port)
-        return port
-    raise RuntimeError(f"no free port in {ports[0]}-{ports[-1]}")
+    found = free_port_in(ports, taken)
+    if found is None:
+        raise RuntimeError(f"no free port in {ports[0]}-{ports[-1]}")
+    return found
 
 
 class AppDb:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Iterable
 
 PORT_RANGE_VARIABLE = "PIPELINE_PORT_RANGE"  # e.g. 24100-24199
 _ports_given: set[int] = set()  # handed out in this process, perhaps not bound yet
@@ -12,8 +13,17 @@ _ports_given: set[int] = set()  # handed out in this process, perhaps not bound 
 
 def free_port() -> int:
     first, _, last = os.environ.get(PORT_RANGE_VARIABLE, "").partition("-")
-    for port in range(int(first), int(last or first) + 1) if first else [0]:
-        if port in _ports_given:
+    candidates = range(int(first), int(last or first) + 1) if first else [0]
+    found = free_port_in(candidates, _ports_given)
+    if found is None:
+        raise RuntimeError(f"no free port in {PORT_RANGE_VARIABLE}={os.environ[PORT_RANGE_VARIABLE]}")
+    return found
+
+
+def free_port_in(candidates: Iterable[int], given: set[int]) -> int | None:
+    """The first of `candidates` (0: any) not in `given` that nothing listens on; added to `given`."""
+    for port in candidates:
+        if port in given:
             continue
         with socket.socket() as probe:
             try:
@@ -21,6 +31,6 @@ def free_port() -> int:
             except OSError:
                 continue
             found = probe.getsockname()[1]
-        _ports_given.add(found)
+        given.add(found)
         return found
-    raise RuntimeError(f"no free port in {PORT_RANGE_VARIABLE}={os.environ[PORT_RANGE_VARIABLE]}")
+    return None
