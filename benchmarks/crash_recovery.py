@@ -59,6 +59,7 @@ from benchmarks.daemon_throughput import (
     _postings,
     postgres_databases,
     simulated_hosts,
+    ui_env,
 )
 from benchmarks.ports import free_port_in
 from benchmarks.process_tree_cpu import ProcessTreeCpu, become_subreaper, reap_orphans
@@ -200,23 +201,9 @@ def measure(args: argparse.Namespace, kill: str, app_db: str) -> dict[str, Any]:
             )
         else:
             app_url, dagster_url = f"sqlite:///{work / 'app.db'}", None
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("PIPELINE_", "DAGSTER_", "OLLAMA_"))}
-        env.update(
-            PYTHONPATH=str(args.project_root),
-            PIPELINE_DATA_DIR=str(work / "data"),
-            PIPELINE_DATABASE_URL=app_url,
-            DAGSTER_HOME=str(work / "dagster_home"),
-            PIPELINE_LLM_BACKEND="ollama",
-            OLLAMA_HOST=host.url,  # type: ignore[attr-defined]
-            OLLAMA_NUM_PARALLEL=str(args.parallel),
-            PIPELINE_JUDGE_SAMPLE="0",
-        )
+        env = ui_env(args.project_root, work, app_url, dagster_url, host.url, args.parallel)  # type: ignore[attr-defined]
         if os.environ.get("PIPELINE_SHARED_DATA"):
             env["PIPELINE_SHARED_DATA"] = os.environ["PIPELINE_SHARED_DATA"]
-        if dagster_url:
-            env["PIPELINE_DAGSTER_POSTGRES_URL"] = dagster_url.replace(
-                "postgresql://", "postgresql+psycopg2://"
-            )
         _pipeline(args.project_root, env, "migrate", python=args.python)
         become_subreaper()  # the killed tree's orphans are reaped here
         log_path = work / "dagster_dev.log"

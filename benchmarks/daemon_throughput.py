@@ -125,6 +125,27 @@ def simulated_hosts(
                     process.wait()
 
 
+def ui_env(
+    project_root: Path, work: Path, app_url: str, dagster_url: str | None, host_url: str, parallel: int
+) -> dict[str, str]:
+    """The environment of a benchmark's `pipeline ui`: this shell's, without its pipeline, Dagster and
+    Ollama settings, pointed at the work folder, the databases and one simulated host."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIPELINE_", "DAGSTER_", "OLLAMA_"))}
+    env.update(
+        PYTHONPATH=str(project_root),
+        PIPELINE_DATA_DIR=str(work / "data"),
+        PIPELINE_DATABASE_URL=app_url,
+        DAGSTER_HOME=str(work / "dagster_home"),
+        PIPELINE_LLM_BACKEND="ollama",
+        OLLAMA_HOST=host_url,
+        OLLAMA_NUM_PARALLEL=str(parallel),
+        PIPELINE_JUDGE_SAMPLE="0",
+    )
+    if dagster_url:
+        env["PIPELINE_DAGSTER_POSTGRES_URL"] = dagster_url.replace("postgresql://", "postgresql+psycopg2://")
+    return env
+
+
 @contextmanager
 def postgres_databases(admin_url: str, count: int, prefix: str | None = None) -> Iterator[list[str]]:
     """Fresh PostgreSQL databases named `<prefix>_<random>`, dropped afterwards."""
@@ -271,23 +292,9 @@ def measure(args: argparse.Namespace, storage: str) -> dict[str, Any]:
             app_url, dagster_url = stack.enter_context(postgres_databases(args.postgres_admin_url, 2))
         else:
             app_url, dagster_url = f"sqlite:///{work / 'app.db'}", None
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("PIPELINE_", "DAGSTER_", "OLLAMA_"))}
-        env.update(
-            PYTHONPATH=str(args.project_root),
-            PIPELINE_DATA_DIR=str(work / "data"),
-            PIPELINE_DATABASE_URL=app_url,
-            DAGSTER_HOME=str(work / "dagster_home"),
-            PIPELINE_LLM_BACKEND="ollama",
-            OLLAMA_HOST=hosts[0].url,
-            OLLAMA_NUM_PARALLEL=str(args.parallel),
-            PIPELINE_JUDGE_SAMPLE="0",
-        )
+        env = ui_env(args.project_root, work, app_url, dagster_url, hosts[0].url, args.parallel)
         if args.hosts > 1:
             env["PIPELINE_LLM_HOSTS"] = "; ".join(f"{h.url} parallel={args.parallel}" for h in hosts)
-        if dagster_url:
-            env["PIPELINE_DAGSTER_POSTGRES_URL"] = dagster_url.replace(
-                "postgresql://", "postgresql+psycopg2://"
-            )
         for pair in args.env:
             name, _, value = pair.partition("=")
             env[name] = value
