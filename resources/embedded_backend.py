@@ -9,7 +9,9 @@ placed first in a template are evaluated once per run, not once per posting.
 
 from __future__ import annotations
 
+import ctypes
 import json
+import logging
 import os
 import threading
 import time
@@ -35,6 +37,32 @@ def _bundled_gemma3_270m() -> str:
 
 
 BUNDLED_MODELS = {"gemma3:270m": _bundled_gemma3_270m}
+
+# llama.cpp's messages go to this logger. llama-cpp-python's own callback maps ggml's levels off by
+# one (its table predates GGML_LOG_LEVEL_DEBUG), so with verbose=False it printed warnings such as
+# "llama_kv_cache_iswa: using full-size SWA cache" straight into the terminal's progress line.
+LLAMA_LOGGER = logging.getLogger("llama_cpp.native")
+_GGML_ERROR, _GGML_CONTINUE = 4, 5
+_log_callback: Any = None  # the ctypes callback, kept alive for as long as llama.cpp may call it
+_last_level = logging.DEBUG
+
+
+def route_llama_logs_to_logging() -> None:
+    """Send llama.cpp's log lines to `LLAMA_LOGGER`: errors at ERROR, everything else at DEBUG."""
+    global _log_callback
+    if _log_callback is not None:
+        return
+    import llama_cpp
+
+    def _log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
+        global _last_level
+        if level != _GGML_CONTINUE:
+            _last_level = logging.ERROR if level == _GGML_ERROR else logging.DEBUG
+        if LLAMA_LOGGER.isEnabledFor(_last_level):
+            LLAMA_LOGGER.log(_last_level, "%s", text.decode("utf-8", "replace").rstrip("\n"))
+
+    _log_callback = llama_cpp.llama_log_callback(_log)
+    llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
 
 
 class EmbeddedLLMResource(LLMResource):
@@ -87,6 +115,7 @@ class EmbeddedLLMResource(LLMResource):
             raise BackendUnavailable(NOT_INSTALLED) from exc
 
         path = self.model_path(model)
+        route_llama_logs_to_logging()
         try:
             llm = Llama(
                 model_path=path,

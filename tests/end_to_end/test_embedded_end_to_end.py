@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -131,3 +132,17 @@ def test_embedded_model_judges_its_own_summary_with_grammar_valid_grades_and_no_
     assert all(score in range(1, 6) for score in grade.scores.values())
     assert (call.use_case, call.model, call.status) == ("posting_summary:judge", "gemma3:270m", "ok")
     assert call.completion_tokens <= 40 and call.prompt.endswith("Grades:")
+
+
+def test_loading_the_embedded_model_prints_nothing_into_the_terminal(
+    capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """llama.cpp's warnings (such as its SWA-cache line) went straight to stderr, through the middle of
+    `pipeline demo`'s progress line; they now reach the `llama_cpp.native` logger at DEBUG."""
+    from resources.embedded_backend import LLAMA_LOGGER, EmbeddedLLMResource
+
+    with caplog.at_level(logging.DEBUG, logger=LLAMA_LOGGER.name):
+        assert EmbeddedLLMResource().ensure_loaded("gemma3:270m")
+
+    assert capfd.readouterr().err == ""
+    assert any(record.name == LLAMA_LOGGER.name for record in caplog.records)
