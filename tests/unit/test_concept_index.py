@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from domain.core.progress import ProgressTask, reporting_to
 from plugins.postings.skills.concept_index import EXACT_BELOW, LabelVectorIndex
 
 
@@ -53,6 +54,37 @@ def test_a_large_taxonomy_uses_the_graph_with_high_recall_and_a_reusable_cache(t
     np.testing.assert_array_equal(again.search(queries, 10)[0], ids)
     changed = LabelVectorIndex(vectors[:-1], cache_dir=tmp_path)  # other vectors: not the cached graph
     assert not changed.loaded_from_cache
+
+
+class TaskLog:
+    """A progress reporter that keeps what each task showed: (label, total, note) and its counts."""
+
+    def __init__(self) -> None:
+        self.tasks: list[tuple[str, int | None, str]] = []
+        self.counts: dict[str, list[int]] = {}
+
+    def started(self, task: ProgressTask) -> None:
+        self.tasks.append((task.label, task.total, task.note))
+
+    def advanced(self, task: ProgressTask) -> None:
+        self.counts.setdefault(task.label, []).append(task.done)
+
+    def finished(self, task: ProgressTask) -> None:
+        self.counts.setdefault(task.label, []).append(task.done)
+
+
+def test_building_the_graph_shows_its_progress_and_loading_it_shows_none(tmp_path: Path) -> None:
+    """Building the graph over ESCO's ~110k labels takes minutes on 2 cores: the terminal counts it."""
+    vectors = clustered(EXACT_BELOW + 1000, 32, seed=5)
+    log = TaskLog()
+    with reporting_to(log):
+        LabelVectorIndex(vectors, cache_dir=tmp_path)
+        LabelVectorIndex(vectors, cache_dir=tmp_path)  # from the cache: nothing to show
+
+    assert [(label, total) for label, total, _ in log.tasks] == [("label index", len(vectors))]
+    assert str(tmp_path) in log.tasks[0][2]
+    counts = log.counts["label index"]
+    assert counts == sorted(counts) and counts[-1] == len(vectors) and len(counts) > 2
 
 
 @pytest.mark.parametrize("k", [1, 5])

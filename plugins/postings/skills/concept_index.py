@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from domain.core.progress import ProgressTask, progress_task
+
 EXACT_BELOW = 5_000
 # HNSW parameters: connectivity 16 and search expansion 256 gave recall@50 of ~0.99 on ESCO's
 # ~110k labels (benchmarks/linking_quality.py); expansion_add 128 is usearch's default.
@@ -90,7 +92,10 @@ class LabelVectorIndex:
                     return index
                 index.reset()
         started = time.perf_counter()
-        index.add(np.arange(len(self.vectors), dtype=np.uint64), self.vectors)
+        kept = f"kept in {cache_dir}" if cache_file is not None else "not kept: no cache directory"
+        note = f"building the nearest-label graph once per taxonomy version ({kept})"
+        with progress_task("label index", len(self.vectors), "labels", note) as task:
+            index.add(np.arange(len(self.vectors), dtype=np.uint64), self.vectors, progress=_advancing(task))
         self.build_seconds = time.perf_counter() - started
         if cache_file is not None:
             cache_file.parent.mkdir(parents=True, exist_ok=True)
@@ -98,3 +103,19 @@ class LabelVectorIndex:
             index.save(str(partial))
             partial.replace(cache_file)
         return index
+
+
+def _advancing(task: ProgressTask):  # noqa: ANN202 - usearch's ProgressCallback
+    """usearch's progress callback (vectors added so far, of all), moving `task` on; never stops the build."""
+    done = 0
+
+    def advance(processed: int, _total: int) -> bool:
+        nonlocal done
+        if processed > done:
+            task.advance(processed - done)
+            done = processed
+        return True
+
+    # usearch compares the annotations with the types themselves (this module's are strings)
+    advance.__annotations__ = {"processed": int, "_total": int, "return": bool}
+    return advance
