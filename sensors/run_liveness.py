@@ -24,7 +24,8 @@ import socket
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
+from pathlib import Path
 
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
@@ -63,10 +64,11 @@ def reap_dead_runs(
     reaped = []
     for beat in beats:
         age = beat.age_seconds()
-        if age > dead_after_seconds:
-            reason = f"heartbeat stopped {age:.0f}s ago (pid {beat.pid} on {beat.host})"
-        elif process_gone(beat):
+        process = local_process(beat)
+        if process == GONE:
             reason = f"its process (pid {beat.pid} on {beat.host}) is gone"
+        elif age > max(dead_after_seconds, LIVE_PROCESS_PATIENCE_SECONDS if process == ALIVE else 0):
+            reason = f"heartbeat stopped {age:.0f}s ago (pid {beat.pid} on {beat.host})"
         else:
             continue
         run = instance.get_run_by_id(beat.run_id)
@@ -89,20 +91,50 @@ def reap_dead_runs(
 
 THIS_HOST = socket.gethostname()
 PROCESS_CHECK_AFTER_SECONDS = 2.0  # a beat this young is trusted: its process wrote it a moment ago
+# A run whose process on this host is alive is not dead because its heartbeat is late: on a loaded
+# machine (or behind a long SQLite write lock) the beat thread can stall past the minute, and reaping
+# a working run gave its claims to another run while it went on calling the model (the same posting
+# answered twice). Only a silence this long (the default claim lease) reaps a live process: it is hung.
+LIVE_PROCESS_PATIENCE_SECONDS = 600.0
+ALIVE, GONE, UNKNOWN = "alive", "gone", "unknown"
+PID_START_SLACK_SECONDS = 2.0  # clock ticks and the boot time's rounding
 
 
-def process_gone(beat: heartbeats.Heartbeat) -> bool:
-    """Whether the run's process is known to be gone: it ran on this host and its pid no longer exists.
-    (A reused pid reads as alive: then the heartbeat's age decides, a minute later.)"""
+def local_process(beat: heartbeats.Heartbeat) -> str:
+    """Whether the run's process is ALIVE (on this host, and the same process that started the heartbeat),
+    GONE (on this host, and its pid no longer exists or now names a process started after the heartbeat),
+    or UNKNOWN (another host, a heartbeat too young to judge, or no /proc to read)."""
     if beat.host != THIS_HOST or beat.pid <= 0 or beat.age_seconds() < PROCESS_CHECK_AFTER_SECONDS:
-        return False
+        return UNKNOWN
     try:
         os.kill(beat.pid, 0)
     except ProcessLookupError:
-        return True
-    except PermissionError:  # another user's process with that pid: alive
-        return False
-    return False
+        return GONE
+    except PermissionError:  # another user's process (a run of theirs, or a reused pid): the age decides
+        return UNKNOWN
+    found = process_state_and_start(beat.pid)
+    if found is None:
+        return UNKNOWN
+    state, started = found
+    if state in ZOMBIE_STATES:  # killed, not yet waited for by its parent
+        return GONE
+    heartbeat_started = beat.started_at.replace(tzinfo=UTC).timestamp()
+    return GONE if started > heartbeat_started + PID_START_SLACK_SECONDS else ALIVE
+
+
+ZOMBIE_STATES = ("Z", "X")
+
+
+def process_state_and_start(pid: int) -> tuple[str, float] | None:
+    """The process's state letter and when it started (seconds since the epoch), from /proc; None where
+    there is no /proc (the heartbeat's age decides there, as everywhere off this host)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        stat = Path("/proc/stat").read_text().splitlines()
+        boot = next(float(line.split()[1]) for line in stat if line.startswith("btime"))
+        return fields[0], boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")  # fields 3 and 22 of stat
+    except (OSError, IndexError, StopIteration, ValueError):
+        return None
 
 
 def sweep_expired_leases(instance: DagsterInstance, app_db: AppDatabase) -> tuple[int, list[str]]:

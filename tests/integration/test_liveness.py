@@ -406,3 +406,83 @@ def test_the_lease_sweep_leaves_the_claims_of_a_run_whose_heartbeat_is_alive(
         held = {item.subject_key: item.claimed_by for item in session.scalars(select(WorkItem))}
     assert held["p-1"] == "alive-run" and held["p-2"] is None, held
     dispose(app_db_url)
+
+
+def _beating(url: str, run_id: str, pid: int, *, silent_for: timedelta, started_before: timedelta) -> None:
+    """A heartbeat row of `run_id` for `pid` on this host, started `started_before` ago and silent since."""
+    from appdb import heartbeats
+    from appdb.models import RunHeartbeat
+    from sensors.run_liveness import THIS_HOST
+
+    with session_scope(url) as session:
+        heartbeats.start_heartbeat(session, run_id, job="j", source="sensor", host=THIS_HOST, pid=pid)
+    with session_scope(url) as session:
+        session.execute(
+            update(RunHeartbeat)
+            .where(RunHeartbeat.run_id == run_id)
+            .values(beat_at=utcnow() - silent_for, started_at=utcnow() - started_before)
+        )
+
+
+@pytest.mark.parametrize("app_db_url", ["sqlite"], indirect=True)
+def test_a_working_run_whose_heartbeat_is_late_keeps_its_claims_while_its_process_lives(
+    app_db_url: str, tmp_path: Path
+) -> None:
+    """On a loaded machine a run's beat thread can stall past the minute. Its process on this host is
+    alive, so its claims stay with it (reaping it let a second run answer its postings again while it
+    went on calling the model); a silence as long as the lease means it is hung, and it is reaped."""
+    from appdb import claims
+    from appdb.models import RunHeartbeat
+    from sensors.run_liveness import LIVE_PROCESS_PATIENCE_SECONDS, reap_dead_runs
+
+    seed_postings(app_db_url, tmp_path)
+    with session_scope(app_db_url) as session:
+        assert claims.claim_items(session, "posting_summary", ["p-1"], "late-run") == ["p-1"]
+    # this test's own process stands for the run's: alive, started before the heartbeat
+    _beating(app_db_url, "late-run", os.getpid(), silent_for=timedelta(minutes=3), started_before=timedelta())
+    app_db = AppDatabase(url=app_db_url)
+    with DagsterInstance.ephemeral() as instance:
+        assert reap_dead_runs(instance, app_db, dead_after_seconds=60) == []
+        with session_scope(app_db_url) as session:
+            assert session.scalar(select(WorkItem.claimed_by)) == "late-run"
+            session.execute(
+                update(RunHeartbeat).values(
+                    beat_at=utcnow() - timedelta(seconds=LIVE_PROCESS_PATIENCE_SECONDS + 5)
+                )
+            )
+        reaped = reap_dead_runs(instance, app_db, dead_after_seconds=60)
+    assert [(run.run_id, run.claims_released) for run in reaped] == [("late-run", 1)]
+    dispose(app_db_url)
+
+
+@pytest.mark.parametrize("app_db_url", ["sqlite"], indirect=True)
+def test_a_run_whose_pid_now_names_another_process_or_a_zombie_is_reaped_at_once(
+    app_db_url: str, tmp_path: Path
+) -> None:
+    """The pid check must not mistake a reused pid (a process started after the heartbeat) or a killed
+    worker its parent has not waited for (a zombie) for the run: both are reaped at the next look."""
+    from appdb import claims
+    from sensors.run_liveness import reap_dead_runs
+
+    seed_postings(app_db_url, tmp_path)
+    newer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        while Path(f"/proc/{zombie.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            time.sleep(0.05)  # exited; not waited for, so a zombie
+        with session_scope(app_db_url) as session:
+            assert claims.claim_items(session, "posting_summary", ["p-1"], "reused-run") == ["p-1"]
+            assert claims.claim_items(session, "posting_summary", ["p-2"], "zombie-run") == ["p-2"]
+        # the heartbeats began an hour ago; the process now at `newer.pid` started a moment ago
+        hour = timedelta(hours=1)
+        _beating(app_db_url, "reused-run", newer.pid, silent_for=timedelta(seconds=5), started_before=hour)
+        _beating(app_db_url, "zombie-run", zombie.pid, silent_for=timedelta(seconds=5), started_before=hour)
+        with DagsterInstance.ephemeral() as instance:
+            reaped = reap_dead_runs(instance, AppDatabase(url=app_db_url), dead_after_seconds=60)
+    finally:
+        newer.kill()
+        newer.wait()
+        zombie.wait()
+    released = sorted((run.run_id, run.claims_released) for run in reaped)
+    assert released == [("reused-run", 1), ("zombie-run", 1)]
+    dispose(app_db_url)
