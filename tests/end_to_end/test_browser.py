@@ -128,3 +128,16 @@ def test_backfill_dialog_offers_batched_runs(
     assert launch.is_enabled()
     screenshot(page, "backfill_dialog")
     page.get_by_role("button", name="Cancel").click()
+
+
+def test_plots_show_tokens_and_latency_but_no_ids(
+    page, live_pipeline: LivePipeline, enriched_postings: list[str]
+) -> None:
+    """The asset's metadata plots (Overview, Metadata, Plots) draw the numbers worth a line per posting
+    (tokens, latency); the interaction's id is text, so no chart of ids appears."""
+    page.goto(f"{live_pipeline.url}/assets/posting_summary?view=overview")
+    page.get_by_role("button", name="Plots").first.click()
+    for name in ("prompt_tokens", "completion_tokens", "latency_ms"):
+        page.get_by_text(name, exact=True).first.wait_for()
+    assert page.get_by_text("interaction_id", exact=True).count() == 0
+    screenshot(page, "plots_posting_summary")
