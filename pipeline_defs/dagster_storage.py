@@ -31,6 +31,8 @@ methods of dagster 1.13 and dagster-postgres 0.29, which pyproject pins):
   with a pool of one meant a new database connection per posting. Both run storages remember
   the optional columns of the runs table (`RemembersRunColumns`): Dagster reflected them
   about six times per run.
+- Both event log storages serialize a materialization once (`SerializesAssetEventsOnce`): Dagster
+  serialized it again, wrapped in a record, for the asset row's `last_materialization`.
 - `PooledSqliteRunStorage`, `PooledPostgresRunStorage`: Dagster's run storages with a
   pooled engine; their commits keep Dagster's durability, as does the application database.
 
@@ -102,7 +104,7 @@ class _ScriptDirectoryOnce:
 
 def _read_migrations_once() -> None:
     """Point Dagster's revision check at `_ScriptDirectoryOnce` (where this Dagster has it, as 1.13 does:
-    pinned by tests/unit/test_dagster_storage_speedups.py)."""
+    pinned by tests/unit/test_dagster_runtime_swaps.py)."""
     if getattr(dagster_sql, "ScriptDirectory", None) is ScriptDirectory:
         dagster_sql.ScriptDirectory = _ScriptDirectoryOnce  # ty: ignore[invalid-assignment]
 
@@ -151,7 +153,7 @@ class SerializesAssetEventsOnce:
     `EventLogRecord`, as the asset's `last_materialization`, serializing the event anew for the
     second (its metadata, the posting's preview table, is most of the cost: ~0.4 ms an event).
     The wrapped form is the record's fields around the event's own serialization, so it is built
-    from the row's string; the bytes are the same (tests/unit/test_dagster_storage_speedups.py)."""
+    from the row's string; the bytes are the same (tests/unit/test_asset_event_serialized_once.py)."""
 
     def _event_to_row(self, event: EventLogEntry) -> dict[str, Any]:
         row = super()._event_to_row(event)  # ty: ignore[unresolved-attribute]
