@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dagster import Definitions
+from dagster import Definitions, in_process_executor
 
 from assets.factory import UseCaseDefinitions, WorkGroup, build_work_groups, llm_resource_key
 from assets.gym_checks import build_gold_check, build_gym_job
@@ -61,6 +61,11 @@ def engine_definitions(
         for kind, items in _by_kind(built).items()
     ]
     return Definitions(
+        # Every job without an executor of its own, Dagster's implicit asset job among them (the outputs'
+        # automation runs, a selection materialized from the UI), runs its steps in the run's process:
+        # with Dagster's default each step was a process of its own loading the code location (~3 CPU s
+        # each, three per automation run of the enriched postings tables).
+        executor=in_process_executor,
         assets=[item.asset for item in built],
         asset_checks=gold_checks,
         jobs=[

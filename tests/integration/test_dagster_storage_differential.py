@@ -107,6 +107,12 @@ def ui_view(instance: DagsterInstance, run_id: str) -> dict[str, Any]:
         "checks": check_view,
         "dynamic_partitions": sorted(instance.get_dynamic_partitions("postings")),
         "last_materialization_partition": last.dagster_event.partition if last else None,
+        # the asset row's copy of the latest materialization is that event, with its storage id
+        "last_materialization_is_the_latest_event": (
+            asset_record.asset_entry.last_materialization_record == materializations[0]
+            if materializations
+            else None
+        ),
         # what the asset row says of this run (the UI's "latest run" and in-progress partitions)
         "asset_row": {
             "last_run_is_this_run": asset_record.asset_entry.last_run_id == run_id,
