@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -48,13 +48,16 @@ _log = logging.getLogger(__name__)
 _Result = TypeVar("_Result")
 
 _engines: dict[str, Engine] = {}
+_factories: dict[Engine, sessionmaker[Session]] = {}  # session factories, one per engine
 _migrated: set[str] = set()
 _lock = threading.Lock()
 _upgrade_lock = threading.Lock()  # Alembic's migration context is module-global: one upgrade at a time
 
 
+@lru_cache(maxsize=64)
 def normalize_url(url: str) -> str:
-    """Use psycopg2 for plain `postgresql://` URLs (the driver installed with the project)."""
+    """Use psycopg2 for plain `postgresql://` URLs (the driver installed with the project). Cached: every
+    session asks, and parsing the URL cost as much as opening the session."""
     parsed = make_url(url)
     if parsed.drivername == "postgresql":
         parsed = parsed.set(drivername="postgresql+psycopg2")
@@ -238,7 +241,10 @@ def _at_head(url: str) -> bool:
 def session_scope(url: str) -> Iterator[Session]:
     """A session in one transaction: committed on success, rolled back on any error."""
     migrate(url)
-    factory = sessionmaker(get_engine(url), expire_on_commit=False)
+    engine = get_engine(url)
+    factory = _factories.get(engine)
+    if factory is None:  # one per engine: building one per session cost more than the session
+        factory = _factories[engine] = sessionmaker(engine, expire_on_commit=False)
     with factory() as session, session.begin():
         yield session
 
@@ -248,6 +254,7 @@ def dispose(url: str) -> None:
     url = normalize_url(url)
     with _lock:
         engine = _engines.pop(url, None)
+        _factories.pop(engine, None)
         _migrated.discard(url)
     if engine is not None:
         engine.dispose()
