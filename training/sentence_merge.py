@@ -247,6 +247,17 @@ def merge_ngrams_last_maximal(item: Scored, mentions: list[Query]) -> dict[int, 
     return merge_ngrams_last(kept, mentions)
 
 
+def merge_weighted(item: Scored, mentions: list[Query], sentence: float, ngram: float) -> dict[int, float]:
+    """Each source's probabilities times its weight (mentions 1), each concept at its best."""
+    best: dict[int, float] = {}
+    for weight, queries in ((sentence, [item.sentence_query]), (ngram, item.ngrams), (1.0, mentions)):
+        for query in queries:
+            for concept, p in zip(query.concepts.tolist(), query.probabilities.tolist(), strict=True):
+                if weight * p > best.get(concept, -1.0):
+                    best[concept] = weight * p
+    return best
+
+
 MERGES: dict[str, Merge] = {
     "max (shipped)": merge_max,
     "max, maximal n-grams only": merge_maximal,
@@ -256,6 +267,13 @@ MERGES: dict[str, Merge] = {
     "max of p x query confidence": merge_confidence,
     "max, n-gram p x 0.5": merge_ngrams_scaled,
     "max, n-gram p x 0.25": lambda item, mentions: merge_ngrams_scaled(item, mentions, 0.25),
+    **{
+        f"sentence x {w_s:g}, n-grams x {w_n:g}": (
+            lambda item, mentions, w_s=w_s, w_n=w_n: merge_weighted(item, mentions, w_s, w_n)
+        )
+        for w_s in (1.0, 0.5, 0.25)
+        for w_n in (0.25, 0.1)
+    },
     "n-gram-only concepts after the rest": merge_ngrams_last,
     "maximal n-gram-only concepts after the rest": merge_ngrams_last_maximal,
 }
