@@ -288,6 +288,11 @@ def test_a_sentence_is_linked_without_any_extracted_mention(linked: SkillResolve
     with_mentions = dict(linked.link_sentence("Great people around you.", ["collaborating with your team"]))
     alone = dict(linked.link_sentence("Great people around you."))
     assert with_mentions[URI + "teamwork"] > alone[URI + "teamwork"]  # the mention lifts its concept
+    # A label that is only a word of the sentence counts less than one the extractor named
+    # (NGRAM_WEIGHT): "teamwork" here is not what the sentence asks for.
+    churn = "Teamwork matters, but mostly you will model customer churn with regression."
+    named = dict(linked.link_sentence(churn, ["teamwork"]))[URI + "teamwork"]
+    assert dict(linked.link_sentence(churn))[URI + "teamwork"] < named
     assert linked.link_sentence("  ") == []
     assert len(linked.rank("python")) == len(CONCEPTS)  # a full ranking: candidates, then the rest
 

@@ -53,6 +53,11 @@ MENTION_NEIGHBOURS = 64
 CONTEXT_NEIGHBOURS = 32
 QUERY_MEMO_SIZE = 20_000  # query vectors kept (a sentence is embedded once for all its mentions)
 MAX_NGRAM_WORDS = 6  # link_sentence looks up every n-gram of up to this many words as a label
+# link_sentence weighs a label n-gram's candidates by this (a mention's and the sentence's weigh 1):
+# an n-gram that is a label ("design", "data") is scored as an exact mention and its concept
+# outranked the skills the sentence names. Chosen on independent job-ad sentences
+# (training/sentence_merge.py, docs/skill-linking.md), not on the benchmark.
+NGRAM_WEIGHT = 0.25
 
 # How label similarity (0-100) is scored, for both the fuzzy stage and `rank`. The default,
 # the mean of rapidfuzz's token_set_ratio and token_sort_ratio, ranked ESCO best of the
@@ -541,10 +546,11 @@ class SkillResolver:
     def link_sentence(self, sentence: str, mentions: Sequence[str] = ()) -> list[tuple[str, float]]:
         """Concepts a sentence names, best first, as (concept URI, confidence).
 
-        Sources, each scored by the linker: the sentence as a query; every n-gram of the
-        sentence that is a taxonomy label (up to `MAX_NGRAM_WORDS` words); and `mentions`,
-        the skills an extractor found in it. A concept found by several keeps its best
-        confidence. Confidences below the threshold are kept (this is a ranking).
+        Sources, each scored by the linker: the sentence as a query; `mentions`, the skills an
+        extractor found in it; and every n-gram of the sentence that is a taxonomy label (up to
+        `MAX_NGRAM_WORDS` words) and no mention, its probabilities weighed by `NGRAM_WEIGHT`. A
+        concept found by several keeps its best score. Scores below the threshold are kept (this
+        is a ranking).
         """
         if not normalize_label(sentence):
             return []
@@ -556,11 +562,14 @@ class SkillResolver:
                     best[concept] = probability
 
         keep(*self.link(sentence, kind="sentence")[:2])
-        queries = list(
-            dict.fromkeys([*self.label_ngrams(sentence), *(m.strip() for m in mentions if m.strip())])
-        )
-        for query in queries:
+        said = list(dict.fromkeys(m.strip() for m in mentions if m.strip()))
+        for query in said:
             keep(*self.link(query, sentence, kind="mention")[:2])
+        named = {normalize_label(m) for m in said}
+        for query in self.label_ngrams(sentence):
+            if query not in named:
+                concepts, probabilities, _ = self.link(query, sentence, kind="mention")
+                keep(concepts, NGRAM_WEIGHT * probabilities)
         ranked = sorted(best.items(), key=lambda item: -item[1])
         return [(self.concept_uris[concept], probability) for concept, probability in ranked]
 
