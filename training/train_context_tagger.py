@@ -17,6 +17,8 @@ with NumPy alone (`plugins/postings/skills/context_tagger.py`).
 3. The chosen head is written as `skill_context_tagger.npz` (float16) with its card
    `skill_context_tagger.json`: data, encoder, architecture, hyper-parameters, every trial's dev
    scores, training time. Dev is read for selection only, never trained on.
+4. Then `python -m training.calibrate_context_tagger` chooses the decoding biases and writes them
+   into the card (`"decoding"`); a card without them decodes unbiased.
 """
 
 from __future__ import annotations
@@ -287,6 +289,15 @@ def train_setting(
     return best
 
 
+def default_cache() -> Path:
+    """Where MiniLM's word vectors of the training and dev sentences are kept between runs."""
+    return (
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        / "posting-enrichment"
+        / "context_tagger"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir")
@@ -294,9 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cache",
         type=Path,
-        default=Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-        / "posting-enrichment"
-        / "context_tagger",
+        default=default_cache(),
         help="where MiniLM's word vectors of the two splits are kept between runs",
     )
     parser.add_argument(

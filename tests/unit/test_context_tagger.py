@@ -156,3 +156,38 @@ def test_the_demo_taxonomy_fallback_runs_on_a_posting_the_tagger_finds_little_in
     texts = [m.text for m in mentions]
     assert len(texts) == len(set(texts))
     assert all(m.field in ("title", "description") for m in mentions)
+
+
+def test_a_posting_the_tagger_finds_little_in_is_decoded_again_towards_tagging() -> None:
+    shipped = tagger()
+    snippet = "results orientation with strong write and"  # a Sayfullina train snippet, lower-cased
+    long_posting = demo_posting("demo-002")["description"]
+    assert shipped.sparse_below >= 1 and shipped.sparse_bias.min() < 0  # the shipped card's rule
+    saved = shipped.sparse_below
+    try:
+        shipped.sparse_below = 0  # the rule off
+        plain_snippet, plain_posting = shipped.tag(snippet), shipped.tag(long_posting)
+    finally:
+        shipped.sparse_below = saved
+    # Nothing found: decoded again with the O emission lowered, the soft skill is found.
+    assert plain_snippet == []
+    assert [m.text for m in shipped.tag(snippet)] == ["results orientation"]
+    # A posting with several mentions is decoded once, as without the rule.
+    assert len(plain_posting) >= shipped.sparse_below and shipped.tag(long_posting) == plain_posting
+    # The rule counts a posting's mentions in its title and description together.
+    extractor = SkillExtractor(shipped, None, "tagger")
+    title = "Strong knowledge of Java and Spring Boot; experience with Docker and Kubernetes."
+    titled = extractor.extract(title, snippet)
+    assert len([m for m in titled if m.field == "title"]) >= shipped.sparse_below, titled
+    assert [m for m in titled if m.field == "description"] == []
+
+
+def test_the_shipped_decoding_is_read_from_the_card() -> None:
+    decoding = tagger().card.get("decoding", {})
+    biases = [decoding.get("o_bias", {}).get(kind, 0.0) for kind in ("skill", "knowledge")]
+    assert list(tagger().head.o_bias) == pytest.approx(biases)
+    sparse = decoding.get("sparse", {})
+    assert tagger().sparse_below == sparse.get("below", 0)
+    assert list(tagger().sparse_bias) == pytest.approx(
+        [sparse.get("o_bias", {}).get(kind, 0.0) for kind in ("skill", "knowledge")]
+    )

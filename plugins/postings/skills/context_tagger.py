@@ -9,6 +9,10 @@ scores for two BIO tag sets (skill, knowledge: SkillSpan annotates them separate
 can be both); one linear-chain CRF per kind decodes them (Viterbi), and a mention's score is the
 least CRF marginal of its tags, as in the CRF tagger.
 
+Decoding can be biased (a constant on the O emission per kind, from the card's "decoding",
+chosen by `training/calibrate_context_tagger.py`): 0 for every posting, and a bias towards
+tagging for a posting where fewer than a few mentions are found (`tag_posting`).
+
 Everything here is NumPy: the head's weights (`skill_context_tagger.npz`, float16, about 1 MB)
 and its card (`skill_context_tagger.json`) are written by `training/train_context_tagger.py`,
 which trains them with torch on SkillSpan train and selects them on SkillSpan dev.
@@ -90,6 +94,9 @@ class ContextHead:
             raise ValueError(f"the head mixes {len(mix)} layers' states, the card says {layers} + 1")
         mix = np.exp(mix - mix.max())
         self.mix = (mix / mix.sum() * self.w["mix.gamma"][0]).astype(np.float32)
+        # Added to each kind's "O" emission when decoding (negative: more mentions); the card's
+        # "decoding" (`training/calibrate_context_tagger.py`) sets it, and the sparse rule's.
+        self.o_bias = np.zeros(len(MENTION_KINDS), np.float32)
 
     def emissions(self, states: np.ndarray, words: Sequence[str]) -> np.ndarray:
         """(2 kinds, words, 3 tags) emission scores of one sentence; `states` is (layers + 1, words, 384)."""
@@ -148,10 +155,11 @@ class ContextHead:
         return tags[0], marginals[0]
 
     def decode_batch(
-        self, emissions: Sequence[np.ndarray], kind_index: int
+        self, emissions: Sequence[np.ndarray], kind_index: int, o_bias: float | None = None
     ) -> tuple[list[list[str]], list[np.ndarray]]:
         """`decode` of several sentences at once: Viterbi and forward-backward step through them side by
-        side; past its end a sentence's scores stand still."""
+        side; past its end a sentence's scores stand still. `o_bias` (default: this kind's `o_bias`)
+        is added to the O emission of every token first."""
         transitions = self.w["crf.transitions"][kind_index]
         start, end = self.w["crf.start"][kind_index], self.w["crf.end"][kind_index]
         lengths = np.array([e.shape[1] for e in emissions])
@@ -159,6 +167,7 @@ class ContextHead:
         scores = np.zeros((batch, steps, tags), np.float32)
         for row, sentence in enumerate(emissions):
             scores[row, : lengths[row]] = sentence[kind_index]
+        scores[:, :, 0] += self.o_bias[kind_index] if o_bias is None else o_bias
         # Viterbi; a finished sentence keeps its scores and points back to the same tag.
         best = start + scores[:, 0]
         back = np.tile(np.arange(tags), (batch, steps, 1))
@@ -199,6 +208,15 @@ class ContextTagger:
 
     def __init__(self, head: ContextHead, encoder: Any, card: dict[str, Any] | None = None) -> None:
         self.head, self.encoder, self.card = head, encoder, card or {}
+        decoding = self.card.get("decoding", {})
+        self.head.o_bias = kind_biases(decoding.get("o_bias", {}))
+        # The sparse rule: a posting where fewer than `sparse_below` mentions are found is decoded
+        # again with `sparse_bias` on the O emission (negative: towards tagging). Short texts (one
+        # sentence, a soft skill or two) are where the head under-tags; a posting where it finds
+        # several mentions is left as it is. Off (0) unless the card chose it.
+        sparse = decoding.get("sparse", {})
+        self.sparse_below = int(sparse.get("below", 0))
+        self.sparse_bias = kind_biases(sparse.get("o_bias", {}))
 
     @classmethod
     def from_dir(cls, model_dir: Path | str = MODEL_DIR, encoder: Any = None) -> ContextTagger:
@@ -235,21 +253,55 @@ class ContextTagger:
 
     def tag_detailed(self, text: str, field: str = "description") -> tuple[list[Mention], list[TokenBelief]]:
         """The mentions of `tag`, and for every token how likely it is inside a mention of either kind
-        (1 - the CRF marginal of O, the larger of the two kinds): what the fallback reads."""
+        (1 - the CRF marginal of O, the larger of the two kinds): what the fallback reads. `text` is
+        the whole posting, as for the sparse rule (`tag_posting`)."""
+        return self.tag_posting([(field, text)])[field]
+
+    def tag_posting(
+        self, fields: Sequence[tuple[str, str]]
+    ) -> dict[str, tuple[list[Mention], list[TokenBelief]]]:
+        """`tag_detailed` of each (field, text) of one posting (its title and description); where fewer
+        than `sparse_below` mentions are found in them all, each field's mentions decoded again with
+        `sparse_bias` (MiniLM and the LSTM are not run again: the same emissions, decoded once more)."""
+        read = {field: self._read(text) for field, text in fields}
+        with single_blas_thread():
+            decoded = {field: self._decode(text, *read[field], field) for field, text in fields}
+            if sum(len(found) for found, _ in decoded.values()) < self.sparse_below:
+                # The mentions of the biased decoding; the beliefs stay the model's own (the biased
+                # marginals are inflated on purpose, and the fallback's threshold was set on these).
+                decoded = {
+                    field: (self._decode(text, *read[field], field, self.sparse_bias)[0], decoded[field][1])
+                    for field, text in fields
+                }
+        return decoded
+
+    def _read(self, text: str) -> tuple[list[Sequence[Token]], list[np.ndarray]]:
+        """The sentences of `text` (as tokens) and their emissions."""
         tokens = tokenize(text)
         ranges = sentences(tokens, text)
         if not ranges:
             return [], []
-        words = [[token.text for token in tokens[first:end]] for first, end in ranges]
+        sentence_tokens = [tokens[first:end] for first, end in ranges]
+        words = [[token.text for token in sentence] for sentence in sentence_tokens]
         with single_blas_thread():  # small matrices: BLAS threads only wait for each other
             states = self.encoder.word_states(words, self.head.layers, all_layers=True)
-            found, inside = self._tag_sentences(
-                text, [tokens[first:end] for first, end in ranges], states, field
-            )
+            return sentence_tokens, self.head.emissions_batch(states, words)
+
+    def _decode(
+        self,
+        text: str,
+        sentence_tokens: list[Sequence[Token]],
+        emissions: list[np.ndarray],
+        field: str,
+        o_bias: np.ndarray | None = None,
+    ) -> tuple[list[Mention], list[TokenBelief]]:
+        if not sentence_tokens:
+            return [], []
+        found, inside = self.decode_sentences(text, sentence_tokens, emissions, field, o_bias)
         beliefs = [
             (token.start, token.end, float(p))
-            for (first, end), sentence_inside in zip(ranges, inside, strict=True)
-            for token, p in zip(tokens[first:end], sentence_inside, strict=True)
+            for sentence, sentence_inside in zip(sentence_tokens, inside, strict=True)
+            for token, p in zip(sentence, sentence_inside, strict=True)
         ]
         return sorted(found, key=lambda m: (m.start, m.end, m.kind)), beliefs
 
@@ -273,10 +325,24 @@ class ContextTagger:
         self, text: str, sentences_: Sequence[Sequence[Token]], states: Sequence[np.ndarray], field: str
     ) -> tuple[list[Mention], list[np.ndarray]]:
         emissions = self.head.emissions_batch(states, [[token.text for token in s] for s in sentences_])
+        return self.decode_sentences(text, sentences_, emissions, field)
+
+    def decode_sentences(
+        self,
+        text: str,
+        sentences_: Sequence[Sequence[Token]],
+        emissions: Sequence[np.ndarray],
+        field: str,
+        o_bias: np.ndarray | None = None,
+    ) -> tuple[list[Mention], list[np.ndarray]]:
+        """The mentions of sentences given their emissions (decoded with `o_bias` per kind, default the
+        head's), and each token's belief of being inside one."""
         mentions: list[Mention] = []
         inside = [np.zeros(len(sentence), np.float32) for sentence in sentences_]
         for kind_index, kind in enumerate(MENTION_KINDS):
-            all_tags, all_marginals = self.head.decode_batch(emissions, kind_index)
+            all_tags, all_marginals = self.head.decode_batch(
+                emissions, kind_index, None if o_bias is None else float(o_bias[kind_index])
+            )
             for row, (sentence, tags, marginals) in enumerate(
                 zip(sentences_, all_tags, all_marginals, strict=True)
             ):
@@ -290,3 +356,8 @@ class ContextTagger:
                     field,
                 )
         return mentions, inside
+
+
+def kind_biases(by_kind: dict[str, float]) -> np.ndarray:
+    """A card's {"skill": b, "knowledge": b} as an array in `MENTION_KINDS` order (missing: 0)."""
+    return np.array([float(by_kind.get(kind, 0.0)) for kind in MENTION_KINDS], np.float32)

@@ -125,16 +125,24 @@ class SkillExtractor:
     def extract(self, title: str, description: str) -> list[Mention]:
         """The mentions of the title, then of the description, each in text order."""
         fields = (("title", title or ""), ("description", description or ""))
+        tagged = self._tag(fields) if self.tagger is not None and "tagger" in self.mode else {}
+        if self.mode == "tagger":
+            return [mention for field, _ in fields for mention in tagged[field][0]]
+        assert self.matcher is not None
         if self.mode != "tagger+fallback":
-            return [mention for field, text in fields for mention in self._extract_field(text, field)]
-        assert self.tagger is not None and self.matcher is not None
-        tagged = {
-            field: self.tagger.tag_detailed(text, field) if text.strip() else ([], [])
-            for field, text in fields
-        }
+            result: list[Mention] = []
+            for field, text in fields:
+                matched = self.matcher.mentions(text, field=field) if text.strip() else []
+                if self.mode == "taxonomy":
+                    result += matched
+                    continue
+                mentions = tagged[field][0]
+                extra = [m for m in matched if not any(m.start < t.end and t.start < m.end for t in mentions)]
+                result += sorted(mentions + extra, key=lambda m: (m.start, m.end, m.kind))
+            return result
         if sum(len(mentions) for mentions, _ in tagged.values()) >= self.fallback_below:
             return [mention for mentions, _ in tagged.values() for mention in mentions]
-        result: list[Mention] = []
+        result = []
         for field, text in fields:
             mentions, beliefs = tagged[field]
             extra = [
@@ -146,18 +154,18 @@ class SkillExtractor:
             result += sorted(mentions + extra, key=lambda m: (m.start, m.end, m.kind))
         return result
 
-    def _extract_field(self, text: str, field: str) -> list[Mention]:
-        if not text.strip():
-            return []
-        tagged = self.tagger.tag(text, field) if self.tagger is not None and "tagger" in self.mode else []
-        if self.mode == "tagger":
-            return tagged
-        assert self.matcher is not None
-        matched = self.matcher.mentions(text, field=field)
-        if self.mode == "taxonomy":
-            return matched
-        extra = [m for m in matched if not any(m.start < t.end and t.start < m.end for t in tagged)]
-        return sorted(tagged + extra, key=lambda m: (m.start, m.end, m.kind))
+    def _tag(self, fields: Iterable[tuple[str, str]]) -> dict[str, tuple[list[Mention], list[TokenBelief]]]:
+        """The tagger's mentions and token beliefs of each field; the posting's fields together where the
+        tagger decodes a posting as a whole (the context tagger's sparse rule, `tag_posting`)."""
+        assert self.tagger is not None
+        fields = list(fields)
+        present = [(field, text) for field, text in fields if text.strip()]
+        tag_posting = getattr(self.tagger, "tag_posting", None)
+        if tag_posting is not None:
+            tagged = tag_posting(present) if present else {}
+        else:
+            tagged = {field: self.tagger.tag_detailed(text, field) for field, text in present}
+        return {field: tagged.get(field, ([], [])) for field, _ in fields}
 
 
 def belief(mention: Mention, beliefs: list[TokenBelief]) -> float:
