@@ -306,13 +306,7 @@ def multi_skill_pairs(
     for sentence in rng.sample(framed, min(count, len(framed))):
         text, gold, hidden = sentence.text, set(), []
         for span in list(dict.fromkeys(span for span in sentence.spans if span in sentence.text))[:most]:
-            concept = rng.choice(pool)
-            alts = [
-                a
-                for a in concept.alt_labels
-                if normalize_label(a) != normalize_label(concept.preferred_label)
-            ]
-            alt = rng.choice(alts)
+            concept, alt = random_alt_label(rng, pool)
             if span not in text:
                 continue
             text = text.replace(span, alt, 1)
@@ -353,6 +347,14 @@ def description_pairs(concepts: list[EscoConcept], count: int, seed: int) -> lis
         )
         for c in described[:count]
     ]
+
+
+def random_alt_label(rng: random.Random, pool: list[EscoConcept]) -> tuple[EscoConcept, str]:
+    """A concept drawn from `pool` and one of its alternative labels that is not a re-spelling of its
+    preferred label (the mention a hidden-label query is built from)."""
+    concept = rng.choice(pool)
+    alts = [a for a in concept.alt_labels if normalize_label(a) != normalize_label(concept.preferred_label)]
+    return concept, rng.choice(alts)
 
 
 def sample_concepts(concepts: list[EscoConcept], count: int, seed: int) -> list[EscoConcept]:

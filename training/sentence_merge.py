@@ -44,6 +44,7 @@ from training.independent_data import (
     benchmark_sentence_keys,
     label_lookup,
     match_label,
+    random_alt_label,
     read_esco,
     read_skillspan_train,
     sample_concepts,
@@ -97,13 +98,7 @@ def framed_sentences(root: Path, count: int) -> list[tuple[str, list[str], set[s
                 written.append(span)
                 gold |= matched[1]
                 continue
-            concept = rng.choice(pool)
-            alts = [
-                a
-                for a in concept.alt_labels
-                if normalize_label(a) != normalize_label(concept.preferred_label)
-            ]
-            alt = rng.choice(alts)
+            concept, alt = random_alt_label(rng, pool)
             if span not in text:
                 continue
             text = text.replace(span, alt, 1)
