@@ -97,7 +97,9 @@ PROCESS_CHECK_AFTER_SECONDS = 2.0  # a beat this young is trusted: its process w
 # answered twice). Only a silence this long (the default claim lease) reaps a live process: it is hung.
 LIVE_PROCESS_PATIENCE_SECONDS = 600.0
 ALIVE, GONE, UNKNOWN = "alive", "gone", "unknown"
-PID_START_SLACK_SECONDS = 2.0  # clock ticks and the boot time's rounding
+# A process that started this long after its heartbeat is another process with the same pid. The slack
+# covers the boot time's rounding and a wall clock stepped forward since (which moves /proc's start times).
+PID_START_SLACK_SECONDS = 30.0
 
 
 def local_process(beat: heartbeats.Heartbeat) -> str:
