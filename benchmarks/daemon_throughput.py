@@ -75,6 +75,15 @@ TOOLS = ["Python and SQL", "Excel", "Docker", "Java", "dbt and Python", "Kuberne
 LOCATION_QUERY = """
 { workspaceOrError { ... on Workspace { locationEntries { locationOrLoadError { __typename } } } } }
 """
+# the partition health the asset page asks for (Dagster 1.13's `PartitionHealthQuery`, its part for a
+# dynamically partitioned asset): every partition key and every key's status
+PARTITION_HEALTH_QUERY = """
+{ assetNodeOrError(assetKey: {path: ["%s"]}) { ... on AssetNode { id
+  partitionKeysByDimension { name type partitionKeys }
+  assetPartitionStatuses { ... on DefaultPartitionStatuses {
+    materializedPartitions materializingPartitions failedPartitions } } } } }
+"""
+ASSET_PAGE_TIMINGS = 3
 RUNS_QUERY = """
 { runsOrError(limit: 1000) { ... on Runs { results { runId jobName status startTime endTime
   tags { key value } } } } }
@@ -260,6 +269,56 @@ def _byte_compile(project_root: Path, python: str = sys.executable) -> None:
     subprocess.run([python, "-m", "compileall", "-q", *packages], check=True, capture_output=True)
 
 
+def storage_bytes(work: Path, app_url: str, dagster_url: str | None) -> dict[str, int]:
+    """The size on disk of Dagster's storage and of the application database: files for SQLite
+    (Dagster's home folder holds its databases and the compute logs), `pg_database_size` for PostgreSQL."""
+
+    def database_bytes(url: str) -> int:
+        engine = create_engine(normalize_url(url))
+        try:
+            with engine.connect() as conn:
+                return int(conn.execute(text("SELECT pg_database_size(current_database())")).scalar_one())
+        finally:
+            engine.dispose()
+
+    def folder_bytes(folder: Path) -> int:
+        return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
+
+    sqlite_app = app_url.removeprefix("sqlite:///")
+    return {
+        "dagster": database_bytes(dagster_url) if dagster_url else folder_bytes(work / "dagster_home"),
+        "app_db": database_bytes(app_url)
+        if not app_url.startswith("sqlite")
+        else sum(
+            Path(sqlite_app + suffix).stat().st_size
+            for suffix in ("", "-wal")
+            if Path(sqlite_app + suffix).exists()
+        ),
+    }
+
+
+def asset_page_timing(ui: Any, asset: str) -> dict[str, Any]:
+    """What the asset page's partition health costs the webserver at this partition count: the median
+    wall time of its query (a client's wait, so it moves with the machine's load) and the answer's size."""
+    seconds, size = [], 0
+    for _ in range(ASSET_PAGE_TIMINGS):
+        started = time.perf_counter()
+        try:
+            answer = ui.graphql(PARTITION_HEALTH_QUERY % asset)
+        except OSError as error:  # a timeout at a large partition count is a figure too
+            return {"asset": asset, "error": f"{type(error).__name__}: {error}"}
+        seconds.append(time.perf_counter() - started)
+        size = len(json.dumps(answer))
+    node = answer["assetNodeOrError"]
+    keys = (node.get("partitionKeysByDimension") or [{}])[0].get("partitionKeys") or []
+    return {
+        "asset": asset,
+        "partitions": len(keys),
+        "median_seconds": round(sorted(seconds)[len(seconds) // 2], 3),
+        "answer_kb": round(size / 1024, 1),
+    }
+
+
 def _pipeline(project_root: Path, env: dict[str, str], *command: str, python: str = sys.executable) -> None:
     """One `pipeline` command of the checkout under test; its output in the error if it fails."""
     done = subprocess.run(
@@ -312,6 +371,7 @@ def measure(args: argparse.Namespace, storage: str) -> dict[str, Any]:
             rows = _postings(args.postings)
             postings_file = work / "postings.jsonl"
             postings_file.write_text("".join(json.dumps(row) + "\n" for row in rows))
+            storage_before = storage_bytes(work, app_url, dagster_url)
             tree.start_window()  # the tree's CPU counts from here: ingest wakes the sensors
             children_before_ingest = _children_cpu_seconds()
             _pipeline(args.project_root, env, "ingest", str(postings_file))
@@ -321,6 +381,11 @@ def measure(args: argparse.Namespace, storage: str) -> dict[str, Any]:
             tree.stop_window()
             all_runs = ui.runs()
             result["runs"] = _runs_summary(all_runs, ingested)
+            result["asset_page"] = asset_page_timing(ui, "posting_summary")
+            result["storage_growth_mb"] = {
+                name: round((size - storage_before[name]) / 2**20, 1)
+                for name, size in storage_bytes(work, app_url, dagster_url).items()
+            }
         except BaseException:
             tree.stop()
             kept = Path(tempfile.mkdtemp(prefix="daemon-bench-log-")) / "dagster_dev.log"
@@ -908,7 +973,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             *_cpu_cells(row),
         ]
         lines.append("| " + " | ".join(str(cell) for cell in cells) + " |")
-    return "\n".join(lines) + "\n" + _by_kind_table(rows)
+    return "\n".join(lines) + "\n" + _by_kind_table(rows) + _footprint_table(rows)
 
 
 def _cpu_cells(row: dict[str, Any]) -> list[Any]:
@@ -971,6 +1036,37 @@ def _by_kind_table(rows: list[dict[str, Any]]) -> str:
             cpu.get("ratio_to_floor"),
             cpu["ingest_cpu_seconds"],
             cpu["ui_lifetime_cpu_seconds_kernel"],
+        ]
+        lines.append("| " + " | ".join(str(cell) for cell in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _footprint_table(rows: list[dict[str, Any]]) -> str:
+    """Peak memory of the largest process of each kind, storage growth, and the asset page's query."""
+    measured = [row for row in rows if (row.get("cpu") or {}).get("peak_rss_mb_by_kind")]
+    if not measured:
+        return ""
+    kinds = sorted({kind for row in measured for kind in row["cpu"]["peak_rss_mb_by_kind"]})
+    lines = [
+        "",
+        "## Memory, storage and the asset page",
+        "",
+        "| label | storage | postings | "
+        + " | ".join(f"peak MB: {kind}" for kind in kinds)
+        + " | Dagster storage growth MB | app DB growth MB | asset page: partitions / s / KB |",
+        "|" + "---|" * (6 + len(kinds)),
+    ]
+    for row in measured:
+        growth, page = row.get("storage_growth_mb") or {}, row.get("asset_page") or {}
+        cells = [
+            row["label"],
+            row["storage"],
+            row["postings"],
+            *(row["cpu"]["peak_rss_mb_by_kind"].get(kind, "") for kind in kinds),
+            growth.get("dagster"),
+            growth.get("app_db"),
+            page.get("error")
+            or f"{page.get('partitions')} / {page.get('median_seconds')} / {page.get('answer_kb')}",
         ]
         lines.append("| " + " | ".join(str(cell) for cell in cells) + " |")
     return "\n".join(lines) + "\n"

@@ -3,7 +3,7 @@
 Wall time on a shared machine says more about the neighbours than about the code; CPU seconds do
 not. `ProcessTreeCpu` samples `/proc/<pid>/stat` of every descendant of a root process (every
 `SAMPLE_SECONDS`, on a thread of its own) and keeps, per process, its own CPU (utime + stime) and
-that of its children it has reaped (cutime + cstime).
+that of its children it has reaped (cutime + cstime), and its peak resident memory (`VmHWM`).
 
 Why the total is exact: when a process exits and its parent reaps it, the kernel adds all its CPU
 (its own and its reaped children's) to the parent's children time. So at any moment the sum, over
@@ -130,6 +130,17 @@ def _command_line(pid: int) -> str:
         return ""
 
 
+def read_peak_rss_kb(pid: int, proc: Path = PROC) -> int:
+    """A process's peak resident set so far (`VmHWM` of /proc/<pid>/status), in KiB; 0 if gone."""
+    try:
+        for line in (proc / str(pid) / "status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
 def descendants(root: int, stats: Mapping[int, ProcStat]) -> set[int]:
     """The root and every process below it."""
     children: dict[int, list[int]] = {}
@@ -154,6 +165,7 @@ class _Seen:
     born_in_window: bool
     started_at: float = 0.0  # epoch seconds
     run_pid: int | None = None  # a run worker's run: its own pid, or the run process it is a step of
+    peak_rss_kb: int = 0  # the highest VmHWM seen (a process's last half second can escape it)
 
 
 @dataclass
@@ -176,11 +188,13 @@ class ProcessTreeCpu:
         read_stats: Callable[[], dict[int, ProcStat]] = read_all_stats,
         command_line: Callable[[int], str] = _command_line,
         sample_seconds: float = SAMPLE_SECONDS,
+        read_peak_rss: Callable[[int], int] = read_peak_rss_kb,
     ) -> None:
         self.root = root
         self.classify = classify
         self.read_stats = read_stats
         self.command_line = command_line
+        self.read_peak_rss = read_peak_rss
         self.sample_seconds = sample_seconds
         self.seen: dict[int, _Seen] = {}
         self._boot_time = boot_time() if PROC.exists() else 0.0
@@ -207,6 +221,7 @@ class ProcessTreeCpu:
                     seen = self._see(pid, stats, tree, first_own=0.0, born_in_window=True)
                 if seen is not None:
                     seen.last_own = max(seen.last_own, stat.own)
+                    seen.peak_rss_kb = max(seen.peak_rss_kb, self.read_peak_rss(pid))
         return snapshot
 
     def _see(
@@ -288,10 +303,12 @@ class ProcessTreeCpu:
         total = self.window_end.total - self.window_start.total
         by_kind: dict[str, float] = {}
         started: dict[str, int] = {}
+        peak_rss_kb: dict[str, int] = {}
         with self._lock:
             for seen in self.seen.values():
                 spent = seen.last_own - seen.first_own
                 by_kind[seen.kind] = by_kind.get(seen.kind, 0.0) + spent
+                peak_rss_kb[seen.kind] = max(peak_rss_kb.get(seen.kind, 0), seen.peak_rss_kb)
                 if seen.born_in_window:
                     started[seen.kind] = started.get(seen.kind, 0) + 1
             runs: dict[int, list[float]] = {}  # a run's process: [its start, CPU of it and its steps]
@@ -315,6 +332,8 @@ class ProcessTreeCpu:
             "cpu_seconds_by_kind": {kind: round(value, 2) for kind, value in sorted(by_kind.items())},
             "between_samples_cpu_seconds": round(total - sampled, 2),
             "processes_started_by_kind": dict(sorted(started.items())),
+            # the largest single process of each kind (a run worker's steps are processes of their own)
+            "peak_rss_mb_by_kind": {kind: round(kb / 1024, 1) for kind, kb in sorted(peak_rss_kb.items())},
             "run_workers": run_workers,  # each run started in the window: [epoch start, CPU s with its steps]
             "top_processes": top_processes,  # kind, CPU seconds in the window, command line (cut)
         }

@@ -3,6 +3,7 @@ went between two samples, and each kind apart (the daemon, code server, run work
 
 from __future__ import annotations
 
+import os
 import resource
 import subprocess
 import sys
@@ -128,3 +129,35 @@ def test_a_code_servers_multiprocessing_child_is_a_run_worker_and_its_helpers_st
     assert figures["total_cpu_seconds"] == 3.1
     assert figures["processes_started_by_kind"] == {"run worker": 2}
     assert [cpu for _, cpu in figures["run_workers"]] == [2.5]  # one run: its process and its step
+
+
+def test_the_peak_memory_of_each_kind_is_its_largest_process() -> None:
+    """A run worker that grew to 300 MB and exits shows 300 MB, not the small one beside it nor 0."""
+    stats = {
+        1: ProcStat(1, 0, 1.0, 0.0),
+        2: ProcStat(2, 1, 1.0, 0.0),
+        3: ProcStat(3, 1, 1.0, 0.0),
+    }
+    kinds = {1: "dagster dev (pipeline ui)", 2: "run worker", 3: "run worker"}
+    peaks = {1: 50_000, 2: 100_000, 3: 307_200}
+    tree = ProcessTreeCpu(
+        1,
+        classify=lambda line: line,
+        read_stats=lambda: dict(stats),
+        command_line=lambda pid: kinds[pid],
+        read_peak_rss=lambda pid: peaks.get(pid, 0),
+    )
+    tree.start_window()
+    tree.sample()
+    del stats[3]  # the big worker exits: its peak stays counted
+    peaks.pop(3)
+    tree.stop_window()
+    assert tree.figures()["peak_rss_mb_by_kind"] == {"dagster dev (pipeline ui)": 48.8, "run worker": 300.0}
+
+
+def test_the_peak_memory_of_this_process_is_read_from_proc() -> None:
+    from benchmarks.process_tree_cpu import read_peak_rss_kb
+
+    usage_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # Linux: KiB
+    assert abs(read_peak_rss_kb(os.getpid()) - usage_kb) <= usage_kb * 0.05
+    assert read_peak_rss_kb(2**22 + 7) == 0  # no such process
