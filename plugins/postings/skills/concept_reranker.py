@@ -65,6 +65,21 @@ ACCEPTANCE_FEATURES = (
     "top_exact",  # the query is the best candidate's preferred label
     "top_alt_label",  # one of its alternative labels
 )
+# What an acceptance model may also read of the best candidate itself (its reranker features, by
+# name; the model's stored feature list says whether it does): how close the mention is to it in
+# meaning and in spelling, and whether the embedding's and the spelling's nearest concept agree with
+# the reranker's choice (a gap of 0: the best candidate is also the nearest by that signal). Issue 43,
+# fourth round: chosen on held-out independent pairs (`train_skill_linker.fit_acceptance`).
+ACCEPTANCE_TOP_FEATURES = (
+    "cos_mention",
+    "cos_mention_gap",
+    "cos_context_gap",
+    "fuzzy",
+    "fuzzy_gap",
+    "stem_cover",
+    "log_rank_mention",
+)
+TOP_COLUMNS = tuple(FEATURES.index(name) for name in ACCEPTANCE_TOP_FEATURES)
 ACCEPTANCE_DEPTH = 10
 DEFAULT_MODEL_PATH = Path(__file__).with_name("models") / "skill_linker.json"
 # The taxonomy whose concepts `LinkerModel.concept_prior` counts (ESCO's).
@@ -288,23 +303,25 @@ class RankerModel:
 Reranker = LogisticModel | RankerModel
 
 
-def acceptance_features(probabilities: np.ndarray, tiers: np.ndarray) -> np.ndarray:
+def acceptance_features(
+    probabilities: np.ndarray, tiers: np.ndarray, top: np.ndarray | None = None
+) -> np.ndarray:
     """One row of `ACCEPTANCE_FEATURES` from a query's ranking (probabilities best first, label tiers
-    aligned; not empty: `LinkerModel.top_confidence` answers an empty ranking itself)."""
+    aligned; not empty: `LinkerModel.top_confidence` answers an empty ranking itself); with `top`, the
+    best candidate's reranker feature row (`FEATURES` order), followed by its `ACCEPTANCE_TOP_FEATURES`."""
     clipped = np.clip(np.asarray(probabilities[:ACCEPTANCE_DEPTH], np.float64), 1e-6, 1 - 1e-6)
     mass = float(clipped.sum())
     top_tier = int(tiers[0])
-    return np.array(
-        [
-            [
-                np.log(clipped[1] / (1 - clipped[1])) if len(clipped) > 1 else np.log(1e-6),
-                np.log(clipped[0] / mass),
-                np.log(mass),
-                float(top_tier == 2),
-                float(top_tier == 1),
-            ]
-        ]
-    )
+    shape = [
+        np.log(clipped[1] / (1 - clipped[1])) if len(clipped) > 1 else np.log(1e-6),
+        np.log(clipped[0] / mass),
+        np.log(mass),
+        float(top_tier == 2),
+        float(top_tier == 1),
+    ]
+    if top is not None:
+        shape += [float(top[column]) for column in TOP_COLUMNS]
+    return np.array([shape])
 
 
 @dataclass(frozen=True)
@@ -313,26 +330,39 @@ class AcceptanceModel:
 
     A reranker scores each candidate on its own; whether to answer at all also depends on the others
     (a runner-up almost as likely makes the best one doubtful). A logistic model over
-    `ACCEPTANCE_FEATURES`, trained on held-out training pairs (`train_skill_linker`): its output is
-    the `confidence` of a resolved mention and what the "unmatched" threshold is set on.
+    `ACCEPTANCE_FEATURES` (and, when `reads_top`, the best candidate's `ACCEPTANCE_TOP_FEATURES`),
+    trained on held-out training pairs (`train_skill_linker`): its output is the `confidence` of a
+    resolved mention and what the "unmatched" threshold is set on.
     """
 
     scorer: LogisticModel
+    reads_top: bool = False
 
-    def confidence(self, probabilities: np.ndarray, tiers: np.ndarray) -> float:
-        return float(self.scorer.probabilities(acceptance_features(probabilities, tiers))[0])
+    @property
+    def features(self) -> list[str]:
+        return [*ACCEPTANCE_FEATURES, *(f"top_{n}" for n in ACCEPTANCE_TOP_FEATURES if self.reads_top)]
+
+    def confidence(
+        self, probabilities: np.ndarray, tiers: np.ndarray, top: np.ndarray | None = None
+    ) -> float:
+        if self.reads_top and top is None:
+            raise ValueError("this acceptance model reads the best candidate's features: pass `top`")
+        row = acceptance_features(probabilities, tiers, top if self.reads_top else None)
+        return float(self.scorer.probabilities(row)[0])
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.scorer.to_dict(), "features": list(ACCEPTANCE_FEATURES)}
+        return {**self.scorer.to_dict(), "features": self.features}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AcceptanceModel:
-        if list(data["features"]) != list(ACCEPTANCE_FEATURES):
-            raise ValueError(
-                f"the linker's acceptance model was trained on {data['features']}, this code computes "
-                f"{list(ACCEPTANCE_FEATURES)}: retrain it (python -m training.train_skill_linker)"
-            )
-        return cls(LogisticModel.from_arrays(data))
+        for reads_top in (False, True):
+            if list(data["features"]) == cls(LogisticModel.from_arrays(data), reads_top).features:
+                return cls(LogisticModel.from_arrays(data), reads_top)
+        raise ValueError(
+            f"the linker's acceptance model was trained on {data['features']}, this code computes "
+            f"{list(ACCEPTANCE_FEATURES)} (and optionally the best candidate's "
+            f"{list(ACCEPTANCE_TOP_FEATURES)}): retrain it (python -m training.train_skill_linker)"
+        )
 
 
 def reranker_from_dict(data: dict[str, Any]) -> Reranker:
@@ -518,13 +548,16 @@ class LinkerModel:
     def _median_count(self) -> float:
         return float(np.median(list(self.concept_prior.values()))) if self.concept_prior else 0.0
 
-    def top_confidence(self, probabilities: np.ndarray, tiers: np.ndarray) -> float:
-        """How sure the linker is that the best candidate of this ranking is right."""
+    def top_confidence(
+        self, probabilities: np.ndarray, tiers: np.ndarray, top: np.ndarray | None = None
+    ) -> float:
+        """How sure the linker is that the best candidate of this ranking is right (`top`: the best
+        candidate's reranker features, needed by an acceptance model that reads them)."""
         if not len(probabilities):
             return 0.0
         if self.acceptance is None:
             return float(probabilities[0])
-        return self.acceptance.confidence(probabilities, tiers)
+        return self.acceptance.confidence(probabilities, tiers, top)
 
     def to_json(self) -> str:
         return json.dumps(
