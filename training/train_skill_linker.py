@@ -75,6 +75,7 @@ from plugins.postings.skills.concept_reranker import (
     LinkerModel,
     LogisticModel,
     acceptance_features,
+    fit_listwise_logistic,
     fit_logistic,
     fit_platt,
     load_linker_model,
@@ -116,6 +117,7 @@ DESCRIPTION_CONCEPTS = 3000  # concepts whose description sentence becomes a sen
 MULTI_SKILL_SENTENCES = 2000  # SkillSpan train sentences whose spans are all replaced by alternative labels
 HELD_OUT_PERCENT = 25  # of the groups (concepts, postings, technologies), for selection and calibration
 L2_GRID = (1e-3, 1e-2, 1e-1)
+LISTWISE = False  # --listwise: the grid also fits listwise rerankers (with word features)
 # Queries of the sources whose concepts the trainer samples uniformly from ESCO weigh
 # (1 + prior count) ** exponent (mean 1 per source), so the fitted mix of concepts is closer to the one
 # postings ask for (an ESCO skill listed by 100 occupations is asked for more often than one listed by
@@ -230,9 +232,15 @@ class Variant:
     l2: float
     use_prior: bool
     word_features: bool
+    listwise: bool = False  # fitted per query (conditional logit) instead of per candidate
 
     def as_dict(self) -> dict[str, Any]:
-        return {"l2": self.l2, "use_prior": self.use_prior, "word_features": self.word_features}
+        return {
+            "l2": self.l2,
+            "use_prior": self.use_prior,
+            "word_features": self.word_features,
+            **({"listwise": True} if self.listwise else {}),
+        }
 
     def columns(self) -> list[int]:
         left_out = set(ADAPTER_COLUMNS) | ({PRIOR_COLUMN} if not self.use_prior else set())
@@ -250,10 +258,18 @@ def row_weights(examples: Sequence[Example]) -> np.ndarray:
 
 
 def fit_model(examples: Sequence[Example], variant: Variant) -> LogisticModel:
-    """A logistic reranker on the variant's columns (a left-out feature gets weight 0)."""
-    features, labels = stack(examples)
+    """A logistic reranker on the variant's columns (a left-out feature gets weight 0); listwise ones
+    are fitted on the queries with a gold candidate only."""
     columns = variant.columns()
-    fitted = fit_logistic(features[:, columns], labels, l2=variant.l2, weights=row_weights(examples))
+    if variant.listwise:
+        kept = [e for e in examples if e.labels.any()]
+        features, labels = stack(kept)
+        starts = np.cumsum([0] + [len(e.labels) for e in kept[:-1]])
+        weights = np.array([e.weight for e in kept])
+        fitted = fit_listwise_logistic(features[:, columns], labels, starts, variant.l2, weights)
+    else:
+        features, labels = stack(examples)
+        fitted = fit_logistic(features[:, columns], labels, l2=variant.l2, weights=row_weights(examples))
     mean, scale, weights = np.zeros(len(FEATURES)), np.ones(len(FEATURES)), np.zeros(len(FEATURES))
     mean[columns], scale[columns], weights[columns] = fitted.mean, fitted.scale, fitted.weights
     return LogisticModel(mean, scale, weights, fitted.bias)
@@ -312,6 +328,8 @@ def select(
         for words in (False, True)
         for l2 in L2_GRID
     ]
+    if LISTWISE:  # with word features and the prior where allowed, the two smaller penalties (CPU)
+        grid += [Variant(l2, with_prior, True, listwise=True) for l2 in L2_GRID[:2]]
     tried = []
     best_mention: tuple[float, Variant, dict[str, LogisticModel]] | None = None
     best_sentence: tuple[float, Variant, LogisticModel, str] | None = None
@@ -775,6 +793,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "chose shape+top, not shipped, docs/skill-linking.md)",
     )
     parser.add_argument(
+        "--listwise",
+        action="store_true",
+        help="the selection grid also holds rerankers fitted listwise (per query, conditional logit)",
+    )
+    parser.add_argument(
         "--refit-acceptance",
         type=Path,
         default=None,
@@ -832,6 +855,8 @@ def refit_acceptance(args: argparse.Namespace, data: Data) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    global LISTWISE
+    LISTWISE = args.listwise
     started = time.process_time()
     try:
         _, data = prepare(args)

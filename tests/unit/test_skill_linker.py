@@ -24,6 +24,7 @@ from plugins.postings.skills.concept_reranker import (
     RankerData,
     RankerModel,
     _ranker_loss,
+    fit_listwise_logistic,
     fit_ranker,
     load_linker_model,
 )
@@ -523,3 +524,20 @@ def test_an_acceptance_model_may_read_the_best_candidates_own_features() -> None
     )
     assert not AcceptanceModel.from_dict(shape_only.to_dict()).reads_top
     assert shape_only.confidence(probabilities, tiers, apart) == shape_only.confidence(probabilities, tiers)
+
+
+def test_a_listwise_reranker_learns_the_order_within_each_query() -> None:
+    """`fit_listwise_logistic` (conditional logit) recovers the weights that chose each query's gold
+    candidate among its others, whatever the queries' sizes."""
+    rng = np.random.default_rng(11)
+    truth = np.array([1.5, -1.0, 0.5])
+    sizes = rng.integers(2, 9, 600)
+    features = rng.normal(size=(int(sizes.sum()), 3))
+    scores = features @ truth + rng.gumbel(size=len(features))
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    labels = np.zeros(len(features))
+    for start, size in zip(starts, sizes, strict=True):
+        labels[start + int(np.argmax(scores[start : start + size]))] = 1.0
+    model = fit_listwise_logistic(features, labels, starts, l2=1e-4)
+    learned = model.weights / model.scale
+    assert np.corrcoef(learned, truth)[0, 1] > 0.98 and model.bias == 0.0

@@ -225,25 +225,103 @@ def fit_logistic(
     return LogisticModel(mean, scale, coefficients[:-1], float(coefficients[-1]))
 
 
+def fit_listwise_logistic(
+    features: np.ndarray,
+    labels: np.ndarray,
+    starts: np.ndarray,
+    l2: float = 1e-3,
+    query_weights: np.ndarray | None = None,
+) -> LogisticModel:
+    """A linear scorer fitted listwise (conditional logit): per query (rows `starts[q]` to the next
+    start, each with at least one gold row), minimise -log of the softmax mass on its gold candidates,
+    so the fit is about the order within a query and not about each candidate alone. Damped Newton
+    steps with the softmax's covariance as curvature (exact for one gold row). The bias is 0: Platt
+    scaling on held-out queries (`fit_platt`) makes the scores probabilities."""
+    queries = len(starts)
+    weights_q = np.ones(queries) if query_weights is None else np.asarray(query_weights, np.float64)
+    group = np.repeat(np.arange(queries), np.diff(np.append(starts, len(labels))))
+    row_weights = weights_q[group]
+    total = row_weights.sum()
+    mean = (features * row_weights[:, None]).sum(axis=0) / total
+    scale = np.sqrt((((features - mean) ** 2) * row_weights[:, None]).sum(axis=0) / total) + 1e-6
+    design = (features - mean) / scale
+    gold = labels > 0
+    coefficients = np.zeros(design.shape[1])
+    norm = weights_q.sum()
+
+    def loss_of(w: np.ndarray) -> float:
+        scores = design @ w
+        top = np.maximum.reduceat(scores, starts)[group]
+        e = np.exp(scores - top)
+        all_mass = np.add.reduceat(e, starts)
+        gold_mass = np.add.reduceat(e * gold, starts)
+        return float((weights_q * (np.log(all_mass) - np.log(gold_mass))).sum() / norm + 0.5 * l2 * w @ w)
+
+    loss = loss_of(coefficients)
+    for _ in range(50):
+        scores = design @ coefficients
+        top = np.maximum.reduceat(scores, starts)[group]
+        e = np.exp(scores - top)
+        p = e / np.add.reduceat(e, starts)[group]
+        eg = e * gold
+        r = eg / np.add.reduceat(eg, starts)[group]
+        expected = np.add.reduceat(design * p[:, None], starts, axis=0)
+        observed = np.add.reduceat(design * r[:, None], starts, axis=0)
+        gradient = (weights_q[:, None] * (expected - observed)).sum(axis=0) / norm + l2 * coefficients
+        curvature = (design * (p * row_weights)[:, None]).T @ design - (
+            expected * weights_q[:, None]
+        ).T @ expected
+        hessian = curvature / norm + np.diag(np.full(len(coefficients), l2 + 1e-9))
+        step = np.linalg.solve(hessian, gradient)
+        size = 1.0
+        while size > 1e-4:
+            candidate = coefficients - size * step
+            new_loss = loss_of(candidate)
+            if new_loss <= loss:
+                break
+            size /= 2
+        else:
+            break
+        coefficients, moved, loss = candidate, float(np.abs(size * step).max()), new_loss
+        if moved < 1e-7:
+            break
+    return LogisticModel(mean, scale, coefficients, 0.0)
+
+
 def fit_platt(
     logits: np.ndarray, labels: np.ndarray, weights: np.ndarray | None = None
 ) -> tuple[float, float]:
     """Platt scaling (a, b) fitted on held-out logits, so confidences match observed frequencies there
-    (weights: one per row, as in `fit_logistic`)."""
+    (weights: one per row, as in `fit_logistic`). Fitted on the standardized logits with halving
+    Newton steps (a listwise scorer's logits have no fixed offset or scale: plain Newton from (1, 0)
+    could run away), then mapped back to the raw logits."""
     row_weights = np.ones(len(labels)) if weights is None else np.asarray(weights, np.float64)
     total = row_weights.sum()
-    design = np.stack([logits, np.ones_like(logits)], axis=1)
+    centre = float((logits * row_weights).sum() / total)
+    spread = float(np.sqrt((((logits - centre) ** 2) * row_weights).sum() / total)) or 1.0
+    design = np.stack([(logits - centre) / spread, np.ones_like(logits)], axis=1)
+
+    def loss_of(c: np.ndarray) -> float:
+        z = design @ c
+        return float((row_weights * (np.logaddexp(0.0, z) - labels * z)).sum() / total)
+
     coefficients = np.array([1.0, 0.0])
+    loss = loss_of(coefficients)
     for _ in range(100):
         probabilities = 1.0 / (1.0 + np.exp(-design @ coefficients))
         gradient = design.T @ (row_weights * (probabilities - labels)) / total
         curvature = row_weights * probabilities * (1 - probabilities)
         hessian = (design * curvature[:, None]).T @ design / total
         step = np.linalg.solve(hessian + 1e-9 * np.eye(2), gradient)
-        coefficients -= step
-        if np.abs(step).max() < 1e-9:
+        size = 1.0
+        while size > 1e-6 and loss_of(coefficients - size * step) > loss:
+            size /= 2
+        coefficients = coefficients - size * step
+        loss = loss_of(coefficients)
+        if np.abs(size * step).max() < 1e-9:
             break
-    return float(coefficients[0]), float(coefficients[1])
+    a = coefficients[0] / spread
+    return float(a), float(coefficients[1] - a * centre)
 
 
 @dataclass(frozen=True)
