@@ -261,8 +261,9 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
             row["resolution"] = evaluation.resolution_shares(resolver, split)
             if system == "linker":
                 row["seen_in_training"] = seen_shares(resolver, split, seen, seen_labels)
+                answers = evaluation.top_answers(resolver, split)
+                row["candidate_recall"] = evaluation.candidate_recall(answers)
                 if not ablation:
-                    answers = evaluation.top_answers(resolver, split)
                     row["coverage_curve"] = evaluation.coverage_curve(answers)
             entry[split.name] = row
         entry["cpu_seconds"] = round(time.process_time() - cpu_started, 1)
@@ -383,6 +384,26 @@ def render_markdown(results: dict[str, Any], extractors: list[str], end_to_end: 
                 f"{i['seconds_per_query']:.4f} | "
                 f"{i['exact_seconds_per_query']:.4f} |"
             )
+    recalls = {
+        name: entry
+        for name, entry in {**systems, **results.get("ablation", {})}.items()
+        if "candidate_recall" in entry.get("tech", {})
+    }
+    if recalls:
+        lines += [
+            "",
+            "## Candidate recall",
+            "",
+            "Share of spans with an ESCO label whose gold concept is among the linker's candidates at all"
+            " (what the reranker can choose from; a span whose gold is missing caps MRR and (c) right).",
+            "",
+            "| linker | TECH | HOUSE |",
+            "|---|---:|---:|",
+            *(
+                f"| {name} | {pct(e['tech']['candidate_recall'])} | {pct(e['house']['candidate_recall'])} |"
+                for name, e in recalls.items()
+            ),
+        ]
     linkers = {
         name: entry
         for name, entry in {**systems, **results.get("ablation", {})}.items()

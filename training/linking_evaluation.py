@@ -118,6 +118,7 @@ class TopAnswer:
 
     confidence: float
     right: bool
+    gold_among_candidates: bool = False  # a gold concept is among the linker's candidates at all
 
 
 def top_answers(resolver: SkillResolver, split: DecorteSplit) -> list[TopAnswer]:
@@ -128,13 +129,20 @@ def top_answers(resolver: SkillResolver, split: DecorteSplit) -> list[TopAnswer]
         uris = gold(query.gold_labels)
         if not uris:
             continue
-        concepts, probabilities, tiers = resolver.link(query.span, query.sentence)
+        concepts, confidence = resolver.confidence_of(query.span, query.sentence)
         if not len(concepts):
             answers.append(TopAnswer(0.0, False))
             continue
-        confidence = resolver.top_confidence(probabilities, tiers)
-        answers.append(TopAnswer(confidence, resolver.concept_uris[concepts[0]] in uris))
+        candidates = {resolver.concept_uris[c] for c in concepts.tolist()}
+        answers.append(
+            TopAnswer(confidence, resolver.concept_uris[concepts[0]] in uris, bool(candidates & uris))
+        )
     return answers
+
+
+def candidate_recall(answers: Sequence[TopAnswer]) -> float:
+    """Share of spans whose gold concept is among the linker's candidates at all."""
+    return round(sum(a.gold_among_candidates for a in answers) / max(len(answers), 1), 4)
 
 
 def shares_at(answers: Sequence[TopAnswer], threshold: float) -> dict[str, float]:

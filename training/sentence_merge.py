@@ -119,10 +119,11 @@ def scored_query(
         text, vectors[0], None if context is None else vectors[1], hidden
     )
     assert resolver.linker is not None
-    probabilities = resolver.linker.model(kind).probabilities(signals.features())
+    features = signals.features()
+    probabilities = resolver.linker.model(kind).probabilities(features)
     order = np.argsort(-probabilities, kind="stable")
     concepts, probabilities, tiers = concepts[order], probabilities[order], tiers[order]
-    confidence = resolver.top_confidence(probabilities, tiers) if len(concepts) else 0.0
+    confidence = resolver.top_confidence(probabilities, tiers, features[order[0]]) if len(concepts) else 0.0
     return Query(source, text, concepts, probabilities, tiers, confidence)
 
 

@@ -14,6 +14,7 @@ from pipeline_defs import settings as settings_module
 from plugins.postings.skills import concept_reranker
 from plugins.postings.skills.concept_reranker import (
     ACCEPTANCE_FEATURES,
+    ACCEPTANCE_TOP_FEATURES,
     DEFAULT_MODEL_PATH,
     FEATURES,
     PRIOR_TAXONOMY_URI_PREFIX,
@@ -23,6 +24,7 @@ from plugins.postings.skills.concept_reranker import (
     RankerData,
     RankerModel,
     _ranker_loss,
+    fit_listwise_logistic,
     fit_ranker,
     load_linker_model,
 )
@@ -242,8 +244,8 @@ def test_a_label_resolves_as_itself_and_a_paraphrase_through_the_learned_stage(l
 def test_below_the_threshold_a_mention_is_unmatched(linked: SkillResolver) -> None:
     [unknown] = linked.resolve("underwater basket weaving")
     assert (unknown.concept_uri, unknown.stage, unknown.confidence) == (None, "unmatched", 0.0)
-    concepts, probabilities, tiers = linked.link("underwater basket weaving")
-    assert 0.0 < linked.top_confidence(probabilities, tiers) < linked.link_threshold
+    concepts, confidence = linked.confidence_of("underwater basket weaving")
+    assert 0.0 < confidence < linked.link_threshold
     [forced] = lenient(linked).resolve("underwater basket weaving")
     assert forced.concept_uri == linked.concept_uris[concepts[0]] and forced.stage == "learned"
 
@@ -417,11 +419,15 @@ def test_a_close_runner_up_makes_the_shipped_linker_less_sure_of_its_best_candid
     tiers = np.zeros(10)
     alone = np.array([0.6, 0.02, 0.01, 0.01, 0.01, 0.0, 0.0, 0.0, 0.0, 0.0])
     contested = np.array([0.6, 0.55, 0.3, 0.2, 0.1, 0.05, 0.0, 0.0, 0.0, 0.0])
-    assert shipped.top_confidence(contested, tiers) < shipped.top_confidence(alone, tiers)
+    # The best candidate's own features (read when the acceptance model reads them): typical ones.
+    top = shipped.models["mention"].mean  # type: ignore[union-attr]
+    assert shipped.top_confidence(contested, tiers, top) < shipped.top_confidence(alone, tiers, top)
     assert shipped.top_confidence(np.array([]), np.array([])) == 0.0
     # Stored and read back alike; a model for other acceptance features is refused with the fix.
     again = LinkerModel.from_json(shipped.to_json())
-    assert again.top_confidence(contested, tiers) == pytest.approx(shipped.top_confidence(contested, tiers))
+    assert again.top_confidence(contested, tiers, top) == pytest.approx(
+        shipped.top_confidence(contested, tiers, top)
+    )
     data = json.loads(shipped.to_json())
     data["acceptance"]["features"] = [*ACCEPTANCE_FEATURES[:-1], "something_else"]
     with pytest.raises(ValueError, match="retrain it"):
@@ -430,7 +436,7 @@ def test_a_close_runner_up_makes_the_shipped_linker_less_sure_of_its_best_candid
     assert LinkerModel.from_json(json.dumps(data)).top_confidence(contested, tiers) == 0.6
     # The surer the best candidate, the surer the answer: never less sure as its probability rises.
     rising = [
-        shipped.top_confidence(np.array([p, 0.001]), np.zeros(2)) for p in (0.3, 0.6, 0.9, 0.99, 0.99999)
+        shipped.top_confidence(np.array([p, 0.001]), np.zeros(2), top) for p in (0.3, 0.6, 0.9, 0.99, 0.99999)
     ]
     assert rising == sorted(rising) and rising[-1] > shipped.threshold
     assert isinstance(again.acceptance, AcceptanceModel)
@@ -439,9 +445,12 @@ def test_a_close_runner_up_makes_the_shipped_linker_less_sure_of_its_best_candid
 @needs_minilm
 def test_a_resolution_carries_the_confidence_the_threshold_was_set_on(linked: SkillResolver) -> None:
     text, context = "helping customers with their questions", "Our agents love helping."
-    concepts, probabilities, tiers = linked.link(text, context)
+    concepts, probabilities, tiers, features = linked.link_scored(text, context)
     [helping] = lenient(linked).resolve(text, context)
-    assert helping.confidence == pytest.approx(linked.top_confidence(probabilities, tiers), abs=1e-4)
+    assert helping.confidence == pytest.approx(
+        linked.top_confidence(probabilities, tiers, features[0]), abs=1e-4
+    )
+    assert helping.confidence == pytest.approx(linked.confidence_of(text, context)[1], abs=1e-4)
     assert helping.confidence != pytest.approx(float(probabilities[0]), abs=1e-4)
 
 
@@ -473,3 +482,62 @@ def test_the_acceptance_model_learns_that_a_contested_best_candidate_is_often_wr
     close = np.array([0.6, 0.58, 0.05, 0.05, 0.02, 0.01])
     assert model.confidence(clear, tiers) > 0.9 > 0.7 > model.confidence(close, tiers)
     assert card["queries"] == 400 and card["best_candidate_right"] == pytest.approx(0.75, abs=0.06)
+
+
+def test_an_acceptance_model_may_read_the_best_candidates_own_features() -> None:
+    """With `reads_top`, the acceptance model also reads the best candidate's reranker features
+    (`ACCEPTANCE_TOP_FEATURES`): here whether the spelling's nearest concept is the best one."""
+
+    class FirstColumn:
+        def probabilities(self, features: np.ndarray) -> np.ndarray:
+            return features[:, 0]
+
+    rng = np.random.default_rng(5)
+    gap = FEATURES.index("fuzzy_gap")
+    examples = []
+    for _ in range(400):
+        features = np.zeros((4, len(FEATURES)))
+        features[:, 0] = [0.6, 0.2, 0.1, 0.05]
+        agrees = rng.random() < 0.5  # the best candidate is also the best spelled one
+        features[0, gap] = 0.0 if agrees else -0.4
+        gold = 0 if agrees or rng.random() < 0.2 else 1
+        examples.append(Example(features, (np.arange(4) == gold) * 1.0))
+    reranker = {"mention": FirstColumn(), "bare_mention": FirstColumn()}
+    grouped = {"mention": examples, "bare_mention": [], "sentence": []}
+    model, card = fit_acceptance(reranker, grouped, reads_top=True)  # type: ignore[arg-type]
+    shape_only, _ = fit_acceptance(reranker, grouped)  # type: ignore[arg-type]
+    probabilities, tiers = np.array([0.6, 0.2, 0.1, 0.05]), np.zeros(4)
+    agreeing, apart = examples[0].features[0].copy(), examples[0].features[0].copy()
+    agreeing[gap], apart[gap] = 0.0, -0.4
+    assert (
+        model.confidence(probabilities, tiers, agreeing)
+        > 0.8
+        > 0.4
+        > model.confidence(probabilities, tiers, apart)
+    )
+    assert card["features"][-len(ACCEPTANCE_TOP_FEATURES) :] == [f"top_{n}" for n in ACCEPTANCE_TOP_FEATURES]
+    with pytest.raises(ValueError, match="pass `top`"):
+        model.confidence(probabilities, tiers)
+    again = AcceptanceModel.from_dict(json.loads(json.dumps(model.to_dict())))
+    assert again.reads_top and again.confidence(probabilities, tiers, apart) == pytest.approx(
+        model.confidence(probabilities, tiers, apart), abs=1e-4
+    )
+    assert not AcceptanceModel.from_dict(shape_only.to_dict()).reads_top
+    assert shape_only.confidence(probabilities, tiers, apart) == shape_only.confidence(probabilities, tiers)
+
+
+def test_a_listwise_reranker_learns_the_order_within_each_query() -> None:
+    """`fit_listwise_logistic` (conditional logit) recovers the weights that chose each query's gold
+    candidate among its others, whatever the queries' sizes."""
+    rng = np.random.default_rng(11)
+    truth = np.array([1.5, -1.0, 0.5])
+    sizes = rng.integers(2, 9, 600)
+    features = rng.normal(size=(int(sizes.sum()), 3))
+    scores = features @ truth + rng.gumbel(size=len(features))
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    labels = np.zeros(len(features))
+    for start, size in zip(starts, sizes, strict=True):
+        labels[start + int(np.argmax(scores[start : start + size]))] = 1.0
+    model = fit_listwise_logistic(features, labels, starts, l2=1e-4)
+    learned = model.weights / model.scale
+    assert np.corrcoef(learned, truth)[0, 1] > 0.98 and model.bias == 0.0

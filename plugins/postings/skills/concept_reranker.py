@@ -65,6 +65,21 @@ ACCEPTANCE_FEATURES = (
     "top_exact",  # the query is the best candidate's preferred label
     "top_alt_label",  # one of its alternative labels
 )
+# What an acceptance model may also read of the best candidate itself (its reranker features, by
+# name; the model's stored feature list says whether it does): how close the mention is to it in
+# meaning and in spelling, and whether the embedding's and the spelling's nearest concept agree with
+# the reranker's choice (a gap of 0: the best candidate is also the nearest by that signal). Issue 43,
+# fourth round: chosen on held-out independent pairs (`train_skill_linker.fit_acceptance`).
+ACCEPTANCE_TOP_FEATURES = (
+    "cos_mention",
+    "cos_mention_gap",
+    "cos_context_gap",
+    "fuzzy",
+    "fuzzy_gap",
+    "stem_cover",
+    "log_rank_mention",
+)
+TOP_COLUMNS = tuple(FEATURES.index(name) for name in ACCEPTANCE_TOP_FEATURES)
 ACCEPTANCE_DEPTH = 10
 DEFAULT_MODEL_PATH = Path(__file__).with_name("models") / "skill_linker.json"
 # The taxonomy whose concepts `LinkerModel.concept_prior` counts (ESCO's).
@@ -210,25 +225,103 @@ def fit_logistic(
     return LogisticModel(mean, scale, coefficients[:-1], float(coefficients[-1]))
 
 
+def fit_listwise_logistic(
+    features: np.ndarray,
+    labels: np.ndarray,
+    starts: np.ndarray,
+    l2: float = 1e-3,
+    query_weights: np.ndarray | None = None,
+) -> LogisticModel:
+    """A linear scorer fitted listwise (conditional logit): per query (rows `starts[q]` to the next
+    start, each with at least one gold row), minimise -log of the softmax mass on its gold candidates,
+    so the fit is about the order within a query and not about each candidate alone. Damped Newton
+    steps with the softmax's covariance as curvature (exact for one gold row). The bias is 0: Platt
+    scaling on held-out queries (`fit_platt`) makes the scores probabilities."""
+    queries = len(starts)
+    weights_q = np.ones(queries) if query_weights is None else np.asarray(query_weights, np.float64)
+    group = np.repeat(np.arange(queries), np.diff(np.append(starts, len(labels))))
+    row_weights = weights_q[group]
+    total = row_weights.sum()
+    mean = (features * row_weights[:, None]).sum(axis=0) / total
+    scale = np.sqrt((((features - mean) ** 2) * row_weights[:, None]).sum(axis=0) / total) + 1e-6
+    design = (features - mean) / scale
+    gold = labels > 0
+    coefficients = np.zeros(design.shape[1])
+    norm = weights_q.sum()
+
+    def loss_of(w: np.ndarray) -> float:
+        scores = design @ w
+        top = np.maximum.reduceat(scores, starts)[group]
+        e = np.exp(scores - top)
+        all_mass = np.add.reduceat(e, starts)
+        gold_mass = np.add.reduceat(e * gold, starts)
+        return float((weights_q * (np.log(all_mass) - np.log(gold_mass))).sum() / norm + 0.5 * l2 * w @ w)
+
+    loss = loss_of(coefficients)
+    for _ in range(50):
+        scores = design @ coefficients
+        top = np.maximum.reduceat(scores, starts)[group]
+        e = np.exp(scores - top)
+        p = e / np.add.reduceat(e, starts)[group]
+        eg = e * gold
+        r = eg / np.add.reduceat(eg, starts)[group]
+        expected = np.add.reduceat(design * p[:, None], starts, axis=0)
+        observed = np.add.reduceat(design * r[:, None], starts, axis=0)
+        gradient = (weights_q[:, None] * (expected - observed)).sum(axis=0) / norm + l2 * coefficients
+        curvature = (design * (p * row_weights)[:, None]).T @ design - (
+            expected * weights_q[:, None]
+        ).T @ expected
+        hessian = curvature / norm + np.diag(np.full(len(coefficients), l2 + 1e-9))
+        step = np.linalg.solve(hessian, gradient)
+        size = 1.0
+        while size > 1e-4:
+            candidate = coefficients - size * step
+            new_loss = loss_of(candidate)
+            if new_loss <= loss:
+                break
+            size /= 2
+        else:
+            break
+        coefficients, moved, loss = candidate, float(np.abs(size * step).max()), new_loss
+        if moved < 1e-7:
+            break
+    return LogisticModel(mean, scale, coefficients, 0.0)
+
+
 def fit_platt(
     logits: np.ndarray, labels: np.ndarray, weights: np.ndarray | None = None
 ) -> tuple[float, float]:
     """Platt scaling (a, b) fitted on held-out logits, so confidences match observed frequencies there
-    (weights: one per row, as in `fit_logistic`)."""
+    (weights: one per row, as in `fit_logistic`). Fitted on the standardized logits with halving
+    Newton steps (a listwise scorer's logits have no fixed offset or scale: plain Newton from (1, 0)
+    could run away), then mapped back to the raw logits."""
     row_weights = np.ones(len(labels)) if weights is None else np.asarray(weights, np.float64)
     total = row_weights.sum()
-    design = np.stack([logits, np.ones_like(logits)], axis=1)
+    centre = float((logits * row_weights).sum() / total)
+    spread = float(np.sqrt((((logits - centre) ** 2) * row_weights).sum() / total)) or 1.0
+    design = np.stack([(logits - centre) / spread, np.ones_like(logits)], axis=1)
+
+    def loss_of(c: np.ndarray) -> float:
+        z = design @ c
+        return float((row_weights * (np.logaddexp(0.0, z) - labels * z)).sum() / total)
+
     coefficients = np.array([1.0, 0.0])
+    loss = loss_of(coefficients)
     for _ in range(100):
         probabilities = 1.0 / (1.0 + np.exp(-design @ coefficients))
         gradient = design.T @ (row_weights * (probabilities - labels)) / total
         curvature = row_weights * probabilities * (1 - probabilities)
         hessian = (design * curvature[:, None]).T @ design / total
         step = np.linalg.solve(hessian + 1e-9 * np.eye(2), gradient)
-        coefficients -= step
-        if np.abs(step).max() < 1e-9:
+        size = 1.0
+        while size > 1e-6 and loss_of(coefficients - size * step) > loss:
+            size /= 2
+        coefficients = coefficients - size * step
+        loss = loss_of(coefficients)
+        if np.abs(size * step).max() < 1e-9:
             break
-    return float(coefficients[0]), float(coefficients[1])
+    a = coefficients[0] / spread
+    return float(a), float(coefficients[1] - a * centre)
 
 
 @dataclass(frozen=True)
@@ -288,23 +381,25 @@ class RankerModel:
 Reranker = LogisticModel | RankerModel
 
 
-def acceptance_features(probabilities: np.ndarray, tiers: np.ndarray) -> np.ndarray:
+def acceptance_features(
+    probabilities: np.ndarray, tiers: np.ndarray, top: np.ndarray | None = None
+) -> np.ndarray:
     """One row of `ACCEPTANCE_FEATURES` from a query's ranking (probabilities best first, label tiers
-    aligned; not empty: `LinkerModel.top_confidence` answers an empty ranking itself)."""
+    aligned; not empty: `LinkerModel.top_confidence` answers an empty ranking itself); with `top`, the
+    best candidate's reranker feature row (`FEATURES` order), followed by its `ACCEPTANCE_TOP_FEATURES`."""
     clipped = np.clip(np.asarray(probabilities[:ACCEPTANCE_DEPTH], np.float64), 1e-6, 1 - 1e-6)
     mass = float(clipped.sum())
     top_tier = int(tiers[0])
-    return np.array(
-        [
-            [
-                np.log(clipped[1] / (1 - clipped[1])) if len(clipped) > 1 else np.log(1e-6),
-                np.log(clipped[0] / mass),
-                np.log(mass),
-                float(top_tier == 2),
-                float(top_tier == 1),
-            ]
-        ]
-    )
+    shape = [
+        np.log(clipped[1] / (1 - clipped[1])) if len(clipped) > 1 else np.log(1e-6),
+        np.log(clipped[0] / mass),
+        np.log(mass),
+        float(top_tier == 2),
+        float(top_tier == 1),
+    ]
+    if top is not None:
+        shape += [float(top[column]) for column in TOP_COLUMNS]
+    return np.array([shape])
 
 
 @dataclass(frozen=True)
@@ -313,26 +408,39 @@ class AcceptanceModel:
 
     A reranker scores each candidate on its own; whether to answer at all also depends on the others
     (a runner-up almost as likely makes the best one doubtful). A logistic model over
-    `ACCEPTANCE_FEATURES`, trained on held-out training pairs (`train_skill_linker`): its output is
-    the `confidence` of a resolved mention and what the "unmatched" threshold is set on.
+    `ACCEPTANCE_FEATURES` (and, when `reads_top`, the best candidate's `ACCEPTANCE_TOP_FEATURES`),
+    trained on held-out training pairs (`train_skill_linker`): its output is the `confidence` of a
+    resolved mention and what the "unmatched" threshold is set on.
     """
 
     scorer: LogisticModel
+    reads_top: bool = False
 
-    def confidence(self, probabilities: np.ndarray, tiers: np.ndarray) -> float:
-        return float(self.scorer.probabilities(acceptance_features(probabilities, tiers))[0])
+    @property
+    def features(self) -> list[str]:
+        return [*ACCEPTANCE_FEATURES, *(f"top_{n}" for n in ACCEPTANCE_TOP_FEATURES if self.reads_top)]
+
+    def confidence(
+        self, probabilities: np.ndarray, tiers: np.ndarray, top: np.ndarray | None = None
+    ) -> float:
+        if self.reads_top and top is None:
+            raise ValueError("this acceptance model reads the best candidate's features: pass `top`")
+        row = acceptance_features(probabilities, tiers, top if self.reads_top else None)
+        return float(self.scorer.probabilities(row)[0])
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.scorer.to_dict(), "features": list(ACCEPTANCE_FEATURES)}
+        return {**self.scorer.to_dict(), "features": self.features}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AcceptanceModel:
-        if list(data["features"]) != list(ACCEPTANCE_FEATURES):
-            raise ValueError(
-                f"the linker's acceptance model was trained on {data['features']}, this code computes "
-                f"{list(ACCEPTANCE_FEATURES)}: retrain it (python -m training.train_skill_linker)"
-            )
-        return cls(LogisticModel.from_arrays(data))
+        for reads_top in (False, True):
+            if list(data["features"]) == cls(LogisticModel.from_arrays(data), reads_top).features:
+                return cls(LogisticModel.from_arrays(data), reads_top)
+        raise ValueError(
+            f"the linker's acceptance model was trained on {data['features']}, this code computes "
+            f"{list(ACCEPTANCE_FEATURES)} (and optionally the best candidate's "
+            f"{list(ACCEPTANCE_TOP_FEATURES)}): retrain it (python -m training.train_skill_linker)"
+        )
 
 
 def reranker_from_dict(data: dict[str, Any]) -> Reranker:
@@ -518,13 +626,16 @@ class LinkerModel:
     def _median_count(self) -> float:
         return float(np.median(list(self.concept_prior.values()))) if self.concept_prior else 0.0
 
-    def top_confidence(self, probabilities: np.ndarray, tiers: np.ndarray) -> float:
-        """How sure the linker is that the best candidate of this ranking is right."""
+    def top_confidence(
+        self, probabilities: np.ndarray, tiers: np.ndarray, top: np.ndarray | None = None
+    ) -> float:
+        """How sure the linker is that the best candidate of this ranking is right (`top`: the best
+        candidate's reranker features, needed by an acceptance model that reads them)."""
         if not len(probabilities):
             return 0.0
         if self.acceptance is None:
             return float(probabilities[0])
-        return self.acceptance.confidence(probabilities, tiers)
+        return self.acceptance.confidence(probabilities, tiers, top)
 
     def to_json(self) -> str:
         return json.dumps(

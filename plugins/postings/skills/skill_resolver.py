@@ -368,8 +368,8 @@ class SkillResolver:
         return [self._best_linked(part, context) for part in parts]
 
     def _best_linked(self, text: str, context: str | None) -> Resolution:
-        concepts, probabilities, tiers = self.link(text, context)
-        confidence = self.top_confidence(probabilities, tiers)
+        concepts, probabilities, tiers, features = self.link_scored(text, context)
+        confidence = self.top_confidence(probabilities, tiers, features[0] if len(features) else None)
         candidates = tuple(
             Candidate(self.concept_uris[c], self.preferred_labels[self.concept_uris[c]], round(float(p), 4))
             for c, p in zip(
@@ -384,11 +384,15 @@ class SkillResolver:
         stage = {2: "exact", 1: "alt_label"}.get(int(tiers[0]), "learned")
         return Resolution(text, uri, self.preferred_labels[uri], round(confidence, 4), stage, candidates)
 
-    def top_confidence(self, probabilities: np.ndarray, tiers: np.ndarray) -> float:
+    def top_confidence(
+        self, probabilities: np.ndarray, tiers: np.ndarray, top: np.ndarray | None = None
+    ) -> float:
         """How sure the linker is of the best candidate of a `link()` ranking: what the threshold is
-        set on and what a Resolution carries (the linker's acceptance model, see concept_reranker)."""
+        set on and what a Resolution carries (the linker's acceptance model, see concept_reranker).
+        top: the best candidate's reranker features (`link_scored`), for an acceptance model that
+        reads them."""
         assert self.linker is not None
-        return self.linker.top_confidence(probabilities, tiers)
+        return self.linker.top_confidence(probabilities, tiers, top)
 
     def link(
         self, text: str, context: str | None = None, kind: str | None = None
@@ -398,6 +402,19 @@ class SkillResolver:
         kind: which reranking model scores them: "mention" (with a context), "bare_mention"
         (without) or "sentence" (the text is a whole sentence); by default from `context`.
         """
+        concepts, probabilities, tiers, _ = self.link_scored(text, context, kind)
+        return concepts, probabilities, tiers
+
+    def confidence_of(self, text: str, context: str | None = None) -> tuple[np.ndarray, float]:
+        """The candidates of a mention best first, and the confidence `resolve` weighs its best one by."""
+        concepts, probabilities, tiers, features = self.link_scored(text, context)
+        top = features[0] if len(features) else None
+        return concepts, self.top_confidence(probabilities, tiers, top) if len(concepts) else 0.0
+
+    def link_scored(
+        self, text: str, context: str | None = None, kind: str | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """`link`, and the candidates' reranker features in the same order (one row each)."""
         if self.linker is None:
             raise ValueError("no linker model: build the resolver with linker=load_linker_model()")
         kind = kind or ("mention" if context and context.strip() != text.strip() else "bare_mention")
@@ -406,9 +423,10 @@ class SkillResolver:
         signals, concepts, tiers = self.candidate_signals(
             text, vectors[0], vectors[-1] if kind == "mention" else None
         )
-        probabilities = self.linker.model(kind).probabilities(signals.features())
+        features = signals.features()
+        probabilities = self.linker.model(kind).probabilities(features)
         order = np.argsort(-probabilities, kind="stable")
-        return concepts[order], probabilities[order], tiers[order]
+        return concepts[order], probabilities[order], tiers[order], features[order]
 
     def candidate_signals(
         self,
