@@ -1,7 +1,7 @@
 """Train the context tagger's head on SkillSpan train, select it on SkillSpan dev, write the model.
 
     python -m training.train_context_tagger [--data-dir D] [--out DIR] [--cache DIR]
-        [--settings 3,3+clusters] [--epochs N] [--threads N]
+        [--settings 3,3+clusters] [--epochs N] [--threads N] [--seeds 0,1,2]
 
 Needs torch (a development dependency: `pip install -e '.[train]'`); the shipped model is read
 with NumPy alone (`plugins/postings/skills/context_tagger.py`).
@@ -14,7 +14,12 @@ with NumPy alone (`plugins/postings/skills/context_tagger.py`).
    BiLSTM, two CRFs) is trained on train with Adam for --epochs epochs; after each epoch the
    NumPy head tags dev, and the epoch and setting with the best mean of strict and loose span F1
    (kinds together, as the CRF tagger's trainer) is kept.
-3. The chosen head is written as `skill_context_tagger.npz` (float16) with its card
+   With several `--seeds` (one setting), one head per seed is trained so (each kept in
+   --cache/heads, so seeds can be trained in separate processes side by side and a later run
+   reads them), and the ensemble of the first k heads (k = 1 .. all, chosen on dev by the same
+   criterion; `ContextHead` averages the members' emissions and CRFs) is written. The shipped
+   model: `--seeds 0,1,2`.
+3. The chosen head (or ensemble) is written as `skill_context_tagger.npz` (float16) with its card
    `skill_context_tagger.json`: data, encoder, architecture, hyper-parameters, every trial's dev
    scores, training time. Dev is read for selection only, never trained on.
 4. Then `python -m training.calibrate_context_tagger` chooses the decoding biases and writes them
