@@ -347,6 +347,11 @@ def main(argv: list[str] | None = None) -> int:
                 "model_bytes": model_bytes(tagger_name),
                 **{k: taggers[tagger_name].card.get(k) for k in ("model", "hyper_parameters")},
             }
+            ensemble = taggers[tagger_name].card.get("ensemble")
+            if ensemble:
+                loading["taggers"][tagger_name]["ensemble"] = {
+                    k: ensemble.get(k) for k in ("seeds", "member_epochs")
+                }
     tagger = taggers[DEFAULT_TAGGER]
     matcher = None
     if any("taxonomy" in name or "fallback" in name for name in configs):
@@ -553,6 +558,7 @@ def render_markdown(results: dict[str, Any]) -> str:
         lines.append(
             f"- `{name}`: {info['model']}; {info['model_bytes'] / 1e6:.2f} MB; loaded in "
             f"{info['load_seconds']}s ({info['load_cpu_seconds']} CPU s); {info['hyper_parameters']}"
+            + (f"; an ensemble of {info['ensemble']}" if info.get("ensemble") else "")
         )
     if "taxonomy" in results["loading"]:
         lines.append(f"- Taxonomy index: {results['loading']['taxonomy']}.")

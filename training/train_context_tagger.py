@@ -1,7 +1,7 @@
 """Train the context tagger's head on SkillSpan train, select it on SkillSpan dev, write the model.
 
     python -m training.train_context_tagger [--data-dir D] [--out DIR] [--cache DIR]
-        [--settings 3,3+clusters] [--epochs N] [--threads N]
+        [--settings 3,3+clusters] [--epochs N] [--threads N] [--seeds 0,1,2]
 
 Needs torch (a development dependency: `pip install -e '.[train]'`); the shipped model is read
 with NumPy alone (`plugins/postings/skills/context_tagger.py`).
@@ -14,7 +14,12 @@ with NumPy alone (`plugins/postings/skills/context_tagger.py`).
    BiLSTM, two CRFs) is trained on train with Adam for --epochs epochs; after each epoch the
    NumPy head tags dev, and the epoch and setting with the best mean of strict and loose span F1
    (kinds together, as the CRF tagger's trainer) is kept.
-3. The chosen head is written as `skill_context_tagger.npz` (float16) with its card
+   With several `--seeds` (one setting), one head per seed is trained so (each kept in
+   --cache/heads, so seeds can be trained in separate processes side by side and a later run
+   reads them), and the ensemble of the first k heads (k = 1 .. all, chosen on dev by the same
+   criterion; `ContextHead` averages the members' emissions and CRFs) is written. The shipped
+   model: `--seeds 0,1,2`.
+3. The chosen head (or ensemble) is written as `skill_context_tagger.npz` (float16) with its card
    `skill_context_tagger.json`: data, encoder, architecture, hyper-parameters, every trial's dev
    scores, training time. Dev is read for selection only, never trained on.
 4. Then `python -m training.calibrate_context_tagger` chooses the decoding biases and writes them
@@ -43,6 +48,7 @@ from plugins.postings.skills.context_tagger import (
     ContextHead,
     ContextTagger,
     cluster_ids,
+    ensemble_weights,
     surface_features,
 )
 from plugins.postings.skills.embeddings import MiniLMEmbeddings
@@ -63,6 +69,8 @@ SEED = 0
 DEFAULTS = {"projection": 256, "lstm": 128, "dropout": 0.3, "lr": 2e-3, "batch": 16, "epochs": 12}
 TRAIN_PIECE_WORDS = 64
 DEFAULT_SETTINGS = "3"
+DEFAULT_SEEDS = "0"
+ENSEMBLE_CARD_KEYS = ("seeds", "members", "member_epochs", "member_dev", "by_size", "combination")
 CLUSTER_WIDTH = 16
 COMMAND = "python -m training.train_context_tagger --data-dir ../shared/data"
 
@@ -206,11 +214,17 @@ def export(head: Any) -> dict[str, np.ndarray]:
 
 
 def tag_corpus(tagger: ContextTagger, corpus: Corpus, layers: int) -> dict[str, list[Mention]]:
+    """Each document's mentions, its sentences tagged side by side (as `ContextTagger.tag_posting`)."""
+    by_document: dict[int, list[int]] = {}
+    for index, (number, _) in enumerate(corpus.sentences):
+        by_document.setdefault(number, []).append(index)
     predicted: dict[str, list[Mention]] = {document.doc_id: [] for document in corpus.documents}
-    for (number, tokens), states in zip(corpus.sentences, corpus.states, strict=True):
+    for number, indices in by_document.items():
         document = corpus.documents[number]
-        predicted[document.doc_id] += tagger.tag_sentence(
-            document.text, tokens, states[: layers + 1].astype(np.float32)
+        predicted[document.doc_id] += tagger.tag_sentences(
+            document.text,
+            [corpus.sentences[i][1] for i in indices],
+            [corpus.states[i][: layers + 1].astype(np.float32) for i in indices],
         )
     return predicted
 
@@ -222,14 +236,16 @@ def train_setting(
     clusters: WordClusters,
     params: dict[str, Any],
     log: list[dict[str, Any]],
+    seed: int = SEED,
 ) -> tuple[float, dict[str, np.ndarray], dict[str, Any], int]:
-    """Train one setting ("3": MiniLM's first 3 layers; "3+clusters": and word cluster embeddings);
-    returns the best epoch's (selection score, weights, dev scores, epoch)."""
+    """Train one setting ("3": MiniLM's first 3 layers; "3+clusters": and word cluster embeddings)
+    from `seed` (torch's initial weights and dropout, the batches' order); returns the best epoch's
+    (selection score, weights, dev scores, epoch)."""
     import torch
 
     layers, with_clusters = int(setting.split("+")[0]), setting.endswith("+clusters")
-    torch.manual_seed(SEED)
-    rng = np.random.default_rng(SEED)
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
     head = make_head(layers, params["projection"], params["lstm"], params["dropout"], with_clusters)
     optimizer = torch.optim.Adam(head.parameters(), lr=params["lr"])
     surfaces = [surface_features([t.text for t in tokens]) for _, tokens in train.sentences]
@@ -272,14 +288,18 @@ def train_setting(
         )
         scores = score_mentions(dev.documents, tag_corpus(tagger, dev, layers))
         selected = selection_score(scores)
-        brief = {
-            f"{kind}_{mode}": round(scores[kind][mode]["f1"], 4)
-            for kind in ("skill", "knowledge", "any")
-            for mode in ("strict", "loose")
-        }
-        log.append({"setting": setting, "epoch": epoch, "loss": round(total / len(order), 3), "dev": brief})
+        brief = brief_scores(scores)
+        log.append(
+            {
+                "setting": setting,
+                "seed": seed,
+                "epoch": epoch,
+                "loss": round(total / len(order), 3),
+                "dev": brief,
+            }
+        )
         print(
-            f"  {setting} epoch {epoch}: loss {total / len(order):.3f}, dev {brief} "
+            f"  {setting} seed {seed} epoch {epoch}: loss {total / len(order):.3f}, dev {brief} "
             f"({time.perf_counter() - started:.0f}s)",
             flush=True,
         )
@@ -287,6 +307,90 @@ def train_setting(
             best = (selected, weights, scores, epoch)
     assert best is not None
     return best
+
+
+def train_member(
+    train: Corpus,
+    dev: Corpus,
+    setting: str,
+    clusters: WordClusters,
+    params: dict[str, Any],
+    seed: int,
+    data_hash: str,
+    cache: Path | None,
+) -> dict[str, Any]:
+    """One head trained from `seed` (`train_setting`), or the same head from `cache`/heads if a run
+    with the same setting, hyper-parameters, seed and training data wrote it there."""
+    key = json.dumps({"setting": setting, "params": params, "seed": seed, "train": data_hash}, sort_keys=True)
+    stem = f"head-{setting}-seed{seed}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+    path = cache / "heads" / stem if cache is not None else None
+    if path is not None and path.with_suffix(".json").is_file():
+        record = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
+        with np.load(path.with_suffix(".npz"), allow_pickle=False) as stored:
+            record["weights"] = {name: np.asarray(value, np.float32) for name, value in stored.items()}
+        print(f"  {setting} seed {seed}: epoch {record['epoch']} from {path}.npz", flush=True)
+        return record
+    log: list[dict[str, Any]] = []
+    wall, usage = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
+    score, weights, scores, epoch = train_setting(train, dev, setting, clusters, params, log, seed)
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    seconds = {
+        "seed": seed,
+        "wall": round(time.perf_counter() - wall, 1),
+        "cpu": round(after.ru_utime + after.ru_stime - usage.ru_utime - usage.ru_stime, 1),
+    }
+    record = {
+        "seed": seed,
+        "score": score,
+        "scores": scores,
+        "epoch": epoch,
+        "trials": log,
+        "seconds": seconds,
+    }
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.savez_compressed(path.with_suffix(".npz"), **weights)
+        path.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    return {**record, "weights": weights}
+
+
+def choose_ensemble(
+    members: list[dict[str, Any]], dev: Corpus, setting: str, clusters: WordClusters
+) -> dict[str, Any]:
+    """The ensembles of the first k heads (k = 1 .. all, in --seeds order) scored on dev; the best by the
+    selection criterion is chosen. Weights are rounded to float16 first, as they are shipped."""
+    layers, with_clusters = int(setting.split("+")[0]), setting.endswith("+clusters")
+    by_size: list[dict[str, Any]] = []
+    best: dict[str, Any] | None = None
+    for size in range(1, len(members) + 1):
+        heads = [
+            {name: value.astype(np.float16).astype(np.float32) for name, value in member["weights"].items()}
+            for member in members[:size]
+        ]
+        head = ContextHead(ensemble_weights(heads), layers, clusters if with_clusters else None)
+        scores = score_mentions(dev.documents, tag_corpus(ContextTagger(head, encoder=None), dev, layers))
+        brief = brief_scores(scores)
+        by_size.append({"members": size, "dev": brief})
+        print(f"  ensemble of {size}: dev {brief}", flush=True)
+        if best is None or selection_score(scores) > best["score"]:
+            best = {"members": size, "score": selection_score(scores), "scores": scores}
+    assert best is not None
+    return {
+        **best,
+        "seeds": [member["seed"] for member in members[: best["members"]]],
+        "member_epochs": [member["epoch"] for member in members],
+        "member_dev": [brief_scores(member["scores"]) for member in members],
+        "by_size": by_size,
+        "combination": "the members' emission scores and CRF parameters averaged; one Viterbi per kind",
+    }
+
+
+def brief_scores(scores: dict[str, Any]) -> dict[str, float]:
+    return {
+        f"{kind}_{mode}": round(scores[kind][mode]["f1"], 4)
+        for kind in ("skill", "knowledge", "any")
+        for mode in ("strict", "loose")
+    }
 
 
 def default_cache() -> Path:
@@ -316,6 +420,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--epochs", type=int, default=DEFAULTS["epochs"])
     parser.add_argument(
+        "--seeds",
+        default=DEFAULT_SEEDS,
+        help="comma-separated: one head per seed, each trained apart and its epoch chosen on dev (kept "
+        "in --cache, so a second run, or runs of one seed each side by side, skip them); with several, "
+        f"the ensemble of the first k heads, k chosen on dev, is written; default {DEFAULT_SEEDS}",
+    )
+    parser.add_argument(
         "--threads",
         type=int,
         default=1,
@@ -338,13 +449,32 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(train.states)} training sentences, {len(dev.states)} dev sentences", flush=True)
 
     params = {**DEFAULTS, "epochs": args.epochs}
+    seeds = [int(value) for value in args.seeds.split(",") if value.strip()]
+    settings = [value.strip() for value in args.settings.split(",") if value.strip()]
+    if len(seeds) > 1 and len(settings) > 1:
+        parser.error("an ensemble (several --seeds) is trained for one setting only")
     trials: list[dict[str, Any]] = []
     chosen: tuple[float, dict[str, np.ndarray], dict[str, Any], int, str] | None = None
     clusters = WordClusters.read(MODEL_DIR / CLUSTERS_FILE)
-    for setting in [value.strip() for value in args.settings.split(",") if value.strip()]:
-        score, weights, scores, epoch = train_setting(train, dev, setting, clusters, params, trials)
-        if chosen is None or score > chosen[0]:
-            chosen = (score, weights, scores, epoch, setting)
+    members: list[dict[str, Any]] = []
+    for setting in settings:
+        for seed in seeds:
+            member = train_member(train, dev, setting, clusters, params, seed, data_hash, args.cache)
+            members.append(member)
+            trials += member["trials"]
+            if len(seeds) == 1 and (chosen is None or member["score"] > chosen[0]):
+                chosen = (member["score"], member["weights"], member["scores"], member["epoch"], setting)
+    ensemble: dict[str, Any] | None = None
+    if len(seeds) > 1:
+        setting = settings[0]
+        ensemble = choose_ensemble(members, dev, setting, clusters)
+        size = ensemble["members"]
+        weights = (
+            members[0]["weights"]
+            if size == 1
+            else ensemble_weights([member["weights"] for member in members[:size]])
+        )
+        chosen = (ensemble["score"], weights, ensemble["scores"], members[0]["epoch"], setting)
     assert chosen is not None
     _, weights, scores, epoch, setting = chosen
     layers, with_clusters = int(setting.split("+")[0]), setting.endswith("+clusters")
@@ -374,7 +504,8 @@ def main(argv: list[str] | None = None) -> int:
             "output": "emission scores for O/B/I of each kind; one CRF per kind (transitions, start, end)",
             "weights_dtype": "float16",
         },
-        "hyper_parameters": {**params, "chosen_epoch": epoch, "seed": SEED, "optimizer": "Adam"},
+        "hyper_parameters": {**params, "chosen_epoch": epoch, "seed": seeds[0], "optimizer": "Adam"},
+        "ensemble": None if ensemble is None else {key: ensemble[key] for key in ENSEMBLE_CARD_KEYS},
         "selection": "each setting of --settings and each epoch: best mean of strict and loose span F1 on "
         "SkillSpan dev (kinds together); dev is never trained on",
         "dev_scores": scores,
@@ -384,8 +515,11 @@ def main(argv: list[str] | None = None) -> int:
             "cpu": round(usage.ru_utime + usage.ru_stime, 1),
             "cpu_process_time": round(time.process_time() - cpu, 1),
             "threads": args.threads,
+            "members": [member["seconds"] for member in members],
         },
-        "command": COMMAND + (f" --settings {args.settings}" if args.settings != DEFAULT_SETTINGS else ""),
+        "command": COMMAND
+        + (f" --settings {args.settings}" if args.settings != DEFAULT_SETTINGS else "")
+        + (f" --seeds {args.seeds}" if args.seeds != DEFAULT_SEEDS else ""),
         "license": "CC BY 4.0",
         "attribution": ATTRIBUTION,
     }

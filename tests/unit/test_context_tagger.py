@@ -9,7 +9,13 @@ from functools import cache
 import numpy as np
 import pytest
 
-from plugins.postings.skills.context_tagger import CONTEXT_MODEL_NAME, TAGS, ContextHead, ContextTagger
+from plugins.postings.skills.context_tagger import (
+    CONTEXT_MODEL_NAME,
+    TAGS,
+    ContextHead,
+    ContextTagger,
+    ensemble_weights,
+)
 from plugins.postings.skills.embeddings import MiniLMEmbeddings
 from plugins.postings.skills.mention_grounding import Mention
 from plugins.postings.skills.skill_extraction import SkillExtractor, belief
@@ -86,6 +92,48 @@ def test_word_states_are_the_same_alone_in_a_batch_and_in_windows() -> None:
     # A sentence longer than the encoder's window is read in windows of whole words: one vector per word.
     long = ["maintenance"] * (MiniLMEmbeddings.max_tokens + 20)
     assert encoder.word_states([long], layers=1)[0].shape == (len(long), 384)
+
+
+def random_head_weights(rng: np.random.Generator, layers: int = 1, size: int = 4) -> dict[str, np.ndarray]:
+    """A head's weights of the trainer's names and shapes (projection 6, LSTM `size` each way)."""
+    shapes = {
+        "mix.weights": (layers + 1,),
+        "mix.gamma": (1,),
+        "proj.weight": (6, 384 + 6),
+        "proj.bias": (6,),
+        "out.weight": (6, 2 * size),
+        "out.bias": (6,),
+        "crf.transitions": (2, 3, 3),
+        "crf.start": (2, 3),
+        "crf.end": (2, 3),
+    }
+    for suffix in ("", "_reverse"):
+        shapes |= {
+            f"lstm.weight_ih_l0{suffix}": (4 * size, 6),
+            f"lstm.weight_hh_l0{suffix}": (4 * size, size),
+            f"lstm.bias_ih_l0{suffix}": (4 * size,),
+            f"lstm.bias_hh_l0{suffix}": (4 * size,),
+        }
+    return {name: rng.normal(scale=0.3, size=shape).astype(np.float32) for name, shape in shapes.items()}
+
+
+def test_an_ensemble_averages_its_members_emissions_and_crfs() -> None:
+    rng = np.random.default_rng(3)
+    members = [random_head_weights(rng) for _ in range(3)]
+    words = [["Install", "cabling", "and", "switchboards"], ["Python"], ["We", "offer", "a", "pension", "."]]
+    states = [rng.normal(size=(2, len(sentence), 384)).astype(np.float32) for sentence in words]
+    alone = [ContextHead(weights, layers=1) for weights in members]
+    ensemble = ContextHead(ensemble_weights(members), layers=1)
+    assert len(ensemble.members) == 3 and len(alone[0].members) == 1
+    together = ensemble.emissions_batch(states, words)
+    for index, sentence in enumerate(words):
+        expected = np.mean([head.emissions(states[index], sentence) for head in alone], axis=0)
+        assert together[index].shape == (2, len(sentence), 3)
+        np.testing.assert_allclose(together[index], expected, atol=1e-5)
+    for name in ("crf.transitions", "crf.start", "crf.end"):
+        np.testing.assert_allclose(ensemble.w[name], np.mean([m[name] for m in members], axis=0), atol=1e-6)
+    with pytest.raises(ValueError, match="numbered from 0"):
+        ContextHead({f"m1.{name}": value for name, value in members[0].items()}, layers=1)
 
 
 def test_crf_decoding_is_the_best_path_and_marginals_are_exact() -> None:

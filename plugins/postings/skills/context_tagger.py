@@ -21,6 +21,7 @@ which trains them with torch on SkillSpan train and selects them on SkillSpan de
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -77,26 +78,51 @@ class ContextHead:
     """The trained head over word vectors: layer mix, projection, BiLSTM, emissions, two CRFs.
 
     `weights` are the arrays the trainer exports (PyTorch's names and LSTM gate order i, f, g, o).
+    An ensemble's weights are several heads' under the prefixes "m0.", "m1.", ... (heads trained
+    with different seeds): their emission scores and CRF parameters are averaged (the mean of the
+    members' log-potentials, one CRF decodes them), and their LSTMs step through the sentences
+    together. MiniLM's states are read once for all members.
     """
 
     def __init__(
         self, weights: dict[str, np.ndarray], layers: int, clusters: WordClusters | None = None
     ) -> None:
-        self.w = {name: np.asarray(value, np.float32) for name, value in weights.items()}
+        self.members = member_weights(
+            {name: np.asarray(value, np.float32) for name, value in weights.items()}
+        )
         self.layers = layers
         self.clusters = clusters
-        if ("cluster.coarse" in self.w) != (clusters is not None):
-            raise ValueError(
-                "the head's weights and the word cluster table go together: give both or neither"
-            )
-        mix = self.w["mix.weights"]
-        if len(mix) != layers + 1:
-            raise ValueError(f"the head mixes {len(mix)} layers' states, the card says {layers} + 1")
-        mix = np.exp(mix - mix.max())
-        self.mix = (mix / mix.sum() * self.w["mix.gamma"][0]).astype(np.float32)
+        mixes = []
+        for w in self.members:
+            if ("cluster.coarse" in w) != (clusters is not None):
+                raise ValueError(
+                    "the head's weights and the word cluster table go together: give both or neither"
+                )
+            mix = w["mix.weights"]
+            if len(mix) != layers + 1:
+                raise ValueError(f"the head mixes {len(mix)} layers' states, the card says {layers} + 1")
+            mix = np.exp(mix - mix.max())
+            mixes.append((mix / mix.sum() * w["mix.gamma"][0]).astype(np.float32))
+        self.mixes = np.stack(mixes)  # (members, layers + 1)
+        # One CRF per kind: the members' parameters averaged (with one member, its own).
+        self.w = {
+            name: np.mean([w[name] for w in self.members], axis=0)
+            for name in ("crf.transitions", "crf.start", "crf.end")
+        }
+        # The members' projection, LSTM and output weights stacked (members first).
+        self.stacked = {
+            name: np.stack([w[name] for w in self.members])
+            for name in self.members[0]
+            if name.startswith(("proj.", "lstm.", "out."))
+        }
         # Added to each kind's "O" emission when decoding (negative: more mentions); the card's
         # "decoding" (`training/calibrate_context_tagger.py`) sets it, and the sparse rule's.
         self.o_bias = np.zeros(len(MENTION_KINDS), np.float32)
+
+    @property
+    def mix(self) -> np.ndarray:
+        """The first member's layer mix (layers + 1,)."""
+        return self.mixes[0]
 
     def emissions(self, states: np.ndarray, words: Sequence[str]) -> np.ndarray:
         """(2 kinds, words, 3 tags) emission scores of one sentence; `states` is (layers + 1, words, 384)."""
@@ -105,49 +131,67 @@ class ContextHead:
     def emissions_batch(
         self, states: Sequence[np.ndarray], words: Sequence[Sequence[str]]
     ) -> list[np.ndarray]:
-        """`emissions` of several sentences at once (the LSTM steps through them side by side)."""
-        w = self.w
+        """`emissions` of several sentences at once (the LSTM steps through them side by side; an
+        ensemble's members too): the members' mean."""
+        s = self.stacked
         lengths = [len(sentence) for sentence in words]
-        parts = [
-            np.concatenate([np.tensordot(self.mix, sentence, axes=1) for sentence in states]),
-            np.concatenate([surface_features(sentence) for sentence in words]),
-        ]
+        if not lengths or sum(lengths) == 0:
+            return [np.zeros((len(MENTION_KINDS), 0, len(TAGS)), np.float32) for _ in lengths]
+        # (layers + 1, words, 384) of all sentences, mixed per member: (members, words, 384)
+        layered = np.concatenate(list(states), axis=1)
+        mixed = np.tensordot(self.mixes, layered.astype(np.float32, copy=False), axes=1)
+        surface = np.concatenate([surface_features(sentence) for sentence in words])
+        parts = [mixed, np.broadcast_to(surface, (len(self.members), *surface.shape))]
         if self.clusters is not None:
             ids = np.concatenate([cluster_ids(sentence, self.clusters) for sentence in words])
-            parts += [w["cluster.coarse"][ids[:, 0]], w["cluster.fine"][ids[:, 1]]]
-        x = np.maximum(np.concatenate(parts, axis=1) @ w["proj.weight"].T + w["proj.bias"], 0.0)
-        offsets = np.cumsum([0, *lengths])
-        pieces = [x[offsets[i] : offsets[i + 1]] for i in range(len(lengths))]
-        forward = self._lstm(pieces, "")
-        backward = self._lstm([piece[::-1] for piece in pieces], "_reverse")
-        hidden = np.concatenate(
-            [np.concatenate([f, b[::-1]], axis=1) for f, b in zip(forward, backward, strict=True)]
+            parts += [
+                np.stack([w["cluster.coarse"][ids[:, 0]] for w in self.members]),
+                np.stack([w["cluster.fine"][ids[:, 1]] for w in self.members]),
+            ]
+        features = np.concatenate(parts, axis=2)
+        x = np.maximum(
+            np.matmul(features, s["proj.weight"].transpose(0, 2, 1)) + s["proj.bias"][:, None], 0.0
         )
-        out = (hidden @ w["out.weight"].T + w["out.bias"]).reshape(-1, len(MENTION_KINDS), len(TAGS))
+        forward = self._lstm(x, lengths, "", reverse=False)
+        backward = self._lstm(x, lengths, "_reverse", reverse=True)
+        hidden = np.concatenate([forward, backward], axis=2)  # (members, words, 2 * size)
+        out = np.matmul(hidden, s["out.weight"].transpose(0, 2, 1)) + s["out.bias"][:, None]
+        out = out.mean(axis=0).reshape(-1, len(MENTION_KINDS), len(TAGS))
+        offsets = np.cumsum([0, *lengths])
         return [out[offsets[i] : offsets[i + 1]].transpose(1, 0, 2) for i in range(len(lengths))]
 
-    def _lstm(self, sequences: list[np.ndarray], suffix: str) -> list[np.ndarray]:
-        """One LSTM direction over sequences side by side (each starts at step 0; a finished one idles)."""
-        w = self.w
-        recurrent = w[f"lstm.weight_hh_l0{suffix}"].T
-        size = recurrent.shape[0]
-        lengths = [len(sequence) for sequence in sequences]
-        steps = max(lengths, default=0)
-        inputs = np.zeros((len(sequences), steps, 4 * size), np.float32)
-        projection = w[f"lstm.weight_ih_l0{suffix}"].T
-        bias = w[f"lstm.bias_ih_l0{suffix}"] + w[f"lstm.bias_hh_l0{suffix}"]
-        for row, sequence in enumerate(sequences):
-            inputs[row, : len(sequence)] = sequence @ projection + bias
-        h = np.zeros((len(sequences), size), np.float32)
-        c = np.zeros((len(sequences), size), np.float32)
-        result = np.empty((len(sequences), steps, size), np.float32)
+    def _lstm(self, x: np.ndarray, lengths: list[int], suffix: str, reverse: bool) -> np.ndarray:
+        """One LSTM direction of every member over the sentences side by side (each starts at step 0;
+        a finished one idles); `x` is (members, words, input) of all sentences; returns
+        (members, words, size)."""
+        s = self.stacked
+        recurrent = s[f"lstm.weight_hh_l0{suffix}"].transpose(0, 2, 1)  # (members, size, 4 size)
+        members, size = recurrent.shape[0], recurrent.shape[1]
+        inputs_all = np.matmul(x, s[f"lstm.weight_ih_l0{suffix}"].transpose(0, 2, 1))
+        inputs_all += (s[f"lstm.bias_ih_l0{suffix}"] + s[f"lstm.bias_hh_l0{suffix}"])[:, None]
+        batch, steps = len(lengths), max(lengths)
+        # Each (sentence, step)'s token: step t reads token t (forward) or its sentence's last - t.
+        offsets = np.cumsum([0, *lengths])[:-1]
+        length_array = np.array(lengths)
+        step_index = np.arange(steps)[None, :]
+        live = step_index < length_array[:, None]
+        token = np.where(reverse, length_array[:, None] - 1 - step_index, step_index) + offsets[:, None]
+        token = np.where(live, token, 0)
+        inputs = inputs_all[:, token]  # (members, batch, steps, 4 size); past a sentence's end: ignored
+        h = np.zeros((members, batch, size), np.float32)
+        c = np.zeros((members, batch, size), np.float32)
+        result = np.empty((members, batch, steps, size), np.float32)
         for step in range(steps):
-            gates = inputs[:, step] + h @ recurrent
+            gates = inputs[:, :, step] + np.matmul(h, recurrent)
             sigmoid = _sigmoid(gates)
-            c = sigmoid[:, size : 2 * size] * c + sigmoid[:, :size] * np.tanh(gates[:, 2 * size : 3 * size])
-            h = sigmoid[:, 3 * size :] * np.tanh(c)
-            result[:, step] = h
-        return [result[row, :length] for row, length in enumerate(lengths)]
+            c = sigmoid[..., size : 2 * size] * c + sigmoid[..., :size] * np.tanh(
+                gates[..., 2 * size : 3 * size]
+            )
+            h = sigmoid[..., 3 * size :] * np.tanh(c)
+            result[:, :, step] = h
+        output = np.empty((members, int(length_array.sum()), size), np.float32)
+        output[:, token[live]] = result[:, live]
+        return output
 
     def decode(self, emissions: np.ndarray, kind_index: int) -> tuple[list[str], np.ndarray]:
         """The best tag sequence of one kind (Viterbi) and each token's marginal of each tag."""
@@ -196,6 +240,26 @@ class ContextHead:
             [[TAGS[tag] for tag in path[row, :length]] for row, length in enumerate(lengths)],
             [marginals[row, :length] for row, length in enumerate(lengths)],
         )
+
+
+def member_weights(weights: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
+    """An ensemble's weights ("m0.proj.weight", ...) split per member; a single head's as one member."""
+    members: dict[int, dict[str, np.ndarray]] = {}
+    for name, value in weights.items():
+        found = re.fullmatch(r"m(\d+)\.(.+)", name)
+        if found is None:
+            if members:
+                raise ValueError(f"an ensemble's weight {name!r} belongs to no member")
+            return [weights]
+        members.setdefault(int(found[1]), {})[found[2]] = value
+    if sorted(members) != list(range(len(members))):
+        raise ValueError(f"ensemble members {sorted(members)} are not numbered from 0")
+    return [members[index] for index in range(len(members))]
+
+
+def ensemble_weights(heads: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Several heads' weights as one ensemble's (the names `ContextHead` reads)."""
+    return {f"m{index}.{name}": value for index, head in enumerate(heads) for name, value in head.items()}
 
 
 def _logsumexp(x: np.ndarray, axis: int) -> np.ndarray:
