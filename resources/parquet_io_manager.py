@@ -10,12 +10,12 @@ goes to a temporary file renamed when complete, so a reader never sees half a fi
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 from dagster import (
@@ -26,6 +26,9 @@ from dagster import (
     TableColumn,
     TableSchema,
 )
+
+if TYPE_CHECKING:  # pandas (~0.35 CPU s to import) only where a DataFrame is read or written
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,7 @@ class ParquetIOManager(ConfigurableIOManager):
     def handle_output(self, context: OutputContext, obj: Any) -> None:
         if obj is None:
             return
-        if isinstance(obj, pd.DataFrame):
+        if _is_dataframe(obj):
             table = pa.Table.from_pandas(obj, preserve_index=False)
             obj = TableChunks(table.schema, [table])
         if not isinstance(obj, TableChunks):
@@ -81,7 +84,15 @@ class ParquetIOManager(ConfigurableIOManager):
             raise FileNotFoundError(
                 f"{path}: the asset {context.asset_key.to_user_string()} is not materialized yet"
             )
+        import pandas as pd
+
         return pd.read_parquet(path)
+
+
+def _is_dataframe(obj: Any) -> bool:
+    """A pandas DataFrame, without importing pandas where none can be (every run loads this module)."""
+    pandas = sys.modules.get("pandas")
+    return pandas is not None and isinstance(obj, pandas.DataFrame)
 
 
 def write_parquet(table: TableChunks, path: Path) -> int:

@@ -10,8 +10,8 @@ documented in docs/outputs.md.
 
 from collections.abc import Iterator, Sequence
 from datetime import UTC
+from typing import Any
 
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 from dagster import (
@@ -110,7 +110,8 @@ def build_output_assets(use_case_names: Sequence[str]) -> list[AssetsDefinition]
         automation_condition=AutomationCondition.eager(),
         kinds={"pandas"},
     )
-    def skill_demand(context: AssetExecutionContext, posting_concepts: pd.DataFrame) -> pd.DataFrame:
+    # DataFrames in and out (the Parquet IO manager's); not annotated so, or every run would import pandas
+    def skill_demand(context: AssetExecutionContext, posting_concepts: Any) -> Any:
         """How many postings ask for each concept, per week (of posted_at; of the resolution when a
         posting has no date): what an analyst builds on `posting_concepts`."""
         demand = weekly_concept_demand(posting_concepts)
@@ -132,7 +133,7 @@ def build_output_assets(use_case_names: Sequence[str]) -> list[AssetsDefinition]
     return [enriched_postings, posting_concepts, skill_demand]
 
 
-def weekly_concept_demand(concepts: pd.DataFrame) -> pd.DataFrame:
+def weekly_concept_demand(concepts: Any) -> Any:
     """Postings per (week, concept), unmatched mentions left out; a week is its Monday (UTC)."""
     matched = concepts[concepts["concept_uri"].notna()].copy()
     when = matched["posted_at"].fillna(matched["concepts_updated_at"])

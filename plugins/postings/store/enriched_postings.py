@@ -15,9 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import pyarrow as pa
 from sqlalchemy import and_, or_, select
 from sqlalchemy.orm import Session
@@ -60,6 +59,9 @@ CONCEPT_TYPE = pa.struct(
         ("confidence", pa.float64()),
     ]
 )
+
+if TYPE_CHECKING:  # DataFrames for readers; runs (which import this module) need no pandas
+    import pandas as pd
 
 
 def _provenance(prefix: str) -> list[pa.Field]:
