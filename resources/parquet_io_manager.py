@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 from dagster import (
     ConfigurableIOManager,
     InputContext,
@@ -27,8 +25,9 @@ from dagster import (
     TableSchema,
 )
 
-if TYPE_CHECKING:  # pandas (~0.35 CPU s to import) only where a DataFrame is read or written
-    import pandas as pd
+if TYPE_CHECKING:  # pandas and pyarrow (~0.5 CPU s to import) only where a table is read or written:
+    import pandas as pd  # every run loads this module, few write a table
+    import pyarrow as pa
 
 
 @dataclass(frozen=True)
@@ -63,6 +62,8 @@ class ParquetIOManager(ConfigurableIOManager):
         if obj is None:
             return
         if _is_dataframe(obj):
+            import pyarrow as pa
+
             table = pa.Table.from_pandas(obj, preserve_index=False)
             obj = TableChunks(table.schema, [table])
         if not isinstance(obj, TableChunks):
@@ -97,6 +98,8 @@ def _is_dataframe(obj: Any) -> bool:
 
 def write_parquet(table: TableChunks, path: Path) -> int:
     """Write the chunks to `path` (replacing it only once complete); the number of rows written."""
+    import pyarrow.parquet as pq
+
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.partial")
     rows = 0
