@@ -281,14 +281,16 @@ def discover(context: SensorEvaluationContext, app_db: AppDatabase, scope: Disco
         open_hosts = usable_hosts(scope.hosts, group.model, paused_now) if scope.hosts else []
         plan = plan_runs(session, context.instance, group, spread=len(open_hosts))
         # a follower with nothing of its own to do looks again while its upstream has work to make
-        upstream = bool(
-            scope.follows and not plan.pending and upstream_work_coming(session, scope.feeder_specs)
+        being_made, upstream = (
+            upstream_work(session, scope.feeder_specs)
+            if scope.follows and not plan.pending
+            else (False, False)
         )
     for name, why in plan.paused.items():
         context.log.warning(f"{name} is paused, no runs requested for it: {why}")
     cursor = json.dumps({"marker": marker, "pending": len(plan.pending), "upstream": upstream})
     if upstream:
-        requests, waiting = _ahead_of_upstream(context, scope)
+        requests, waiting = _ahead_of_upstream(context, scope, being_made)
     elif scope.continue_seconds:
         requests, waiting = _while_runs_go_on(context, scope, plan, len(open_hosts))
     else:
@@ -372,24 +374,28 @@ def _while_runs_go_on(
     return requests[:room], waiting
 
 
-def upstream_work_coming(session: Session, specs: Sequence[discovery.WorkSpec]) -> bool:
-    """Whether any of these use cases has subjects being made (a live claim) or still to make."""
-    return any(
-        discovery.work_held(session, spec) or discovery.work_unclaimed(session, spec) for spec in specs
-    )
+def upstream_work(session: Session, specs: Sequence[discovery.WorkSpec]) -> tuple[bool, bool]:
+    """Whether any of these use cases has subjects being made (a live claim), and whether any has
+    subjects being made or still to make."""
+    being_made = any(discovery.work_held(session, spec) for spec in specs)
+    return being_made, being_made or any(discovery.work_unclaimed(session, spec) for spec in specs)
 
 
 def _ahead_of_upstream(
-    context: SensorEvaluationContext, scope: DiscoveryScope
+    context: SensorEvaluationContext, scope: DiscoveryScope, being_made: bool
 ) -> tuple[list[RunRequest], str]:
-    """Nothing of its own to do yet, but its upstream has work to make: one run of the group, started
-    while an upstream run goes (over that run's partitions), so that its process starts and its
+    """Nothing of its own to do yet, but an upstream run is making its inputs (`being_made`: a live
+    claim): one run of the group over that run's partitions, so that its process starts and its
     resources load while the first inputs are made; it then claims them as they are written
-    (`assets/batch_run.py`, `next_batch`). None while a run of the group goes or no upstream run does
-    (a paused upstream starts nothing)."""
+    (`assets/batch_run.py`, `next_batch`). None while a run of the group goes, none before an upstream
+    run has claimed work (upstream runs queued or waiting for the model would leave it idle: it would
+    end after `CONTINUE_IDLE_SECONDS` and start again), none while no upstream run goes (a paused
+    upstream starts nothing)."""
     group, instance = scope.group, context.instance
     if instance.get_runs(RunsFilter(job_name=group.job.name, statuses=ACTIVE_STATUSES), limit=1):
         return [], f"{group.name}: its run waits for the inputs its upstream runs are making"
+    if not being_made:
+        return [], f"{group.name}: no work yet; its upstream has work no run has taken up yet"
     feeding = [
         run
         for job in scope.feeders
