@@ -41,6 +41,7 @@ from assets.provenance import provenance_for, with_provenance
 from assets.run_tags import CONTINUE_TAG, run_source
 from assets.single_call import run_single_calls
 from domain.language.declaration import UseCase, code_version
+from domain.language.declaration_parts import ScriptContext
 from domain.language.llm_types import BackendUnavailable
 from domain.language.output_parsing import blocked_subjects
 from resources.app_database import AppDatabase
@@ -84,6 +85,8 @@ def process_batch(
     going_on_for = continue_seconds(context.run.tags) if not force else 0.0
     going_on_until = time.monotonic() + going_on_for
     batch, batches = held, 0
+    if not batch and going_on_for:  # started ahead of its inputs (following its upstream's run)
+        batch = next_batch(run, spec, going_on_until)
     while batch:
         provenance = provenance_for(context.instance, code_version(use_case), use_case, batch)  # staleness
         yield from with_provenance(_process_held(run, batch), provenance.tag)
@@ -126,9 +129,12 @@ def next_batch(run: BatchRun, spec: discovery.WorkSpec, until: float) -> list[st
     Dagster knows as partitions, oldest first) for this run; [] when there is none and none is coming.
 
     A script use case reading others' outputs waits for the next ones while some of its upstream is
-    still held by a run or not yet taken (looking again when discovery's change marker moves), at most
-    `CONTINUE_IDLE_SECONDS` without new work and never past `until`; any other stops at once when
-    nothing is pending. Claims are taken as any run takes them (`claims.claim_items`,
+    still held by a run or not yet taken (looking again when discovery's change marker moves), never
+    past `until`: as long as a live claim holds some of that upstream (a running run is making it: the
+    discovery sensor may start this run before the first of it is written), else at most
+    `CONTINUE_IDLE_SECONDS` without new work. While it waits it loads what its function needs
+    (`UseCase.warm_up`: the resolver), so the first inputs find it ready. Any other use case stops at
+    once when nothing is pending. Claims are taken as any run takes them (`claims.claim_items`,
     discovery asked again under the claim), so a subject is never done twice."""
     use_case, instance = run.use_case, run.context.instance
     size = use_case.batch_size
@@ -150,17 +156,39 @@ def next_batch(run: BatchRun, spec: discovery.WorkSpec, until: float) -> list[st
                 )
             if held:
                 return held
-        if not follows_upstream or time.monotonic() - idle_since > CONTINUE_IDLE_SECONDS:
+        if not follows_upstream:
             return []
         with run.app_db.session() as session:
-            coming = any(
-                discovery.work_held(session, upstream) or discovery.work_unclaimed(session, upstream)
-                for upstream in spec.upstream_specs.values()
+            being_made = any(
+                discovery.work_held(session, upstream) for upstream in spec.upstream_specs.values()
             )
-        if not coming:
+            coming = being_made or any(
+                discovery.work_unclaimed(session, upstream) for upstream in spec.upstream_specs.values()
+            )
+        if being_made:
+            idle_since = time.monotonic()
+        if not coming or time.monotonic() - idle_since > CONTINUE_IDLE_SECONDS:
             return []
+        warm_up(run)
         time.sleep(CONTINUE_POLL_SECONDS)
     return []
+
+
+def warm_up(run: BatchRun) -> None:
+    """Load what the use case's function needs (`UseCase.warm_up`), once per run, while it waits."""
+    if run.warmed or run.use_case.warm_up is None:
+        return
+    run.warmed = True
+    started = time.perf_counter()
+    context = ScriptContext(resources=run.context.resources, app_db=run.app_db, log=run.log)
+    try:
+        run.use_case.warm_up(context)
+    except Exception as exc:  # the first subject loads it then, and reports what fails
+        run.log.warning(f"{run.use_case.name}: warm-up failed ({type(exc).__name__}: {exc})")
+        return
+    run.log.info(
+        f"{run.use_case.name}: warmed up while waiting for inputs ({time.perf_counter() - started:.1f}s)"
+    )
 
 
 def _process_held(run: BatchRun, held: list[str]) -> Iterator[AssetMaterialization]:

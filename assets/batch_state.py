@@ -70,6 +70,7 @@ class BatchRun:
     remaining: set[str] = field(default_factory=set)
     outcome: BatchOutcome = field(default_factory=BatchOutcome)
     last_renewal: float = field(default_factory=time.monotonic)
+    warmed: bool = False  # the use case's warm-up ran (`batch_run.warm_up`)
 
     @property
     def backend(self) -> str:

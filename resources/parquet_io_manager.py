@@ -10,14 +10,12 @@ goes to a temporary file renamed when complete, so a reader never sees half a fi
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 from dagster import (
     ConfigurableIOManager,
     InputContext,
@@ -26,6 +24,10 @@ from dagster import (
     TableColumn,
     TableSchema,
 )
+
+if TYPE_CHECKING:  # pandas and pyarrow (~0.5 CPU s to import) only where a table is read or written:
+    import pandas as pd  # every run loads this module, few write a table
+    import pyarrow as pa
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,9 @@ class ParquetIOManager(ConfigurableIOManager):
     def handle_output(self, context: OutputContext, obj: Any) -> None:
         if obj is None:
             return
-        if isinstance(obj, pd.DataFrame):
+        if _is_dataframe(obj):
+            import pyarrow as pa
+
             table = pa.Table.from_pandas(obj, preserve_index=False)
             obj = TableChunks(table.schema, [table])
         if not isinstance(obj, TableChunks):
@@ -81,11 +85,21 @@ class ParquetIOManager(ConfigurableIOManager):
             raise FileNotFoundError(
                 f"{path}: the asset {context.asset_key.to_user_string()} is not materialized yet"
             )
+        import pandas as pd
+
         return pd.read_parquet(path)
+
+
+def _is_dataframe(obj: Any) -> bool:
+    """A pandas DataFrame, without importing pandas where none can be (every run loads this module)."""
+    pandas = sys.modules.get("pandas")
+    return pandas is not None and isinstance(obj, pandas.DataFrame)
 
 
 def write_parquet(table: TableChunks, path: Path) -> int:
     """Write the chunks to `path` (replacing it only once complete); the number of rows written."""
+    import pyarrow.parquet as pq
+
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.partial")
     rows = 0

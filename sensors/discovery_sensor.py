@@ -254,6 +254,12 @@ class DiscoveryScope:
             runs_per_host,
         )
 
+    @property
+    def follows(self) -> bool:
+        """Whether the group's runs follow their upstream's outputs as they are written (a script
+        group reading other groups' outputs, its runs going on): then a run may start ahead of them."""
+        return bool(self.feeders and self.continue_seconds)
+
     def runs_at_once(self, open_hosts: int) -> int:
         """Runs of the group that may work at once while runs go on claiming: the queue's limit per
         host (a model's group; the embedded model counts as one host), one for a script's group."""
@@ -269,15 +275,23 @@ def discover(context: SensorEvaluationContext, app_db: AppDatabase, scope: Disco
         versions = ",".join(member.use_case.version for member in group.members)
         marker = f"{versions}|{discovery.change_marker(session, group.subject.table)}"
         previous = json.loads(context.cursor) if context.cursor else {}
-        if previous.get("marker") == marker and previous.get("pending") == 0:
+        if previous.get("marker") == marker and previous.get("pending") == 0 and not previous.get("upstream"):
             return SkipReason(f"{group.name}: no change since the last tick, and no work then")
         paused_now = pauses.active_pauses(session)
         open_hosts = usable_hosts(scope.hosts, group.model, paused_now) if scope.hosts else []
         plan = plan_runs(session, context.instance, group, spread=len(open_hosts))
+        # a follower with nothing of its own to do looks again while its upstream has work to make
+        being_made, upstream = (
+            upstream_work(session, scope.feeder_specs)
+            if scope.follows and not plan.pending
+            else (False, False)
+        )
     for name, why in plan.paused.items():
         context.log.warning(f"{name} is paused, no runs requested for it: {why}")
-    cursor = json.dumps({"marker": marker, "pending": len(plan.pending)})
-    if scope.continue_seconds:
+    cursor = json.dumps({"marker": marker, "pending": len(plan.pending), "upstream": upstream})
+    if upstream:
+        requests, waiting = _ahead_of_upstream(context, scope, being_made)
+    elif scope.continue_seconds:
         requests, waiting = _while_runs_go_on(context, scope, plan, len(open_hosts))
     else:
         requests, waiting = _full_batches_while_upstream_writes(context, app_db, scope, plan)
@@ -358,6 +372,53 @@ def _while_runs_go_on(
     )
     context.log.info(waiting)
     return requests[:room], waiting
+
+
+def upstream_work(session: Session, specs: Sequence[discovery.WorkSpec]) -> tuple[bool, bool]:
+    """Whether any of these use cases has subjects being made (a live claim), and whether any has
+    subjects being made or still to make."""
+    being_made = any(discovery.work_held(session, spec) for spec in specs)
+    return being_made, being_made or any(discovery.work_unclaimed(session, spec) for spec in specs)
+
+
+def _ahead_of_upstream(
+    context: SensorEvaluationContext, scope: DiscoveryScope, being_made: bool
+) -> tuple[list[RunRequest], str]:
+    """Nothing of its own to do yet, but an upstream run is making its inputs (`being_made`: a live
+    claim): one run of the group over that run's partitions, so that its process starts and its
+    resources load while the first inputs are made; it then claims them as they are written
+    (`assets/batch_run.py`, `next_batch`). None while a run of the group goes, none before an upstream
+    run has claimed work (upstream runs queued or waiting for the model would leave it idle: it would
+    end after `CONTINUE_IDLE_SECONDS` and start again), none while no upstream run goes (a paused
+    upstream starts nothing)."""
+    group, instance = scope.group, context.instance
+    if instance.get_runs(RunsFilter(job_name=group.job.name, statuses=ACTIVE_STATUSES), limit=1):
+        return [], f"{group.name}: its run waits for the inputs its upstream runs are making"
+    if not being_made:
+        return [], f"{group.name}: no work yet; its upstream has work no run has taken up yet"
+    feeding = [
+        run
+        for job in scope.feeders
+        for run in instance.get_runs(RunsFilter(job_name=job, statuses=ACTIVE_STATUSES), limit=1)
+    ]
+    if not feeding:
+        return [], f"{group.name}: no work yet; its upstream has work, but no upstream run goes"
+    tags = feeding[0].tags
+    single = tags.get(DAGSTER_PARTITION_TAG, "")
+    first = tags.get(ASSET_PARTITION_RANGE_START_TAG, single)
+    last = tags.get(ASSET_PARTITION_RANGE_END_TAG, single)
+    if not first or not last:  # an upstream run without partitions (the UI's): wait for its outputs
+        return [], f"{group.name}: no work yet; its upstream run names no partitions to follow"
+    context.log.info(f"{group.name}: starting a run ahead of the inputs {feeding[0].job_name} is making")
+    request = RunRequest(
+        tags={
+            **partition_range_tags(first, last),
+            WORK_GROUP_TAG: group.name,
+            PRIORITY_TAG: str(group.priority),
+            CONTINUE_TAG: str(scope.continue_seconds),
+        }
+    )
+    return [request], ""
 
 
 def _why_nothing_requested(group: WorkGroup, plan: RunPlan, waiting: str) -> str:

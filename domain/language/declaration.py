@@ -112,6 +112,8 @@ class UseCase:
         once its path is configured.
     run_figures: `run_figures(outputs) -> {name: number}` over the outputs one run made: numeric
         metadata of the run's `outputs_valid` check, which the UI plots over runs.
+    warm_up: `warm_up(ScriptContext)` loads what `function` needs (the resolver of skill_entities): a
+        run started ahead of its inputs calls it while it waits for them (`assets/batch_run.py`).
     """
 
     name: str
@@ -149,6 +151,7 @@ class UseCase:
     judge_rubric: Any = None  # a domain.quality.judge_rubric.Rubric (the language knows no quality logic)
     judge_calibration: Callable[[str, Callable[..., Any]], Any] | None = None
     public_gold: Any = None  # a domain.quality.gold.PublicGold
+    warm_up: Callable[[ScriptContext], object] | None = None
     subject: SubjectKind = field(kw_only=True)
 
     def __post_init__(self) -> None:

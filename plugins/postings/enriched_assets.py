@@ -10,10 +10,8 @@ documented in docs/outputs.md.
 
 from collections.abc import Iterator, Sequence
 from datetime import UTC
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 from dagster import (
     AssetExecutionContext,
     AssetKey,
@@ -28,17 +26,13 @@ from dagster import (
 from sqlalchemy import func, select
 
 from appdb.models import UseCaseOutput
-from plugins.postings.store.enriched_postings import (
-    COLUMN_DESCRIPTIONS,
-    CONCEPTS_SCHEMA,
-    ENRICHED_SCHEMA,
-    OUTPUT_PREFIXES,
-    SCHEMA_VERSION,
-    concept_rows,
-    iter_enriched_tables,
-)
+from plugins.postings.store.enriched_columns import OUTPUT_PREFIXES, SCHEMA_VERSION
 from resources.app_database import AppDatabase
 from resources.parquet_io_manager import ParquetIOManager, TableChunks
+
+if TYPE_CHECKING:  # pyarrow (and the Arrow schemas) in the output assets' runs only, not in every run
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
 PARQUET_IO_MANAGER = "parquet_io_manager"
 OUTPUTS_GROUP = "outputs"
@@ -86,6 +80,8 @@ def build_output_assets(use_case_names: Sequence[str]) -> list[AssetsDefinition]
             context.add_output_metadata(
                 {"latest_output_at": MetadataValue.timestamp(latest.replace(tzinfo=UTC))}
             )
+        from plugins.postings.store.enriched_postings import COLUMN_DESCRIPTIONS, ENRICHED_SCHEMA
+
         return TableChunks(ENRICHED_SCHEMA, _enriched_chunks(app_db), COLUMN_DESCRIPTIONS)
 
     @asset(
@@ -100,6 +96,10 @@ def build_output_assets(use_case_names: Sequence[str]) -> list[AssetsDefinition]
     def posting_concepts(context: AssetExecutionContext) -> TableChunks:
         """One row per (posting, resolved skill mention): `enriched_postings.concepts`, long, read from
         its Parquet file chunk by chunk."""
+        import pyarrow.parquet as pq
+
+        from plugins.postings.store.enriched_postings import COLUMN_DESCRIPTIONS, CONCEPTS_SCHEMA
+
         manager: ParquetIOManager = getattr(context.resources, PARQUET_IO_MANAGER)
         source = pq.ParquetFile(manager.path_for(["enriched_postings"]))
         return TableChunks(CONCEPTS_SCHEMA, _concept_chunks(source), COLUMN_DESCRIPTIONS)
@@ -110,7 +110,8 @@ def build_output_assets(use_case_names: Sequence[str]) -> list[AssetsDefinition]
         automation_condition=AutomationCondition.eager(),
         kinds={"pandas"},
     )
-    def skill_demand(context: AssetExecutionContext, posting_concepts: pd.DataFrame) -> pd.DataFrame:
+    # DataFrames in and out (the Parquet IO manager's); not annotated so, or every run would import pandas
+    def skill_demand(context: AssetExecutionContext, posting_concepts: Any) -> Any:
         """How many postings ask for each concept, per week (of posted_at; of the resolution when a
         posting has no date): what an analyst builds on `posting_concepts`."""
         demand = weekly_concept_demand(posting_concepts)
@@ -132,7 +133,7 @@ def build_output_assets(use_case_names: Sequence[str]) -> list[AssetsDefinition]
     return [enriched_postings, posting_concepts, skill_demand]
 
 
-def weekly_concept_demand(concepts: pd.DataFrame) -> pd.DataFrame:
+def weekly_concept_demand(concepts: Any) -> Any:
     """Postings per (week, concept), unmatched mentions left out; a week is its Monday (UTC)."""
     matched = concepts[concepts["concept_uri"].notna()].copy()
     when = matched["posted_at"].fillna(matched["concepts_updated_at"])
@@ -145,11 +146,17 @@ def weekly_concept_demand(concepts: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def _enriched_chunks(app_db: AppDatabase) -> Iterator[pa.Table]:
+def _enriched_chunks(app_db: AppDatabase) -> "Iterator[pa.Table]":
+    from plugins.postings.store.enriched_postings import iter_enriched_tables
+
     with app_db.session() as session:
         yield from iter_enriched_tables(session, chunk_size=READ_CHUNK)
 
 
-def _concept_chunks(source: pq.ParquetFile) -> Iterator[pa.Table]:
+def _concept_chunks(source: "pq.ParquetFile") -> "Iterator[pa.Table]":
+    import pyarrow as pa
+
+    from plugins.postings.store.enriched_postings import concept_rows
+
     for batch in source.iter_batches(batch_size=READ_CHUNK):
         yield concept_rows(pa.Table.from_batches([batch]))

@@ -328,3 +328,138 @@ def test_resolution_waits_for_a_batch_while_upstream_still_writes_skills(pipelin
     started = tick()
     assert isinstance(started, SensorResult) and len(started.run_requests) == 1
     assert len(tick(in_twos).run_requests) == 3  # upstream ended: the odd one goes too
+
+
+def test_a_resolution_run_starts_while_an_upstream_run_is_making_the_skills(pipeline) -> None:
+    """With runs going on, the resolution sensor does not wait for the first skills to be stored (then
+    the run's process start and the resolver's load would trail every posting): once an upstream run
+    has claimed skills to make, it starts one run, over that run's postings; no more while it goes,
+    none while no upstream run goes (a paused upstream) or none has taken up the work yet, and it looks
+    again on its next tick even when nothing changed in the database."""
+    from dagster import DagsterRunStatus, SensorResult, SkipReason, build_sensor_context
+    from dagster._core.test_utils import create_run_for_test
+
+    from appdb import claims
+    from assets.run_tags import CONTINUE_TAG, partition_range_tags
+    from sensors.discovery_sensor import build_discovery_sensor
+
+    defs, groups, instance, url = pipeline
+    llm_group, entities = groups
+    assert load_reference_data(defs, instance)
+    sensor = build_discovery_sensor(entities, groups=groups, continue_seconds=600)
+    cursor: list[str | None] = [None]
+
+    def tick():  # noqa: ANN202
+        context = build_sensor_context(
+            instance=instance, resources={"app_db": AppDatabase(url=url)}, cursor=cursor[0]
+        )
+        result = sensor(context)
+        cursor[0] = result.cursor if isinstance(result, SensorResult) else context.cursor
+        return result
+
+    idle = tick()  # skills to make, but no run makes them
+    assert isinstance(idle, SkipReason)
+    upstream = create_run_for_test(
+        instance,
+        job_name=llm_group.job.name,
+        status=DagsterRunStatus.STARTED,
+        tags=partition_range_tags("p-1", "p-3"),
+    )
+    not_yet = tick()  # the database did not change since the last tick: it looks all the same
+    assert isinstance(not_yet, SkipReason) and "no run has taken up yet" in not_yet.skip_message
+    with session_scope(url) as session:  # the upstream run claims its batch
+        assert claims.claim_items(session, "posting_skills", ["p-1", "p-2"], upstream.run_id)
+    ahead = tick()
+    assert isinstance(ahead, SensorResult) and len(ahead.run_requests) == 1
+    [request] = ahead.run_requests
+    assert request.tags[CONTINUE_TAG] == "600"
+    assert (request.tags[ASSET_PARTITION_RANGE_START_TAG], request.tags[ASSET_PARTITION_RANGE_END_TAG]) == (
+        "p-1",
+        "p-3",
+    )
+    own = create_run_for_test(instance, job_name=entities.job.name, status=DagsterRunStatus.STARTED)
+    assert isinstance(tick(), SkipReason)  # its run waits for the skills: no second one
+    instance.report_run_canceled(instance.get_run_by_id(own.run_id))
+    instance.report_run_canceled(instance.get_run_by_id(upstream.run_id))
+    with session_scope(url) as session:
+        claims.release_items(session, "posting_skills", ["p-1", "p-2"], upstream.run_id)
+    assert isinstance(tick(), SkipReason)  # work left, no upstream run going: nothing
+    run_pending(defs, [llm_group], instance, AppDatabase(url=url), source="test")  # every skill written
+    ready = tick()  # the usual way now: a run for the postings with skills
+    assert isinstance(ready, SensorResult) and len(ready.run_requests) == 1
+    assert ready.run_requests[0].tags[ASSET_PARTITION_RANGE_START_TAG] == "p-1"
+
+
+def test_a_resolution_run_started_ahead_of_the_skills_resolves_them_as_they_are_written(
+    pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run the sensor starts before any skills exist waits for them, past its idle limit while a
+    running run holds them, loads the resolver meanwhile, and resolves every posting as the skills come;
+    then, nothing more coming, it ends."""
+    import threading
+    import time
+
+    from appdb import claims
+    from assets import batch_run
+    from assets.run_tags import CONTINUE_TAG, partition_range_tags
+
+    defs, groups, instance, url = pipeline
+    llm_group, _ = groups
+    assert load_reference_data(defs, instance)
+    keys = [posting["key"] for posting in POSTINGS]
+    instance.add_dynamic_partitions("postings", keys)
+    monkeypatch.setattr(batch_run, "CONTINUE_IDLE_SECONDS", 0.5)
+    monkeypatch.setattr(batch_run, "CONTINUE_POLL_SECONDS", 0.1)
+    with session_scope(url) as session:  # an upstream run is making them
+        assert claims.claim_items(session, "posting_skills", keys, "upstream-run") == keys
+    job = defs.resolve_job_def("skill_entities_batch_job")
+    outcome: dict[str, Any] = {}
+    follower = threading.Thread(
+        target=lambda: outcome.update(
+            result=job.execute_in_process(
+                instance=instance, tags={**partition_range_tags("p-1", "p-3"), CONTINUE_TAG: "120"}
+            )
+        )
+    )
+    follower.start()
+    time.sleep(3)  # six times its idle limit, the skills still held
+    assert follower.is_alive()
+    # released, they wait unclaimed for the next upstream run: its usual limit covers that run's start
+    monkeypatch.setattr(batch_run, "CONTINUE_IDLE_SECONDS", 60.0)
+    with session_scope(url) as session:
+        claims.release_items(session, "posting_skills", keys, "upstream-run")
+    run_pending(defs, [llm_group], instance, AppDatabase(url=url), source="test")  # the skills written
+    follower.join(timeout=120)
+    assert not follower.is_alive()
+    result = outcome["result"]
+    assert result.success
+    with session_scope(url) as session:
+        made_by = dict(
+            session.execute(
+                select(UseCaseOutput.subject_key, UseCaseOutput.run_id).where(
+                    UseCaseOutput.use_case == "skill_entities"
+                )
+            ).all()
+        )
+    assert made_by == dict.fromkeys(keys, result.run_id)  # every posting, by the run started ahead
+    messages = [record.user_message for record in instance.all_logs(result.run_id) if record.user_message]
+    assert any("warmed up while waiting for inputs" in message for message in messages)
+
+
+def test_a_run_ahead_of_its_inputs_ends_at_once_when_none_are_coming(pipeline) -> None:
+    """No skills to make and none being made: the resolution run finds no work and ends promptly."""
+    import time
+
+    from assets.run_tags import CONTINUE_TAG, partition_range_tags
+
+    defs, groups, instance, url = pipeline
+    llm_group, _ = groups
+    assert load_reference_data(defs, instance)
+    run_pending(defs, groups, instance, AppDatabase(url=url), source="test")  # everything current
+    instance.add_dynamic_partitions("postings", [posting["key"] for posting in POSTINGS])
+    started = time.monotonic()
+    result = defs.resolve_job_def("skill_entities_batch_job").execute_in_process(
+        instance=instance, tags={**partition_range_tags("p-1", "p-3"), CONTINUE_TAG: "600"}
+    )
+    assert result.success and time.monotonic() - started < 30
+    assert not result.get_asset_materialization_events()

@@ -15,9 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import pyarrow as pa
 from sqlalchemy import and_, or_, select
 from sqlalchemy.orm import Session
@@ -25,20 +24,11 @@ from sqlalchemy.orm import Session
 from appdb import discovery
 from appdb.discovery import WorkSpec
 from appdb.models import UseCaseOutput
+from plugins.postings.store.enriched_columns import OUTPUT_PREFIXES, SCHEMA_VERSION
 from plugins.postings.store.tables import Posting
-
-SCHEMA_VERSION = "1"
-"""The version of the enriched postings' columns (docs/outputs.md); written into every export."""
 
 DEFAULT_CHUNK_SIZE = 5_000
 """Postings per chunk: ~10 MB of Python objects per chunk with the shipped outputs."""
-
-# The use cases whose outputs the table holds, and the prefix of their columns.
-OUTPUT_PREFIXES: dict[str, str] = {
-    "posting_summary": "summary",
-    "posting_skills": "skills",
-    "skill_entities": "concepts",
-}
 
 _TIME = pa.timestamp("us", tz="UTC")
 SKILL_TYPE = pa.struct(
@@ -60,6 +50,9 @@ CONCEPT_TYPE = pa.struct(
         ("confidence", pa.float64()),
     ]
 )
+
+if TYPE_CHECKING:  # DataFrames for readers; runs (which import this module) need no pandas
+    import pandas as pd
 
 
 def _provenance(prefix: str) -> list[pa.Field]:

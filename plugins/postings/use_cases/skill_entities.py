@@ -85,6 +85,12 @@ def _resolved_entities(inputs: Mapping[str, Any], context: ScriptContext) -> lis
     return entities
 
 
+def load_resolver(context: ScriptContext) -> None:
+    """The resolver over the loaded taxonomy, built ahead of the first posting (`UseCase.warm_up`)."""
+    with context.app_db.session() as session:
+        context.resources.taxonomy.resolver(session)
+
+
 def resolution_entity(resolution: Resolution, source_mention: str, kind: str) -> dict[str, Any]:
     """One resolved part of a mention, as the output stores it."""
     entity = {
@@ -191,6 +197,7 @@ SKILL_ENTITIES = UseCase(
     version="2026-11-27.1",  # the linker retrained without benchmark-derived data (issue 43)
     description="Each skill mention resolved to a taxonomy concept (exact, alt label, fuzzy, semantic).",
     function=resolve_skill_mentions,
+    warm_up=load_resolver,  # a run started before the first skills loads it while they are made
     resources=("taxonomy",),
     upstream=("posting_skills",),
     reference_inputs=(TAXONOMY_REFERENCE,),
