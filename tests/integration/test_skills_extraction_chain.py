@@ -113,10 +113,10 @@ def test_a_posting_of_soft_skills_gets_them_and_not_the_plain_words_around_them(
     assert result.success
     skills = _outputs(sqlite_url)["c-1"]["skills"]
     mentions = {s["mention"] for s in skills}
-    # The context tagger finds "kind" and "patient manner" (2 mentions, so the fallback runs); it believes
-    # "reliability" (0.39) and "driving licence" (0.18) too little for the fallback's 0.5: missed, and said
-    # so in docs/skill-extraction.md. "access" (0.09) stays out.
-    assert "patient manner" in mentions
+    # The context tagger finds the manner ("patient manner" with one head, "kind and patient manner" as one
+    # span with the five-head ensemble); it believes "reliability" and "driving licence" too little for
+    # the fallback's 0.5: missed, and said so in docs/skill-extraction.md. "access" stays out.
+    assert any(mention.endswith("patient manner") for mention in mentions), mentions
     assert "access" not in mentions
     for skill in skills:
         assert care[skill["field"]][skill["start"] : skill["end"]] == skill["mention"]
