@@ -272,6 +272,15 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     return results, render_markdown(results, list(extractors), args.extractor or "no_extractor")
 
 
+def _reporting(systems: dict[str, Any], results: dict[str, Any], figure: str) -> dict[str, Any]:
+    """The linkers (systems and ablation variants) whose TECH results carry `figure`."""
+    return {
+        name: entry
+        for name, entry in {**systems, **results.get("ablation", {})}.items()
+        if figure in entry.get("tech", {})
+    }
+
+
 def render_markdown(results: dict[str, Any], extractors: list[str], end_to_end: str = "no_extractor") -> str:
     systems = results["systems"]
     lines = [
@@ -384,11 +393,7 @@ def render_markdown(results: dict[str, Any], extractors: list[str], end_to_end: 
                 f"{i['seconds_per_query']:.4f} | "
                 f"{i['exact_seconds_per_query']:.4f} |"
             )
-    recalls = {
-        name: entry
-        for name, entry in {**systems, **results.get("ablation", {})}.items()
-        if "candidate_recall" in entry.get("tech", {})
-    }
+    recalls = _reporting(systems, results, "candidate_recall")
     if recalls:
         lines += [
             "",
@@ -404,11 +409,7 @@ def render_markdown(results: dict[str, Any], extractors: list[str], end_to_end: 
                 for name, e in recalls.items()
             ),
         ]
-    linkers = {
-        name: entry
-        for name, entry in {**systems, **results.get("ablation", {})}.items()
-        if "seen_in_training" in entry.get("tech", {})
-    }
+    linkers = _reporting(systems, results, "seen_in_training")
     if linkers:
         lines += [
             "",
