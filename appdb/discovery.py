@@ -8,7 +8,7 @@ why an existing output is not current, for `pipeline reprocess --stale` and `pip
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -253,6 +253,15 @@ def work_held(session: Session, spec: WorkSpec) -> bool:
 def work_unclaimed(session: Session, spec: WorkSpec) -> bool:
     """Whether this use case has a subject to do that no run has claimed yet."""
     return session.scalar(pending_work_query(spec).limit(1)) is not None
+
+
+def upstream_work(session: Session, specs: Iterable[WorkSpec]) -> tuple[bool, bool]:
+    """Whether any of these use cases has subjects being made (a live claim), and whether any has
+    subjects being made or still to make: what a reader's sensor and its waiting run ask of their
+    upstream (`sensors/discovery_sensor.py`, `assets/batch_run.py`)."""
+    specs = list(specs)
+    being_made = any(work_held(session, spec) for spec in specs)
+    return being_made, being_made or any(work_unclaimed(session, spec) for spec in specs)
 
 
 def _keys_joining_as_written(session: Session, query: Select) -> list[str]:

@@ -159,12 +159,7 @@ def next_batch(run: BatchRun, spec: discovery.WorkSpec, until: float) -> list[st
         if not follows_upstream:
             return []
         with run.app_db.session() as session:
-            being_made = any(
-                discovery.work_held(session, upstream) for upstream in spec.upstream_specs.values()
-            )
-            coming = being_made or any(
-                discovery.work_unclaimed(session, upstream) for upstream in spec.upstream_specs.values()
-            )
+            being_made, coming = discovery.upstream_work(session, spec.upstream_specs.values())
         if being_made:
             idle_since = time.monotonic()
         if not coming or time.monotonic() - idle_since > CONTINUE_IDLE_SECONDS:

@@ -282,7 +282,7 @@ def discover(context: SensorEvaluationContext, app_db: AppDatabase, scope: Disco
         plan = plan_runs(session, context.instance, group, spread=len(open_hosts))
         # a follower with nothing of its own to do looks again while its upstream has work to make
         being_made, upstream = (
-            upstream_work(session, scope.feeder_specs)
+            discovery.upstream_work(session, scope.feeder_specs)
             if scope.follows and not plan.pending
             else (False, False)
         )
@@ -372,13 +372,6 @@ def _while_runs_go_on(
     )
     context.log.info(waiting)
     return requests[:room], waiting
-
-
-def upstream_work(session: Session, specs: Sequence[discovery.WorkSpec]) -> tuple[bool, bool]:
-    """Whether any of these use cases has subjects being made (a live claim), and whether any has
-    subjects being made or still to make."""
-    being_made = any(discovery.work_held(session, spec) for spec in specs)
-    return being_made, being_made or any(discovery.work_unclaimed(session, spec) for spec in specs)
 
 
 def _ahead_of_upstream(
