@@ -16,6 +16,9 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
+from typing import Any
+
+from sqlalchemy.exc import SQLAlchemyError
 
 from assets.batch_state import BatchRun
 
@@ -28,6 +31,22 @@ def host_pool(url: str) -> str:
     return f"{HOST_POOL_PREFIX}{url}"
 
 
+def ensure_host_pool(storage: Any, pool: str) -> None:
+    """Give a host's pool its turns the first time any run sends to it.
+
+    Runs starting at once on a fresh PostgreSQL storage each found no row and inserted it; all but one
+    failed on the unique key (`UniqueViolation ... concurrency_limits_concurrency_key_key`) and took
+    their run down. The row another run wrote is all that is needed, so only a row still missing is
+    an error."""
+    if pool in storage.get_concurrency_keys():
+        return
+    try:
+        storage.set_concurrency_slots(pool, HOST_TURNS)
+    except SQLAlchemyError:
+        if pool not in storage.get_concurrency_keys():
+            raise
+
+
 @contextlib.contextmanager
 def host_turn(run: BatchRun) -> Iterator[None]:
     """Hold one of the host's turns while the body sends this step's requests (no-op without a host)."""
@@ -37,8 +56,7 @@ def host_turn(run: BatchRun) -> Iterator[None]:
         yield
         return
     pool, step = host_pool(host.label), run.use_case.name
-    if pool not in storage.get_concurrency_keys():
-        storage.set_concurrency_slots(pool, HOST_TURNS)
+    ensure_host_pool(storage, pool)
     started = time.monotonic()
     while not storage.claim_concurrency_slot(pool, run.run_id, step).is_claimed:
         run.renew_claims_if_due()

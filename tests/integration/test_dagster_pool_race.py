@@ -50,6 +50,37 @@ def _first_step_claims_the_pool(home: str, start: multiprocessing.synchronize.Ba
             out.put(f"failed: {type(error).__name__}: {str(error).splitlines()[0]}")
 
 
+def _first_step_takes_a_host_turn(home: str, start: multiprocessing.synchronize.Barrier, out) -> None:  # noqa: ANN001
+    """What a run's first step at a host does with the host's pool, at the same moment as others."""
+    os.environ["DAGSTER_HOME"] = home
+    from dagster import DagsterInstance
+
+    from assets.host_turns import ensure_host_pool, host_pool
+
+    with DagsterInstance.get() as instance:
+        storage, pool = instance.event_log_storage, host_pool("http://127.0.0.1:11434")
+        start.wait()
+        try:
+            ensure_host_pool(storage, pool)
+            status = storage.claim_concurrency_slot(pool, str(uuid.uuid4()), "posting_summary")
+            out.put(f"claimed: {status.slot_status.value}")
+        except Exception as error:  # noqa: BLE001 - reported to the test
+            out.put(f"failed: {type(error).__name__}: {str(error).splitlines()[0]}")
+
+
+def _at_once(home: Path, target) -> list[str]:  # noqa: ANN001
+    """`target` in RUNS_AT_ONCE processes released together; what each reported."""
+    spawn = multiprocessing.get_context("spawn")
+    start, out = spawn.Barrier(RUNS_AT_ONCE), spawn.Queue()
+    runs = [spawn.Process(target=target, args=(str(home), start, out)) for _ in range(RUNS_AT_ONCE)]
+    for run in runs:
+        run.start()
+    outcomes = sorted(out.get(timeout=300) for _ in runs)  # a hang guard: each takes a few seconds
+    for run in runs:
+        run.join(timeout=60)
+    return outcomes
+
+
 @pytest.mark.parametrize("storage", ["stock", "pooled"])
 def test_three_first_runs_at_once_on_a_fresh_postgres_storage_all_get_the_pool(
     storage: str, postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -58,18 +89,35 @@ def test_three_first_runs_at_once_on_a_fresh_postgres_storage_all_get_the_pool(
     monkeypatch.setenv("PIPELINE_DAGSTER_POSTGRES_URL", postgres_url)
     settings = Settings.from_env().changed(dagster_home=tmp_path / "home", dagster_storage=storage)
     home = ensure_dagster_home(replace(settings, dagster_postgres_url=postgres_url))
-    spawn = multiprocessing.get_context("spawn")
-    start, out = spawn.Barrier(RUNS_AT_ONCE), spawn.Queue()
-    runs = [
-        spawn.Process(target=_first_step_claims_the_pool, args=(str(home), start, out))
-        for _ in range(RUNS_AT_ONCE)
-    ]
-    for run in runs:
-        run.start()
-    outcomes = sorted(out.get(timeout=300) for _ in runs)  # a hang guard: each takes a few seconds
-    for run in runs:
-        run.join(timeout=60)
+    outcomes = _at_once(home, _first_step_claims_the_pool)
     assert all(outcome.startswith("claimed:") for outcome in outcomes), outcomes
+
+
+def test_three_first_steps_at_one_host_at_once_on_a_fresh_postgres_storage_all_take_a_turn(
+    postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host's pool (`assets/host_turns.py`) is written by the first step that sends to it: three at
+    once each inserted it and two runs failed on its unique key (seen in CI as `UniqueViolation ...
+    concurrency_limits_concurrency_key_key` in `pipeline run`). Now none fails and the pool has its
+    HOST_TURNS slots. (Which of the three get a turn is Dagster's: on PostgreSQL its claim selects a
+    free slot `FOR UPDATE SKIP LOCKED` outside a transaction, so two claims at the same instant can
+    both get the same slot, seen 3 times in 10; a turn is pacing, not a limit the server relies on.)"""
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "unused"))
+    monkeypatch.setenv("PIPELINE_DAGSTER_POSTGRES_URL", postgres_url)
+    settings = Settings.from_env().changed(dagster_home=tmp_path / "home")
+    home = ensure_dagster_home(replace(settings, dagster_postgres_url=postgres_url))
+    outcomes = _at_once(home, _first_step_takes_a_host_turn)
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    from dagster import DagsterInstance
+
+    from assets.host_turns import HOST_TURNS, host_pool
+
+    with DagsterInstance.get() as instance:
+        slots = instance.event_log_storage.get_concurrency_info(
+            host_pool("http://127.0.0.1:11434")
+        ).slot_count
+    assert all(outcome.startswith("claimed:") for outcome in outcomes), outcomes
+    assert slots == HOST_TURNS
 
 
 def _pool_rows(url: str) -> list[str]:
