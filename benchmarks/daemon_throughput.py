@@ -2,7 +2,7 @@
 
     python -m benchmarks.daemon_throughput [--postings 1000] [--latency-ms 100] [--parallel 4]
         [--hosts 1] [--dagster-storage sqlite,postgres] [--kill-host-after SECONDS]
-        [--project-root DIR] [--label NAME] [--no-floor]
+        [--project-root DIR] [--label NAME] [--no-floor | --floor-postings N] [--retire]
 
 What users run: `pipeline ui` (dagster dev: the daemon's sensors, its run queue, runs launched as
 subprocesses) against `benchmarks.simulated_ollama` servers (one process each, `--latency-ms` per
@@ -22,7 +22,12 @@ same prompts through the same LLM resource to the same server, the tagger and th
 posting, the outputs parsed and checked, nothing stored) in one plain loop in this process, after the
 path's run in the same invocation; `ratio to floor` = the path's CPU per posting / the loop's (1.0:
 orchestration costs nothing). Also when each use case's first and last outputs came, and how far each
-use case trails its upstream (skill entities behind their posting's skills). `--no-floor` skips it.
+use case trails its upstream (skill entities behind their posting's skills). `--no-floor` skips it;
+`--floor-postings N` runs the loop over the first N postings only (the floor is a cost a posting,
+which does not grow with the count; at 100,000 the whole loop would take half an hour of one core).
+
+`--retire` runs `pipeline retire` over every finished posting once `pipeline ui` has stopped (what
+an operator does at a large partition count): its time, CPU and the partitions it deleted.
 
 `--project-root` runs another checkout (e.g. a `git worktree` of an older commit) with this
 benchmark and this simulated server, so before and after are measured by the same command.
@@ -47,7 +52,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
-from datetime import UTC
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -319,8 +324,8 @@ def asset_page_timing(ui: Any, asset: str) -> dict[str, Any]:
     }
 
 
-def _pipeline(project_root: Path, env: dict[str, str], *command: str, python: str = sys.executable) -> None:
-    """One `pipeline` command of the checkout under test; its output in the error if it fails."""
+def _pipeline(project_root: Path, env: dict[str, str], *command: str, python: str = sys.executable) -> str:
+    """One `pipeline` command of the checkout under test: its output, or an error with it if it fails."""
     done = subprocess.run(
         [python, "-m", "pipeline_defs.cli.main", *command],
         cwd=project_root,
@@ -330,6 +335,27 @@ def _pipeline(project_root: Path, env: dict[str, str], *command: str, python: st
     )
     if done.returncode:
         raise RuntimeError(f"`pipeline {' '.join(command)}` failed:\n{done.stdout}\n{done.stderr}")
+    return done.stdout
+
+
+def retire_finished(
+    project_root: Path, env: dict[str, str], work: Path, app_url: str, dagster_url: str | None
+) -> dict[str, Any]:
+    """`pipeline retire` over every posting finished by now: wall and CPU seconds, what it printed,
+    and Dagster's storage before and after (PostgreSQL keeps freed pages until a VACUUM FULL)."""
+    before = storage_bytes(work, app_url, dagster_url)["dagster"]
+    tomorrow = (datetime.now(UTC) + timedelta(days=1)).date().isoformat()
+    cpu_before, started = _children_cpu_seconds(), time.perf_counter()
+    printed = _pipeline(project_root, env, "retire", "--finished-before", tomorrow)
+    return {
+        "seconds": round(time.perf_counter() - started, 1),
+        "cpu_seconds": round(_children_cpu_seconds() - cpu_before, 1),
+        "printed": printed.strip().splitlines(),
+        "dagster_storage_mb_before_after": [
+            round(before / 2**20, 1),
+            round(storage_bytes(work, app_url, dagster_url)["dagster"] / 2**20, 1),
+        ],
+    }
 
 
 def idle_gaps(intervals: list[tuple[float, float]]) -> list[float]:
@@ -398,6 +424,8 @@ def measure(args: argparse.Namespace, storage: str) -> dict[str, Any]:
         orphans_reaped = reap_orphans()
         # the kernel's count of every reaped process of `pipeline ui`, start-up and shut-down included
         ui_lifetime_cpu = _children_cpu_seconds() - children_before_ui - ingest_cpu
+        if args.retire:
+            retired = retire_finished(args.project_root, env, work, app_url, dagster_url)
         if args.keep_log is not None:
             args.keep_log.mkdir(parents=True, exist_ok=True)
             kept = args.keep_log / f"dagster_dev-{storage}-{int(ingested)}.log"
@@ -421,8 +449,12 @@ def measure(args: argparse.Namespace, storage: str) -> dict[str, Any]:
             result["cpu"].pop("run_workers"), all_runs
         )
         result["load_average"] = os.getloadavg()
+        if args.retire:
+            result["retire"] = retired
         if not args.no_floor:
-            result["floor"] = plain_loop_floor(env, rows, app_url)
+            sample = rows[: args.floor_postings] if args.floor_postings else rows
+            result["floor"] = plain_loop_floor(env, sample, app_url)
+            result["floor"]["postings"] = len(sample)
             if result["cpu"]["path_cpu_seconds_per_posting"] and result["floor"]["cpu_seconds_per_posting"]:
                 result["cpu"]["ratio_to_floor"] = round(
                     result["cpu"]["path_cpu_seconds_per_posting"]
@@ -1029,7 +1061,11 @@ def _by_kind_table(rows: list[dict[str, Any]]) -> str:
             *(cpu["cpu_seconds_per_posting_by_kind"].get(kind, 0.0) for kind in kinds),
             round(cpu["between_samples_cpu_seconds"] / postings, 4),
             *(
-                round(floor.get("by_use_case", {}).get(name, {}).get("cpu_seconds", 0.0) / postings, 4)
+                round(
+                    floor.get("by_use_case", {}).get(name, {}).get("cpu_seconds", 0.0)
+                    / floor.get("postings", postings),
+                    4,
+                )
                 for name in use_cases
             ),
             floor.get("cpu_seconds_per_posting"),
@@ -1053,8 +1089,9 @@ def _footprint_table(rows: list[dict[str, Any]]) -> str:
         "",
         "| label | storage | postings | "
         + " | ".join(f"peak MB: {kind}" for kind in kinds)
-        + " | Dagster storage growth MB | app DB growth MB | asset page: partitions / s / KB |",
-        "|" + "---|" * (6 + len(kinds)),
+        + " | Dagster storage growth MB | app DB growth MB | asset page: partitions / s / KB "
+        + "| `pipeline retire`: s / CPU s / Dagster MB before, after |",
+        "|" + "---|" * (7 + len(kinds)),
     ]
     for row in measured:
         growth, page = row.get("storage_growth_mb") or {}, row.get("asset_page") or {}
@@ -1067,9 +1104,17 @@ def _footprint_table(rows: list[dict[str, Any]]) -> str:
             growth.get("app_db"),
             page.get("error")
             or f"{page.get('partitions')} / {page.get('median_seconds')} / {page.get('answer_kb')}",
+            _retire_cell(row.get("retire")),
         ]
         lines.append("| " + " | ".join(str(cell) for cell in cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _retire_cell(retire: dict[str, Any] | None) -> str:
+    if not retire:
+        return ""
+    before, after = retire["dagster_storage_mb_before_after"]
+    return f"{retire['seconds']} / {retire['cpu_seconds']} / {before}, {after}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1092,6 +1137,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep-log", type=Path, default=None, help="copy each dagster dev log here")
     parser.add_argument(
         "--no-floor", action="store_true", help="skip the plain loop of the same work (the CPU floor)"
+    )
+    parser.add_argument(
+        "--retire", action="store_true", help="then `pipeline retire` every finished posting, timed"
+    )
+    parser.add_argument(
+        "--floor-postings",
+        type=int,
+        default=None,
+        help="measure the floor on the first N postings only (its figure is per posting)",
     )
     args = parser.parse_args(argv)
     args.project_root = args.project_root.resolve()
