@@ -26,7 +26,7 @@ from dagster import (
 from sqlalchemy.orm import Session
 
 from appdb import discovery, retention
-from assets.partitions import partitions_for
+from assets.partitions import delete_partitions, partitions_for
 from resources.app_database import AppDatabase
 
 RETIRE_CHUNK = 1000
@@ -47,12 +47,7 @@ def retirable(session: Session, specs: Sequence[discovery.WorkSpec], before: dat
 
 def retire_partitions(instance: DagsterInstance, kind: str, keys: Sequence[str]) -> int:
     """Delete the partitions of `kind` among `keys`; returns how many there were."""
-    name = partitions_for(kind).name
-    known = set(instance.get_dynamic_partitions(name))
-    doomed = [key for key in keys if key in known]
-    for key in doomed:
-        instance.delete_dynamic_partition(name, key)
-    return len(doomed)
+    return delete_partitions(instance, partitions_for(kind).name, keys)
 
 
 def build_retirement(

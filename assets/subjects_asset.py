@@ -3,7 +3,7 @@ The subjects themselves come from the plugin's ingest or scan (`pipeline autodo 
 
 from dagster import AssetExecutionContext, AssetsDefinition, MaterializeResult, asset
 
-from assets.partitions import partitions_for
+from assets.partitions import add_partitions, partitions_for
 from domain.language.subject_kinds import SubjectKind
 from resources.app_database import AppDatabase
 
@@ -16,8 +16,7 @@ def build_subject_asset(kind: SubjectKind, description: str) -> AssetsDefinition
         partitions = partitions_for(kind.name)
         known = set(context.instance.get_dynamic_partitions(partitions.name))
         new = [key for key in keys if key not in known]
-        if new:
-            context.instance.add_dynamic_partitions(partitions.name, new)
+        add_partitions(context.instance, partitions.name, new)
         return MaterializeResult(metadata={f"total_{kind.name}": len(keys), "new_partitions": len(new)})
 
     return _subjects

@@ -34,7 +34,7 @@ from sqlalchemy.orm import Session
 
 from appdb import discovery, events, pauses
 from assets.factory import WorkGroup
-from assets.partitions import partition_positions, partitions_for
+from assets.partitions import add_partitions, partition_positions, partitions_for
 from assets.run_tags import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
@@ -317,15 +317,9 @@ def discover(context: SensorEvaluationContext, app_db: AppDatabase, scope: Disco
             count=len(plan.pending),
             detail={"by_use_case": plan.pending_by_use_case, "runs_requested": len(requests)},
         )
-    return SensorResult(
-        run_requests=requests,
-        dynamic_partitions_requests=(
-            [partitions_for(group.subject_kind).build_add_request(plan.new_partitions)]
-            if plan.new_partitions
-            else []
-        ),
-        cursor=cursor,
-    )
+    # added here, in bulk, not as the result's `dynamic_partitions_requests` (key by key in the daemon)
+    add_partitions(context.instance, partitions_for(group.subject_kind).name, plan.new_partitions)
+    return SensorResult(run_requests=requests, cursor=cursor)
 
 
 def _full_batches_while_upstream_writes(

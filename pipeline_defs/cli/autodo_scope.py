@@ -11,6 +11,7 @@ from dataclasses import replace
 from dagster import DagsterInstance
 
 from assets.factory import WorkGroup, build_work_groups
+from assets.partitions import add_partitions
 from assets.run_tags import SOURCE_TAG, partition_range_tags
 from pipeline_defs.cli.in_process_runs import QUIET_LOGS, run_pending
 from pipeline_defs.dagster_home import ensure_dagster_home
@@ -54,7 +55,7 @@ def _run_for_keys(
     defs, groups: Sequence[WorkGroup], instance: DagsterInstance, keys: Sequence[str], verbose: bool
 ):  # noqa: ANN001, ANN202
     known = set(instance.get_dynamic_partitions(KIND))
-    instance.add_dynamic_partitions(KIND, [key for key in keys if key not in known])
+    add_partitions(instance, KIND, [key for key in keys if key not in known])
     runs, failed = [], []
     for group in groups:  # upstream first: the context, then the scope
         job = defs.resolve_job_def(group.job.name)

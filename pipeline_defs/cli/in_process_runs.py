@@ -20,6 +20,7 @@ from dagster import DagsterInstance, Definitions, JobDefinition
 from appdb import pauses
 from appdb.models import utcnow
 from assets.factory import WorkGroup, build_work_groups
+from assets.partitions import add_partitions
 from assets.run_tags import SOURCE_TAG
 from pipeline_defs.cli.run_watch import RunWatch
 from pipeline_defs.dagster_home import ensure_dagster_home, ensure_pools
@@ -125,8 +126,7 @@ def _run_group(
     started = time.perf_counter()
     with app_db.session() as session:
         plan = plan_runs(session, instance, group)
-    if plan.new_partitions:
-        instance.add_dynamic_partitions(group.subject_kind, plan.new_partitions)
+    add_partitions(instance, group.subject_kind, plan.new_partitions)
     report = RunReport(group.name, group.use_case_names, pending_before=len(plan.pending))
     report.paused = plan.paused
     job = defs.resolve_job_def(group.job.name)

@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 
 from appdb import discovery
 from assets.factory import UseCaseDefinitions
-from assets.partitions import partitions_for
+from assets.partitions import add_partitions, partitions_for
 from assets.run_tags import REPROCESS_TAG, SOURCE_TAG, partition_range_tags
 from pipeline_defs.cli.in_process_runs import QUIET_LOGS, GroupTracker
 from resources.app_database import AppDatabase
@@ -102,9 +102,9 @@ def reprocess_stale(
             continue
         partitions = partitions_for(item.use_case.subject_kind).name
         known = instance.get_dynamic_partitions(partitions)
-        unknown = [key for key in stale.keys if key not in set(known)]
-        if unknown:
-            instance.add_dynamic_partitions(partitions, unknown)
+        known_set = set(known)  # once: not per key (100,000 stale keys would be 100,000 sets)
+        unknown = [key for key in stale.keys if key not in known_set]
+        add_partitions(instance, partitions, unknown)
         batches = plan_batches(stale.keys, stale.missing, [*known, *unknown], item.batch_size)
         if on_plan:
             on_plan(stale, len(batches))

@@ -66,8 +66,8 @@ def test_requests_batches_of_at_most_batch_size_in_partition_order(
     ]
     assert ranges == [("k-00", "k-02"), ("k-03", "k-05"), ("k-06", "k-06")]
     assert {r.tags[PRIORITY_TAG] for r in result.run_requests} == {str(POSTING_SUMMARY.priority)}
-    [add] = result.dynamic_partitions_requests
-    assert list(add.partition_keys) == [p["key"] for p in POSTINGS]
+    assert not result.dynamic_partitions_requests  # added by the tick itself, in bulk
+    assert list(dagster_instance.get_dynamic_partitions("postings")) == [p["key"] for p in POSTINGS]
     assert json.loads(result.cursor)["pending"] == 7
 
 
@@ -83,7 +83,7 @@ def test_postings_in_queued_or_running_runs_are_not_requested_again(
         (r.tags[ASSET_PARTITION_RANGE_START_TAG], r.tags[ASSET_PARTITION_RANGE_END_TAG])
         for r in result.run_requests
     ] == [("k-04", "k-06")]
-    assert not result.dynamic_partitions_requests
+    assert list(dagster_instance.get_dynamic_partitions("postings")) == [p["key"] for p in POSTINGS]
 
 
 def test_no_work_means_no_run_requests_and_an_unchanged_database_skips_the_query(
@@ -164,10 +164,8 @@ def test_runs_follow_dagsters_partition_order_when_partitions_were_added_out_of_
     _running_run(dagster_instance, summary, "k-06", "k-00")
     result, _ = _tick(summary, sqlite_url, dagster_instance)
 
-    [add] = result.dynamic_partitions_requests
-    assert list(add.partition_keys) == ["k-01", "k-02", "k-04", "k-05"]
-    dagster_instance.add_dynamic_partitions("postings", list(add.partition_keys))
     order = list(dagster_instance.get_dynamic_partitions("postings"))
+    assert order == ["k-06", "k-00", "k-03", "k-01", "k-02", "k-04", "k-05"]  # the new ones after
     covered = []
     for request in result.run_requests:
         first = order.index(request.tags[ASSET_PARTITION_RANGE_START_TAG])
