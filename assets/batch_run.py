@@ -142,6 +142,10 @@ def next_batch(run: BatchRun, spec: discovery.WorkSpec, until: float) -> list[st
     follows_upstream = bool(spec.upstream_specs) and not use_case.uses_llm
     marker, idle_since = None, time.monotonic()
     while time.monotonic() < until:
+        being_made = coming = False
+        if follows_upstream:  # asked before looking for work: upstream done now means written by then
+            with run.app_db.session() as session:
+                being_made, coming = discovery.upstream_work(session, spec.upstream_specs.values())
         with run.app_db.session() as session:
             now_marker = discovery.change_marker(session, spec.subjects)
             pending = discovery.find_pending_work(session, spec) if now_marker != marker else []
@@ -158,8 +162,6 @@ def next_batch(run: BatchRun, spec: discovery.WorkSpec, until: float) -> list[st
                 return held
         if not follows_upstream:
             return []
-        with run.app_db.session() as session:
-            being_made, coming = discovery.upstream_work(session, spec.upstream_specs.values())
         if being_made:
             idle_since = time.monotonic()
         if not coming or time.monotonic() - idle_since > CONTINUE_IDLE_SECONDS:
