@@ -443,7 +443,10 @@ def measure(args: argparse.Namespace, storage: str) -> dict[str, Any]:
         result.update(storage=storage, hosts=args.hosts, latency_ms=args.latency_ms, parallel=args.parallel)
         result["postings"] = args.postings
         result.update(_output_latencies(app_url, ingested))
-        result["cpu"] = _cpu_figures(tree, ui_lifetime_cpu, ingest_cpu, args.postings)
+        # a run cut short by --timeout: its CPU over the postings it finished (runs in flight add a little)
+        finished = args.postings if result["all_current_seconds"] else result["outputs"] / len(USE_CASES)
+        result["postings_finished"] = round(finished)
+        result["cpu"] = _cpu_figures(tree, ui_lifetime_cpu, ingest_cpu, max(finished, 1))
         result["cpu"]["orphans_reaped"] = orphans_reaped
         result["cpu"]["run_worker_cpu_by_job"] = run_worker_cpu_by_job(
             result["cpu"].pop("run_workers"), all_runs
