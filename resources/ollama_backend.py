@@ -26,6 +26,7 @@ import pydantic
 
 from domain.language.chat_prompts import CHAT_STYLE, COMPLETION_STYLE
 from domain.language.llm_types import BackendUnavailable, Generation, ItemError
+from resources.dropped_connections import once_more_if_dropped
 from resources.llm import LLMResource, ModelCheck
 from resources.llm_hosts import is_loopback_host
 
@@ -223,9 +224,10 @@ class OllamaResource(LLMResource):
             handle.generate(model=model, prompt="", keep_alive=0)
 
     def _call(self, model: str, request: Any, *, timeout_may_be_the_items_fault: bool = False) -> Any:
-        """Run one request, turning client errors into the engine's two kinds of failure."""
+        """Run one request (once more if its connection dropped while the server is up), turning client
+        errors into the engine's two kinds of failure."""
         try:
-            return request()
+            return once_more_if_dropped(request, self._server_answers)
         except ConnectionError as exc:
             raise BackendUnavailable(
                 f"cannot reach Ollama at {self.url} (model {model}): is `ollama serve` running there? ({exc})"

@@ -20,6 +20,7 @@ from pydantic import PrivateAttr
 
 from domain.language.chat_prompts import CHAT_STYLE
 from domain.language.llm_types import BackendUnavailable, Generation, ItemError
+from resources.dropped_connections import once_more_if_dropped
 from resources.llm import LLMResource, ModelCheck
 from resources.llm_hosts import is_loopback_host
 
@@ -205,7 +206,7 @@ class OpenAICompatibleResource(LLMResource):
         """Send one request; turn transport errors and error statuses into the engine's two kinds."""
         where = f"the OpenAI-compatible server at {self.url} (model {model})"
         try:
-            response = request()
+            response = request() if probe else once_more_if_dropped(request, self._answers)
         except httpx.TimeoutException as exc:
             if probe:
                 raise BackendUnavailable(

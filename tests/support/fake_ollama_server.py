@@ -4,8 +4,9 @@ model server must be reachable over HTTP, as a real Ollama would be.
 It speaks Ollama's /api/generate shapes (see tests/test_ollama_resource.py): an empty
 prompt loads the model; a prompt with the summary schema gets a summary naming the
 posting's title; one with the skills schema gets the known tool names found in the
-posting. Each generation takes `delay_seconds`; `hold()` makes every request wait
-until `release()`, so a test can look at the system while a run is inside a model
+posting. Each generation takes `delay_seconds`; `drop_next(n)` resets the connection of the next
+n generations instead of answering (a server or a proxy dropping a kept-alive connection); `hold()`
+makes every request wait until `release()`, so a test can look at the system while a run is inside a model
 call. The server records how many requests were in flight at once, so a test can see
 whether concurrent runs respected the `llm` concurrency pool.
 """
@@ -13,6 +14,8 @@ whether concurrent runs respected the `llm` concurrency pool.
 from __future__ import annotations
 
 import json
+import socket
+import struct
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -46,6 +49,7 @@ class FakeOllamaServer:
         self._lock = threading.Lock()
         self._released = threading.Event()
         self._released.set()
+        self._drops = 0
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="fake-ollama", daemon=True)
@@ -66,6 +70,19 @@ class FakeOllamaServer:
 
     def release(self) -> None:
         self._released.set()
+
+    def drop_next(self, count: int) -> None:
+        """Reset the connection of the next `count` generations (each still counted in `requests`)."""
+        with self._lock:
+            self._drops = count
+
+    def _take_drop(self, body: dict[str, Any]) -> bool:
+        with self._lock:
+            if not body.get("prompt") or self._drops <= 0:
+                return False
+            self._drops -= 1
+            self.requests.append(body)
+            return True
 
     def __enter__(self) -> FakeOllamaServer:
         self._thread.start()
@@ -126,6 +143,12 @@ class FakeOllamaServer:
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
+                if self.path == "/api/generate" and fake._take_drop(body):
+                    # SO_LINGER 0: close with a reset, as a dropped connection reaches the client
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    self.connection.close()
+                    self.close_connection = True
+                    return
                 self._reply(*fake.respond(self.path, body))
 
             def do_GET(self) -> None:  # noqa: N802
