@@ -160,11 +160,12 @@ def next_batch(run: BatchRun, spec: discovery.WorkSpec, until: float) -> list[st
                 )
             if held:
                 return held
+            marker = None  # found, none claimed (rows locked a moment, not partitions yet): look again
         if not follows_upstream:
             return []
         if being_made:
             idle_since = time.monotonic()
-        if not coming or time.monotonic() - idle_since > CONTINUE_IDLE_SECONDS:
+        if not (coming or pending) or time.monotonic() - idle_since > CONTINUE_IDLE_SECONDS:
             return []
         warm_up(run)
         time.sleep(CONTINUE_POLL_SECONDS)
