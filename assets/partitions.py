@@ -66,19 +66,19 @@ def add_partitions(instance: DagsterInstance, kind: str, keys: Sequence[str]) ->
 def delete_partitions(instance: DagsterInstance, kind: str, keys: Sequence[str]) -> int:
     """Delete the partitions of `kind` among `keys`, a statement per few thousand keys (Dagster's
     `delete_dynamic_partition` takes one key and a connection); how many there were."""
-    doomed = list(partition_positions(instance, keys, kind))
     storage = instance.event_log_storage
     if not hasattr(storage, "index_connection"):  # not a SQL storage: Dagster's way, key by key
+        doomed = list(partition_positions(instance, keys, kind))
         for key in doomed:
             instance.delete_dynamic_partition(kind, key)
         return len(doomed)
-    table = DynamicPartitionsTable
+    table, keys, deleted = DynamicPartitionsTable, list(keys), 0
     with storage.index_connection() as conn:
-        for start in range(0, len(doomed), _WRITE_CHUNK):
-            conn.execute(
+        for start in range(0, len(keys), _WRITE_CHUNK):
+            deleted += conn.execute(
                 delete(table).where(
                     table.c.partitions_def_name == kind,
-                    table.c.partition.in_(doomed[start : start + _WRITE_CHUNK]),
+                    table.c.partition.in_(keys[start : start + _WRITE_CHUNK]),
                 )
-            )  # committed as the connection closes (SQLite) or at once (PostgreSQL's autocommit)
-    return len(doomed)
+            ).rowcount  # committed as the connection closes (SQLite) or at once (PostgreSQL's autocommit)
+    return deleted
