@@ -464,7 +464,26 @@ def measure(args: argparse.Namespace, storage: str) -> dict[str, Any]:
                     / result["floor"]["cpu_seconds_per_posting"],
                     2,
                 )
+            if not result["all_current_seconds"]:
+                result["cpu"].update(_partial_ratio(result))
         return result
+
+
+def _partial_ratio(result: dict[str, Any]) -> dict[str, Any]:
+    """For a run cut short: the path's CPU against the floor's CPU for the outputs actually made, use
+    case by use case (summaries may run far ahead of skills, so outputs / 3 postings would undercount
+    the floor of the slow use case's work and flatter the ratio)."""
+    floor = result["floor"]
+    done = result.get("outputs_by_use_case") or {}
+    floor_for_done = sum(
+        floor["by_use_case"].get(name, {}).get("cpu_seconds", 0.0) / max(floor["postings"], 1) * made
+        for name, made in done.items()
+    )
+    path = result["cpu"]["total_cpu_seconds"]
+    return {
+        "floor_cpu_seconds_for_outputs_made": round(floor_for_done, 2),
+        "ratio_to_floor": round(path / floor_for_done, 2) if floor_for_done else None,
+    }
 
 
 def _watch(
@@ -476,7 +495,7 @@ def _watch(
     first: dict[str, float] = {}
     killed_at = None
     deadline = ingested + args.timeout
-    count = 0
+    count, counts = 0, {}
     try:
         while time.time() < deadline:
             if (
@@ -508,6 +527,7 @@ def _watch(
     return {
         "all_current_seconds": round(done, 2) if count >= expected else None,
         "outputs": count,
+        "outputs_by_use_case": {name: counts.get(name, 0) for name in USE_CASES} if count else {},
         "expected_outputs": expected,
         "first_output_seconds": round(min(first.values()), 2) if first else None,
         "first_output_by_use_case": {name: round(seconds, 2) for name, seconds in first.items()},

@@ -9,6 +9,7 @@ import pytest
 from dagster import AssetKey, DagsterEventType, DagsterInstance
 from dagster._core.test_utils import create_run_for_test
 from pytest_httpserver import HTTPServer
+from sqlalchemy.engine import make_url
 
 from pipeline_defs.dagster_home import ensure_dagster_home
 from pipeline_defs.dagster_storage import OPEN_RUN_SHARDS
@@ -164,3 +165,38 @@ def test_a_run_after_the_first_reflects_no_table_of_dagster_storage(
         assert run_use_case(defs, instance, KEYS[2:]).success
         assert reflected == []
         assert instance.get_materialized_partitions(SUMMARY) == set(KEYS)
+
+
+@pytest.mark.postgres
+def test_opening_an_instance_again_lists_no_tables_and_a_fresh_database_still_gets_them(
+    postgres_database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # noqa: ANN001
+    """The code server opens an instance for every sensor tick; each of the three PostgreSQL storages
+    listed the database's tables on a new connection every time. Now once per database and process;
+    a database this process has not seen yet is still looked at, and given its tables."""
+    from sqlalchemy.engine.reflection import Inspector
+
+    listed: list[str] = []
+    original = Inspector.get_table_names
+
+    def counting(inspector, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        listed.append(inspector.bind.engine.url.database)
+        return original(inspector, *args, **kwargs)
+
+    monkeypatch.setattr(Inspector, "get_table_names", counting)
+    first, second = postgres_database(), postgres_database()
+    home = _home(tmp_path / "a", monkeypatch, dagster_postgres_url=first)
+    with DagsterInstance.from_config(str(home)) as instance:
+        assert instance.get_runs() == []
+    assert listed  # the first time: each storage looks (and makes its tables)
+    listed.clear()
+    for _ in range(3):
+        with DagsterInstance.from_config(str(home)) as instance:
+            create_run_for_test(instance, job_name="tick")
+    assert listed == []
+    # a fresh database in the same process: looked at, and its tables made
+    other = _home(tmp_path / "b", monkeypatch, dagster_postgres_url=second)
+    with DagsterInstance.from_config(str(other)) as instance:
+        run = create_run_for_test(instance, job_name="elsewhere")
+        assert instance.get_run_by_id(run.run_id) is not None
+    assert listed and set(listed) == {make_url(second).database}
