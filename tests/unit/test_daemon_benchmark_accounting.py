@@ -13,7 +13,7 @@ from pathlib import Path
 from appdb.database import dispose, migrate, session_scope
 from appdb.interactions import record_interaction
 from appdb.models import UseCaseOutput
-from benchmarks.daemon_throughput import _integrity, _output_latencies, run_worker_cpu_by_job
+from benchmarks.daemon_throughput import _integrity, _output_latencies, _partial_ratio, run_worker_cpu_by_job
 
 
 def _call(session, use_case: str, key: str, backend: str, step: str | None = None, visit: int = 1) -> None:  # noqa: ANN001
@@ -112,3 +112,24 @@ def test_each_run_takes_the_run_worker_process_started_just_before_it() -> None:
         "skills": {"runs": 1, "cpu_seconds": 3.0},
         "(no run matched)": {"runs": 1, "cpu_seconds": 1.0},
     }
+
+
+def test_a_run_cut_short_is_compared_with_the_floor_of_the_outputs_it_made() -> None:
+    """Summaries ran far ahead of the skills in the cut-short 100,000-posting run: dividing by
+    outputs / 3 postings charged the slow skills' floor for work never done, and printed 2.37 where
+    the path had cost 5.2 times the floor of what it made."""
+    result = {
+        "cpu": {"total_cpu_seconds": 300.0},
+        "outputs_by_use_case": {"posting_summary": 8_000, "posting_skills": 1_000, "skill_entities": 1_000},
+        "floor": {
+            "postings": 100,
+            "by_use_case": {
+                "posting_summary": {"cpu_seconds": 0.3},  # 3 ms a posting
+                "posting_skills": {"cpu_seconds": 3.0},  # 30 ms a posting
+                "skill_entities": {"cpu_seconds": 0.2},
+            },
+        },
+    }
+    figures = _partial_ratio(result)
+    assert figures["floor_cpu_seconds_for_outputs_made"] == 8_000 * 0.003 + 1_000 * 0.03 + 1_000 * 0.002
+    assert figures["ratio_to_floor"] == round(300.0 / 56.0, 2)
