@@ -18,7 +18,7 @@ import hashlib
 import json
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -27,6 +27,7 @@ from dagster import AssetMaterialization
 
 from appdb import inputs
 from assets.batch_state import BatchRun
+from assets.event_batches import asset_events_in_batches
 from assets.llm_calls import LLMRequest, generate_in_order
 from assets.outputs import keep_unchanged, output_materialization, record_call, record_failure, store_output
 from domain.language.chat_prompts import CHAT_STYLE, messages_text
@@ -34,7 +35,7 @@ from domain.language.declaration import SCRIPT_BACKEND, UseCase
 from domain.language.declaration_parts import ScriptContext, validate_json
 from domain.language.llm_types import BackendUnavailable, Generation, ItemError
 from domain.language.output_parsing import final_output, parse_output
-from domain.language.steps import END, Decision, Step, StepContext, StepRecord
+from domain.language.steps import END, Chain, Decision, Step, StepContext, StepRecord
 from domain.language.templates import TemplateVariableError
 
 
@@ -108,29 +109,46 @@ def run_chain(run: BatchRun, held: Sequence[str]) -> Iterator[AssetMaterializati
 
     script_context = ScriptContext(resources=run.context.resources, app_db=run.app_db, log=run.log)
     wave = 0
-    while active:
-        step = next(step for step in chain.steps if any(p.at == step.name for p in active.values()))
-        batch = [subject for subject in active.values() if subject.at == step.name]
-        wave += 1
-        started = time.perf_counter()
-        if not step.is_script:
-            run.load_model(step.model)
-        for subject, call in _call_step(run, step, batch, values, script_context):
-            if isinstance(call.error, BackendUnavailable):
-                raise call.error
-            event = _finish_step(run, step, subject, call, values)
-            if subject.at == END:
-                del active[subject.key]
-                run.finished(subject.key)
-            if event is not None:
-                run.note_served()
-                yield event
-            run.renew_claims_if_due()
-        run.log.info(
-            f"{use_case.name}: wave {wave}: step {step.name} for {len(batch)} {use_case.subject.plural} in "
-            f"{time.perf_counter() - started:.1f}s; {len(outcome.done)} done, {len(outcome.failed)} failed, "
-            f"{len(active)} still in the chain"
-        )
+    with asset_events_in_batches(run.context.instance) as flush:
+        while active:
+            wave += 1
+            yield from _wave(run, chain, active, values, script_context, flush, wave)
+
+
+def _wave(
+    run: BatchRun,
+    chain: Chain,
+    active: dict[str, SubjectChain],
+    values: Mapping[str, Mapping[str, Any]],
+    script_context: ScriptContext,
+    flush: Callable[..., None],
+    wave: int,
+) -> Iterator[AssetMaterialization]:
+    """One step for every subject that is at it; the materializations of those the step ends."""
+    use_case, outcome = run.use_case, run.outcome
+    step = next(step for step in chain.steps if any(p.at == step.name for p in active.values()))
+    batch = [subject for subject in active.values() if subject.at == step.name]
+    started = time.perf_counter()
+    if not step.is_script:
+        run.load_model(step.model)
+    for subject, call in _call_step(run, step, batch, values, script_context):
+        if isinstance(call.error, BackendUnavailable):
+            raise call.error
+        event = _finish_step(run, step, subject, call, values)
+        if subject.at == END:
+            del active[subject.key]
+            run.finished(subject.key)
+        if event is not None:
+            run.note_served()
+            yield event
+        flush(only_if_due=True)  # materializations go in batches of 50, or after half a second
+        run.renew_claims_if_due()
+    flush()
+    run.log.info(
+        f"{use_case.name}: wave {wave}: step {step.name} for {len(batch)} {use_case.subject.plural} in "
+        f"{time.perf_counter() - started:.1f}s; {len(outcome.done)} done, {len(outcome.failed)} failed, "
+        f"{len(active)} still in the chain"
+    )
 
 
 def _call_step(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -59,12 +59,47 @@ def generate_in_order(
     llm: LLMResource, requests: Iterable[tuple[Item, LLMRequest]]
 ) -> Iterator[tuple[Item, Generation | Exception]]:
     """Each item's outcome, in the order given, with up to `llm.in_flight_limit` requests open."""
+    for item, result, _next_is_ready in _outcomes_in_order(llm, requests):
+        yield item, result
+
+
+def generate_in_ready_groups(
+    llm: LLMResource, requests: Iterable[tuple[Item, LLMRequest]], most: int
+) -> Iterator[list[tuple[Item, Generation | Exception]]]:
+    """The outcomes in the order given, in groups: the next outcome and those after it that are answered
+    already (up to `most`), so a busy server's answers are stored a transaction at a time and a slow
+    one's as each comes. A `BackendUnavailable` comes alone: the caller stops on it, and what was
+    answered before it is stored first."""
+    group: list[tuple[Item, Generation | Exception]] = []
+    for item, result, next_is_ready in _outcomes_in_order(llm, requests):
+        if isinstance(result, BackendUnavailable):
+            if group:
+                yield group
+                group = []
+            yield [(item, result)]
+            continue
+        group.append((item, result))
+        if len(group) >= most or not next_is_ready():
+            yield group
+            group = []
+    if group:
+        yield group
+
+
+def _outcomes_in_order(
+    llm: LLMResource, requests: Iterable[tuple[Item, LLMRequest]]
+) -> Iterator[tuple[Item, Generation | Exception, Callable[[], bool]]]:
+    """Each item's outcome in order, and whether the next one is answered already."""
     slots = llm.in_flight_limit
     with ThreadPoolExecutor(max_workers=slots) as pool:
         pending = iter(requests)
         window: deque[tuple[Item, Future]] = deque(
             (item, pool.submit(call_llm, llm, request)) for item, request in itertools.islice(pending, slots)
         )
+
+        def next_is_ready() -> bool:
+            return bool(window) and window[0][1].done()
+
         while window:
             item, future = window.popleft()
             result = future.result()
@@ -73,4 +108,4 @@ def generate_in_order(
                 if following is not None:
                     window.append((following[0], pool.submit(call_llm, llm, following[1])))
                     time.sleep(REQUEST_HANDOFF_SECONDS)
-            yield item, result
+            yield item, result, next_is_ready

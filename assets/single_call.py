@@ -3,10 +3,12 @@
 For each held subject: render the prompt (or gather the script's inputs) and its input hash; a subject
 whose input is byte-identical to the one that made its stored output is kept as it is (nothing called);
 the rest go to the LLM (`assets/llm_calls.py`, in order, several in flight) or the script, and each
-result is parsed, checked and stored with its exact interaction. An LLM's output is committed as soon
-as it is made (one transaction per subject); a script's come milliseconds apart, so up to
-`SCRIPT_WRITES_PER_TRANSACTION` of them share a transaction (on PostgreSQL the commit and the
-connection's round trips cost more than resolving a subject).
+result is parsed, checked and stored with its exact interaction. Up to `WRITES_PER_TRANSACTION` results
+share a transaction (on PostgreSQL the commit and the connection's round trips cost more than resolving
+a subject): a script's, which come milliseconds apart, until half a second has passed; an LLM's, those
+answered by the time the first of them is (a slow server's are committed one by one, as each comes).
+Dagster's materializations of a transaction's outputs are then written together
+(`assets/event_batches.py`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from dagster import AssetMaterialization
 
 from appdb import claims, inputs
 from assets.batch_state import BatchRun
-from assets.llm_calls import LLMRequest, generate_in_order
+from assets.event_batches import asset_events_in_batches
+from assets.llm_calls import LLMRequest, generate_in_ready_groups
 from assets.outputs import (
     fail,
     keep_unchanged,
@@ -38,7 +41,7 @@ from domain.language.output_parsing import BlockedOutput, parse_output
 from domain.language.templates import TemplateVariableError, retry_note, retry_options, retry_prompt
 
 PROGRESS_EVERY_SECONDS = 5.0
-SCRIPT_WRITES_PER_TRANSACTION = 50
+WRITES_PER_TRANSACTION = 50
 SCRIPT_WRITE_WAIT_SECONDS = 0.5  # a slow script's outputs still land within this long
 
 
@@ -98,20 +101,22 @@ def run_single_calls(run: BatchRun, held: Sequence[str]) -> Iterator[AssetMateri
 
     progress = Progress(run, len(prepared))
     if run.llm is None:
-        groups = _write_groups(_call_script_all(run, prepared, references), SCRIPT_WRITES_PER_TRANSACTION)
+        groups = _write_groups(_call_script_all(run, prepared, references), WRITES_PER_TRANSACTION)
     else:
-        groups = ([result] for result in _generate_all(run, prepared))
-    for group in groups:
-        run.renew_claims_if_due()  # between transactions: the renewal must not wait on this run's own
-        with run.app_db.session() as session:
-            written = [(item, _store_result(session, run, item, result)) for item, result in group]
-        for item, stored in written:  # committed: now the outputs count and Dagster hears of them
-            run.finished(item.key)
-            event = _materialization(run, item, stored)
-            if event is not None:
-                run.note_served()
-                yield event
-            progress.step(failed=len(run.outcome.failed))
+        groups = _generate_all(run, prepared)
+    with asset_events_in_batches(run.context.instance) as flush:
+        for group in groups:
+            run.renew_claims_if_due()  # between transactions: the renewal must not wait on this run's own
+            with run.app_db.session() as session:
+                written = [(item, _store_result(session, run, item, result)) for item, result in group]
+            for item, stored in written:  # committed: now the outputs count and Dagster hears of them
+                run.finished(item.key)
+                event = _materialization(run, item, stored)
+                if event is not None:
+                    run.note_served()
+                    yield event
+                progress.step(failed=len(run.outcome.failed))
+            flush()  # the group's materializations, in one write
 
 
 def _write_groups(
@@ -134,7 +139,9 @@ def _write_groups(
 
 def _generate_all(
     run: BatchRun, prepared: Sequence[PreparedCall]
-) -> Iterator[tuple[PreparedCall, Generation | Exception]]:
+) -> Iterator[list[tuple[PreparedCall, Generation | Exception]]]:
+    """The answers in groups, each stored in one transaction: those answered by the time the group's
+    first is (`generate_in_ready_groups`), at most `WRITES_PER_TRANSACTION`."""
     use_case = run.use_case
     requests = (
         (
@@ -150,7 +157,7 @@ def _generate_all(
         )
         for item in prepared
     )
-    return generate_in_order(run.llm, requests)
+    return generate_in_ready_groups(run.llm, requests, WRITES_PER_TRANSACTION)
 
 
 def _generation_options(options: dict[str, Any]) -> dict[str, Any]:

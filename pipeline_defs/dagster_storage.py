@@ -52,6 +52,7 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -200,7 +201,79 @@ class RemembersRunColumns:
         return _remembered(self, "runs.backfill_id", super().has_backfill_id_column)  # ty: ignore[unresolved-attribute]
 
 
-class PooledSqliteEventLogStorage(SerializesAssetEventsOnce, RemembersEventLogSchema, SqliteEventLogStorage):
+class HoldsAssetEventsForABatch:
+    """A run's materializations stored a batch at a time instead of one write each.
+
+    While `holding_asset_events()` is open in a thread, the materializations (and observations)
+    Dagster stores from that thread wait, and go in one `store_event_batch` when the holder flushes
+    them, when `max_events` wait or the first has waited `max_seconds`, when any other event comes
+    (so the log keeps its order: a check's evaluation finds the materialization it follows), and when
+    the holder closes. Storing one materialization was a fifth of a run worker's CPU on PostgreSQL
+    (py-spy, 10,000 postings): a connection, three statements and a commit each. The outputs are
+    committed to the application database before Dagster hears of them, so a crash while events wait
+    loses what a crash between that commit and the event's own write lost before: Dagster's record
+    of the last few, never an output."""
+
+    def _held(self) -> list[EventLogEntry] | None:
+        local = self.__dict__.get("_holding")
+        return getattr(local, "events", None) if local is not None else None
+
+    @contextmanager
+    def holding_asset_events(
+        self, max_events: int = 50, max_seconds: float = 0.5
+    ) -> Iterator[Callable[[], None]]:
+        """Hold this thread's asset events; yields the flush (nested holders share the outer one)."""
+        local = self.__dict__.setdefault("_holding", threading.local())
+        if getattr(local, "events", None) is not None:
+            yield self.flush_held_events
+            return
+        local.events, local.since, local.limits = [], 0.0, (max_events, max_seconds)
+        try:
+            yield self.flush_held_events
+        finally:
+            try:
+                self.flush_held_events()
+            finally:
+                local.events = None
+
+    def flush_held_events(self, only_if_due: bool = False) -> None:
+        held = self._held()
+        if not held:
+            return
+        local = self.__dict__["_holding"]
+        max_events, max_seconds = local.limits
+        if only_if_due and len(held) < max_events and time.monotonic() - local.since < max_seconds:
+            return
+        events = list(held)
+        held.clear()
+        local.events = None  # while they are stored, nothing is held back
+        try:
+            try:
+                self.store_event_batch(events)  # ty: ignore[unresolved-attribute]
+            except Exception:  # as Dagster does with a batch that fails: one by one
+                for stored in events:
+                    self.store_event(stored)  # ty: ignore[unresolved-attribute]
+        finally:
+            local.events = held
+
+    def _held_back(self, event: EventLogEntry) -> bool:
+        """Whether `event` waits in this thread's batch (else whatever waits is stored first)."""
+        held = self._held()
+        if held is None:
+            return False
+        if _batchable(event):
+            if not held:
+                self.__dict__["_holding"].since = time.monotonic()
+            held.append(event)
+            self.flush_held_events(only_if_due=True)
+            return True
+        self.flush_held_events()
+        return False
+
+
+class PooledSqliteEventLogStorage(
+    HoldsAssetEventsForABatch, SerializesAssetEventsOnce, RemembersEventLogSchema, SqliteEventLogStorage
+):
     """Dagster's SQLite event log storage with pooled connections and synchronous=NORMAL."""
 
     def __init__(
@@ -296,6 +369,10 @@ class PooledSqliteEventLogStorage(SerializesAssetEventsOnce, RemembersEventLogSc
             asset_key=event.dagster_event.asset_key.to_string(), **values
         )
         conn.execute(insert.on_conflict_do_update(index_elements=[AssetKeyTable.c.asset_key], set_=values))
+
+    def store_event(self, event: EventLogEntry) -> None:
+        if not self._held_back(event):
+            super().store_event(event)
 
     def store_event_batch(self, events: Sequence[EventLogEntry]) -> None:
         """A batch (the planned materializations of a run) in one transaction per database file,
@@ -501,7 +578,7 @@ if PostgresEventLogStorage is not None:
             _TABLES_FOUND.add((type(storage).__name__, storage.postgres_url))
 
     class PooledPostgresEventLogStorage(
-        SerializesAssetEventsOnce, RemembersEventLogSchema, PostgresEventLogStorage
+        HoldsAssetEventsForABatch, SerializesAssetEventsOnce, RemembersEventLogSchema, PostgresEventLogStorage
     ):
         """dagster-postgres's event log storage with a pooled, pinged connection instead of NullPool."""
 
@@ -537,6 +614,8 @@ if PostgresEventLogStorage is not None:
         def store_event(self, event: EventLogEntry) -> None:
             """dagster-postgres's `store_event` on one connection: an asset event and its index rows
             (tags, asset row) in one transaction, and no NOTIFY (dagster-postgres no longer listens)."""
+            if self._held_back(event):
+                return
             insert = self.prepare_insert_event(event).returning(SqlEventLogStorageTable.c.id)
             dagster_event = event.dagster_event if event.is_dagster_event else None
             with self._connect() as conn:

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from dagster import AssetKey, DagsterEventType, DagsterInstance
+from dagster import AssetKey, AssetMaterialization, DagsterEventType, DagsterInstance
+from dagster._core.events import DagsterEvent, StepMaterializationData
+from dagster._core.events.log import EventLogEntry
 from dagster._core.test_utils import create_run_for_test
 from pytest_httpserver import HTTPServer
 from sqlalchemy.engine import make_url
 
+from assets.event_batches import asset_events_in_batches
 from pipeline_defs.dagster_home import ensure_dagster_home
 from pipeline_defs.dagster_storage import OPEN_RUN_SHARDS
 from pipeline_defs.definitions import build_definitions
@@ -200,3 +204,71 @@ def test_opening_an_instance_again_lists_no_tables_and_a_fresh_database_still_ge
         run = create_run_for_test(instance, job_name="elsewhere")
         assert instance.get_run_by_id(run.run_id) is not None
     assert listed and set(listed) == {make_url(second).database}
+
+
+def _materialization(run_id: str, partition: str) -> EventLogEntry:
+    event = DagsterEvent(
+        event_type_value=DagsterEventType.ASSET_MATERIALIZATION.value,
+        job_name="posting_summary_batch_job",
+        step_key="posting_summary",
+        event_specific_data=StepMaterializationData(
+            AssetMaterialization("posting_summary", partition=partition)
+        ),
+    )
+    return EventLogEntry(
+        error_info=None,
+        level=10,
+        user_message="",
+        run_id=run_id,
+        timestamp=time.time(),
+        step_key="posting_summary",
+        job_name="posting_summary_batch_job",
+        dagster_event=event,
+    )
+
+
+def _log_line(run_id: str, text: str) -> EventLogEntry:
+    return EventLogEntry(
+        error_info=None, level=20, user_message=text, run_id=run_id, timestamp=time.time(), job_name="j"
+    )
+
+
+@pytest.mark.parametrize(
+    "dagster_storage", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+)
+def test_held_materializations_are_written_together_in_order_and_none_is_lost(
+    dagster_storage: str, request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run's materializations wait while it yields a group (assets/event_batches.py) and go in one
+    write; anything else Dagster logs meanwhile is written after them, so the log keeps its order."""
+    postgres = request.getfixturevalue("postgres_url") if dagster_storage == "postgresql" else None
+    home = _home(tmp_path, monkeypatch, dagster_postgres_url=postgres)
+    with DagsterInstance.from_config(str(home)) as instance:
+        run = create_run_for_test(instance, job_name="posting_summary_batch_job")
+        storage = instance.event_log_storage
+        batches: list[int] = []
+        write_batch = storage.store_event_batch
+        monkeypatch.setattr(
+            storage, "store_event_batch", lambda events: batches.append(len(events)) or write_batch(events)
+        )
+        with asset_events_in_batches(instance) as flush:
+            for key in KEYS:
+                instance.handle_new_event(_materialization(run.run_id, key))
+            assert instance.get_materialized_partitions(SUMMARY) == set()  # held
+            flush()
+            assert instance.get_materialized_partitions(SUMMARY) == set(KEYS)
+            instance.handle_new_event(_materialization(run.run_id, "p-4"))
+            instance.handle_new_event(_log_line(run.run_id, "a line after p-4"))  # p-4 goes first
+            instance.handle_new_event(_materialization(run.run_id, "p-5"))
+        # closing the block writes what still waits
+        assert instance.get_materialized_partitions(SUMMARY) == {*KEYS, "p-4", "p-5"}
+        assert batches == [3, 1, 1]
+        logged = [
+            entry.dagster_event.partition if entry.is_dagster_event else entry.user_message
+            for entry in instance.all_logs(run.run_id)
+        ]
+        assert logged == [*KEYS, "p-4", "a line after p-4", "p-5"]
+        # once the block is closed nothing waits
+        instance.handle_new_event(_materialization(run.run_id, "p-6"))
+        assert "p-6" in instance.get_materialized_partitions(SUMMARY)
+        assert batches == [3, 1, 1]
