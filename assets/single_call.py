@@ -8,7 +8,10 @@ share a transaction (on PostgreSQL the commit and the connection's round trips c
 a subject): a script's, which come milliseconds apart, until half a second has passed; an LLM's, those
 answered by the time the first of them is (a slow server's are committed one by one, as each comes).
 Dagster's materializations of a transaction's outputs are then written together
-(`assets/event_batches.py`).
+(`assets/event_batches.py`). When storing a group fails, a script's group is taken back whole (the next
+run does it again, cheaply); an LLM's answers are stored again one at a time, so those before the
+failing one are kept. A database that stays away loses the answers of the group being stored (at most
+`WRITES_PER_TRANSACTION`, those that came in together): the next run asks for them again.
 """
 
 from __future__ import annotations
@@ -107,16 +110,41 @@ def run_single_calls(run: BatchRun, held: Sequence[str]) -> Iterator[AssetMateri
     with asset_events_in_batches(run.context.instance) as flush:
         for group in groups:
             run.renew_claims_if_due()  # between transactions: the renewal must not wait on this run's own
-            with run.app_db.session() as session:
-                written = [(item, _store_result(session, run, item, result)) for item, result in group]
-            for item, stored in written:  # committed: now the outputs count and Dagster hears of them
-                run.finished(item.key)
-                event = _materialization(run, item, stored)
-                if event is not None:
-                    run.note_served()
-                    yield event
-                progress.step(failed=len(run.outcome.failed))
+            llm_ms = run.outcome.llm_ms
+            try:
+                written = _store_group(run, group)
+            except Exception:
+                if run.llm is None or len(group) == 1:
+                    raise  # a script's group is taken back whole; the next run does it again
+                # Answers cost model calls: those before the one that fails are kept, one at a time
+                # (the failing one raises again, as it would have alone).
+                run.outcome.llm_ms = llm_ms
+                for pair in group:
+                    yield from _announce(run, _store_group(run, [pair]), progress)
+                continue
+            yield from _announce(run, written, progress)
             flush()  # the group's materializations, in one write
+
+
+def _store_group(
+    run: BatchRun, group: Sequence[tuple[PreparedCall, Generation | Exception]]
+) -> list[tuple[PreparedCall, _Written | None]]:
+    """Store a group's results in one transaction."""
+    with run.app_db.session() as session:
+        return [(item, _store_result(session, run, item, result)) for item, result in group]
+
+
+def _announce(
+    run: BatchRun, written: Sequence[tuple[PreparedCall, _Written | None]], progress: Progress
+) -> Iterator[AssetMaterialization]:
+    """Committed: now the outputs count, and Dagster hears of them."""
+    for item, stored in written:
+        run.finished(item.key)
+        event = _materialization(run, item, stored)
+        if event is not None:
+            run.note_served()
+            yield event
+        progress.step(failed=len(run.outcome.failed))
 
 
 def _write_groups(

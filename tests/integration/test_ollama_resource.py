@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+from dagster import AssetKey
 from pytest_httpserver import HTTPServer
 from sqlalchemy import select
 from werkzeug import Request, Response
@@ -136,23 +137,38 @@ def _settings(url: str) -> Settings:
     return Settings.from_env().changed(database_url=url)
 
 
+@pytest.mark.parametrize("answers", ["as they come", "all in at once"])
 def test_an_unexpected_error_mid_batch_gives_the_claims_back_at_once(
-    httpserver: HTTPServer, sqlite_url: str, tmp_path: Path, dagster_instance, monkeypatch: pytest.MonkeyPatch
+    answers: str,
+    httpserver: HTTPServer,
+    sqlite_url: str,
+    tmp_path: Path,
+    dagster_instance,  # noqa: ANN001
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """The answer stored before the error stays stored, also when the answers came in together and
+    were being stored in one transaction (a busy server's: `generate_in_ready_groups`): then they are
+    stored again one at a time, and the failing one fails alone."""
     from appdb import claims
+    from assets import single_call
 
+    if answers == "all in at once":
+        grouped = single_call.generate_in_ready_groups
+
+        def one_group(llm, requests, most):  # noqa: ANN001, ANN202
+            return [[pair for group in grouped(llm, requests, most) for pair in group]]
+
+        monkeypatch.setattr(single_call, "generate_in_ready_groups", one_group)
     FakeOllama(httpserver)
     seed_postings(sqlite_url, tmp_path)
     real_complete = claims.complete_item
 
-    def complete_once_then_fail(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-        if complete_once_then_fail.calls:
+    def fails_on_p2(session, use_case, key, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        if key == "p-2":
             raise RuntimeError("database went away")
-        complete_once_then_fail.calls += 1
-        return real_complete(*args, **kwargs)
+        return real_complete(session, use_case, key, *args, **kwargs)
 
-    complete_once_then_fail.calls = 0
-    monkeypatch.setattr(claims, "complete_item", complete_once_then_fail)
+    monkeypatch.setattr(claims, "complete_item", fails_on_p2)
     llm = OllamaResource(host=httpserver.url_for("/").rstrip("/"))
     defs = build_definitions(_settings(sqlite_url), llm=llm)
     result = run_use_case(defs, dagster_instance, ["p-1", "p-2", "p-3"])
@@ -161,6 +177,7 @@ def test_an_unexpected_error_mid_batch_gives_the_claims_back_at_once(
         items = session.scalars(select(WorkItem)).all()
     states = {item.subject_key: (item.status, item.attempts) for item in items}
     assert states == {"p-1": ("done", 0), "p-2": ("pending", 0), "p-3": ("pending", 0)}
+    assert dagster_instance.get_materialized_partitions(AssetKey("posting_summary")) == {"p-1"}
 
 
 def test_a_bad_model_output_is_a_recorded_item_error_and_the_rest_of_the_batch_goes_on(
