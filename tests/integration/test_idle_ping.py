@@ -4,6 +4,9 @@ out dead, and a connection back from work a moment ago goes out without a round 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import psycopg2
 import pytest
 from sqlalchemy import Engine, create_engine, text
@@ -27,31 +30,35 @@ def _drop_on_the_server(postgres_admin_url: str, pid: int) -> None:
     admin.close()
 
 
+@contextmanager
+def _a_dropped_connection_in_the_pool(
+    url: str, admin_url: str, idle_seconds: float
+) -> Iterator[tuple[Engine, int]]:
+    """A pool of one whose connection the server has dropped while it sat in the pool."""
+    engine = ping_when_idle(create_engine(url, pool_size=1), idle_seconds=idle_seconds)
+    try:
+        pid = _backend(engine)
+        _drop_on_the_server(admin_url, pid)
+        yield engine, pid
+    finally:
+        engine.dispose()
+
+
 def test_an_idle_connection_the_server_dropped_is_replaced_before_it_is_handed_out(
     postgres_url: str, postgres_admin_url: str
 ) -> None:
-    engine = ping_when_idle(create_engine(postgres_url, pool_size=1), idle_seconds=0.0)
-    try:
-        pid = _backend(engine)
-        _drop_on_the_server(postgres_admin_url, pid)
+    with _a_dropped_connection_in_the_pool(postgres_url, postgres_admin_url, 0.0) as (engine, pid):
         assert _backend(engine) != pid  # a new connection, and no error
-    finally:
-        engine.dispose()
 
 
 def test_without_the_ping_the_dropped_connection_would_have_failed_the_query(
     postgres_url: str, postgres_admin_url: str
 ) -> None:
     """The same drop with a connection counted as busy (no ping): what the ping saves a user from."""
-    engine = ping_when_idle(create_engine(postgres_url, pool_size=1), idle_seconds=3600.0)
-    try:
-        pid = _backend(engine)
-        _drop_on_the_server(postgres_admin_url, pid)
+    with _a_dropped_connection_in_the_pool(postgres_url, postgres_admin_url, 3600.0) as (engine, pid):
         with pytest.raises(OperationalError):
             _backend(engine)
         assert _backend(engine) != pid  # SQLAlchemy dropped the dead connection: the next one works
-    finally:
-        engine.dispose()
 
 
 def test_a_connection_back_from_work_a_moment_ago_goes_out_without_a_round_trip(
