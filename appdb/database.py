@@ -155,8 +155,8 @@ def ping_when_idle(engine: Engine, idle_seconds: float = IDLE_PING_SECONDS) -> E
     in the pool for `idle_seconds` or more; a dead one is replaced, as `pool_pre_ping` would.
 
     `pool_pre_ping` pings on every checkout: a run checks a connection out several times a posting
-    (its claims, its outputs, Dagster's events), and the pings were 6 % of a run's CPU and 12 % of
-    the daemon's on PostgreSQL (py-spy, 10,000 postings). A connection used a moment ago is alive
+    (its claims, its outputs, Dagster's events), and the pings were 6 % of a run worker's py-spy
+    samples and 12 % of the daemon's on PostgreSQL (10,000 postings). A connection used a moment ago is alive
     unless the server went away in that moment, which a ping just before the query could not rule
     out either; the statement then fails, and SQLAlchemy drops the pool's other connections."""
 

@@ -121,6 +121,7 @@ def run_single_calls(run: BatchRun, held: Sequence[str]) -> Iterator[AssetMateri
                 run.outcome.llm_ms = llm_ms
                 for pair in group:
                     yield from _announce(run, _store_group(run, [pair]), progress)
+                flush()
                 continue
             yield from _announce(run, written, progress)
             flush()  # the group's materializations, in one write
