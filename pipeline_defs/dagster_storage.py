@@ -222,8 +222,9 @@ class HoldsAssetEventsForABatch:
     @contextmanager
     def holding_asset_events(
         self, max_events: int = 50, max_seconds: float = 0.5
-    ) -> Iterator[Callable[[], None]]:
-        """Hold this thread's asset events; yields the flush (nested holders share the outer one)."""
+    ) -> Iterator[Callable[..., None]]:
+        """Hold this thread's asset events; yields the flush, `flush_held_events` (nested holders share
+        the outer one)."""
         local = self.__dict__.setdefault("_holding", threading.local())
         if getattr(local, "events", None) is not None:
             yield self.flush_held_events
