@@ -5,7 +5,9 @@ processed together, with that step's model loaded once, before the chain moves o
 never one subject through the whole chain at a time. The next wave is the earliest
 declared step that has subjects waiting, so subjects that finish a loop early wait at
 a later step and join the others in one wave. Consecutive calls of one step also
-share their few-shot prefix, which llama.cpp evaluates once.
+share their few-shot prefix, which llama.cpp evaluates once. A step's results are stored a group
+at a time, as a single call's are (`assets/write_groups.py`): one transaction per group, not one per
+subject per step.
 
 Every step call is a row in `interactions` (use_case = the use case's name); its
 `options` hold, under "chain", the step, its visit number, the route taken and the
@@ -18,7 +20,7 @@ import hashlib
 import json
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -28,8 +30,9 @@ from dagster import AssetMaterialization
 from appdb import inputs
 from assets.batch_state import BatchRun
 from assets.event_batches import asset_events_in_batches
-from assets.llm_calls import LLMRequest, generate_in_order
+from assets.llm_calls import LLMRequest, generate_in_ready_groups
 from assets.outputs import keep_unchanged, output_materialization, record_call, record_failure, store_output
+from assets.write_groups import WRITES_PER_TRANSACTION, in_write_groups
 from domain.language.chat_prompts import CHAT_STYLE, messages_text
 from domain.language.declaration import SCRIPT_BACKEND, UseCase
 from domain.language.declaration_parts import ScriptContext, validate_json
@@ -124,26 +127,41 @@ def _wave(
     flush: Callable[..., None],
     wave: int,
 ) -> Iterator[AssetMaterialization]:
-    """One step for every subject that is at it; the materializations of those the step ends."""
+    """One step for every subject that is at it; the materializations of those the step ends.
+
+    The step's results are stored a group at a time (`assets/write_groups.py`). If storing a group
+    fails, its subjects are stored again one at a time, so those before the failing one are kept and
+    the failing one stops the run as it would have alone."""
     use_case, outcome = run.use_case, run.outcome
     step = next(step for step in chain.steps if any(p.at == step.name for p in active.values()))
     batch = [subject for subject in active.values() if subject.at == step.name]
     started = time.perf_counter()
     if not step.is_script:
         run.load_model(step.model)
-    for subject, call in _call_step(run, step, batch, values, script_context):
-        if isinstance(call.error, BackendUnavailable):
-            raise call.error
-        event = _finish_step(run, step, subject, call, values)
-        if subject.at == END:
-            del active[subject.key]
-            run.finished(subject.key)
-        if event is not None:
-            run.note_served()
-            yield event
-        flush(only_if_due=True)  # materializations go in batches of 50, or after half a second
-        run.renew_claims_if_due()
-    flush()
+    for group in _step_groups(run, step, batch, values, script_context):
+        if isinstance(group[0][1].error, BackendUnavailable):
+            raise group[0][1].error  # it comes alone: what was answered before it is stored already
+        run.renew_claims_if_due()  # between transactions: the renewal must not wait on this run's own
+        settled = [_settle(run, step, subject, call, values) for subject, call in group]
+        try:
+            committed: Iterable[list[tuple[_Settled, tuple[int, bool] | None]]] = [
+                _store_settled(run, settled)
+            ]
+        except Exception:
+            if len(settled) == 1:
+                raise
+            committed = (_store_settled(run, [one]) for one in settled)  # each announced before the next
+        for written in committed:
+            for done, stored in written:
+                subject = done.subject
+                if subject.at == END:
+                    del active[subject.key]
+                    run.finished(subject.key)
+                event = _materialization(run, done, stored)
+                if event is not None:
+                    run.note_served()
+                    yield event
+        flush()  # the group's materializations, in one write
     run.log.info(
         f"{use_case.name}: wave {wave}: step {step.name} for {len(batch)} {use_case.subject.plural} in "
         f"{time.perf_counter() - started:.1f}s; {len(outcome.done)} done, {len(outcome.failed)} failed, "
@@ -151,22 +169,26 @@ def _wave(
     )
 
 
-def _call_step(
+def _step_groups(
     run: BatchRun,
     step: Step,
     batch: Sequence[SubjectChain],
     values: Mapping[str, Mapping[str, Any]],
     script_context: ScriptContext,
-) -> Iterator[tuple[SubjectChain, _StepCall]]:
-    """Run one step for every subject of the wave; yields (subject, call) in order."""
+) -> Iterator[list[tuple[SubjectChain, _StepCall]]]:
+    """Run one step for every subject of the wave; yields (subject, call) in order, in the groups that
+    share a transaction (a `BackendUnavailable` comes alone)."""
     if step.is_script:
-        for subject in batch:
-            yield subject, _call_script(step, subject, values[subject.key], script_context)
+        calls = (
+            (subject, _call_script(step, subject, values[subject.key], script_context)) for subject in batch
+        )
+        yield from in_write_groups(calls)
         return
     chat = (
         step.chat is not None and run.llm.resolve_style(step.model, run.use_case.prompt_style) == CHAT_STYLE
     )
     ready: list[tuple[tuple[SubjectChain, _StepCall], LLMRequest]] = []
+    unrendered: list[tuple[SubjectChain, _StepCall]] = []
     for subject in batch:
         inputs = _inputs(values[subject.key], subject)
         messages = None
@@ -177,15 +199,21 @@ def _call_step(
             else:
                 prompt, system_prompt, truncated = step.render(inputs)
         except TemplateVariableError as exc:  # never send a prompt with a literal {placeholder}
-            yield subject, _StepCall("", "", {}, error=ItemError(f"step {step.name}: {exc}"))
+            unrendered.append((subject, _StepCall("", "", {}, error=ItemError(f"step {step.name}: {exc}"))))
             continue
         request = LLMRequest(step.model, prompt, system_prompt, step.output_schema, step.options, messages)
         ready.append(((subject, _StepCall(prompt, system_prompt, truncated, chat=chat)), request))
-    for (subject, call), result in generate_in_order(run.llm, ready):
-        if isinstance(result, Generation):
-            yield subject, replace(call, generation=result)
-        else:
-            yield subject, replace(call, error=result)
+    yield from in_write_groups(unrendered)
+    for group in generate_in_ready_groups(run.llm, ready, WRITES_PER_TRANSACTION):
+        yield [
+            (
+                subject,
+                replace(call, generation=result)
+                if isinstance(result, Generation)
+                else replace(call, error=result),
+            )
+            for (subject, call), result in group
+        ]
 
 
 def _inputs(values: Mapping[str, Any], subject: SubjectChain) -> dict[str, Any]:
@@ -247,72 +275,106 @@ class _Routed:
     final: dict[str, Any] | None = None
 
 
-def _finish_step(
+@dataclass(frozen=True)
+class _Settled:
+    """A step done and routed for one subject, before it is stored: its visit number and why the
+    chain ends (None while it goes on)."""
+
+    subject: SubjectChain
+    step: Step
+    call: _StepCall
+    visit: int
+    routed: _Routed
+    ended: str | None
+
+
+def _settle(
     run: BatchRun,
     step: Step,
     subject: SubjectChain,
     call: _StepCall,
     values: Mapping[str, Mapping[str, Any]],
-) -> AssetMaterialization | None:
-    """Record the step's interaction, route the subject, and store the output when the chain ends."""
-    use_case, outcome = run.use_case, run.outcome
+) -> _Settled:
+    """Count the step, parse and route its answer, and move the subject on (to END when it fails)."""
     visit = _count_step(run, step, subject, call)
     routed = _route(run, step, subject, call, values)
     ended = _ending(step, subject, routed.decision, routed.failure)
+    if routed.failure is not None:
+        subject.at = END
+    else:
+        if routed.decision.fallback_reason is not None:
+            subject.ending = routed.decision.fallback_reason
+        subject.at = routed.decision.to
+    return _Settled(subject, step, call, visit, routed, ended)
+
+
+def _store_settled(
+    run: BatchRun, settled: Sequence[_Settled]
+) -> list[tuple[_Settled, tuple[int, bool] | None]]:
+    """Store a group's steps in one transaction: each step's interaction, and where the chain ends the
+    output (the interaction id and whether the claim held) or the failure."""
     with run.app_db.session() as session:
-        interaction_id = record_call(
-            session,
-            run,
-            subject.key,
-            use_case=use_case.name,
-            model=step.model,
-            backend=SCRIPT_BACKEND if step.is_script else run.llm.backend_name,
-            prompt=call.prompt,
-            system_prompt=call.system_prompt,
-            options=_step_options(
-                step, subject, call, visit, routed.decision, ended, use_case.steps.max_steps_per_subject
-            ),
-            generation=call.generation,
-            parsed=routed.value if routed.step_error is None and isinstance(routed.value, dict) else None,
-            error=routed.failure,
-            status="ok" if routed.step_error is None else "item_error",
-        )
-        if routed.failure is not None:
-            subject.at = END
-            record_failure(session, run, subject.key, routed.failure)
-            return None
-        decision = routed.decision
-        if decision.fallback_reason is not None:
-            subject.ending = decision.fallback_reason
-        subject.at = decision.to
-        if decision.to != END:
-            return None
-        stored = store_output(
-            session,
-            use_case,
-            subject.key,
-            run.run_id,
-            routed.final,
-            backend=run.backend,
-            input_hash=subject.input_hash,
-            subject_hash=outcome.subjects[subject.key]["content_hash"],
-            interaction_id=interaction_id,
-        )
-    if not outcome.record_stored(subject.key, routed.final, stored):
+        return [(done, _store_step(session, run, done)) for done in settled]
+
+
+def _store_step(session: Any, run: BatchRun, done: _Settled) -> tuple[int, bool] | None:
+    use_case, subject, step, call, routed = run.use_case, done.subject, done.step, done.call, done.routed
+    interaction_id = record_call(
+        session,
+        run,
+        subject.key,
+        use_case=use_case.name,
+        model=step.model,
+        backend=SCRIPT_BACKEND if step.is_script else run.llm.backend_name,
+        prompt=call.prompt,
+        system_prompt=call.system_prompt,
+        options=_step_options(
+            step, subject, call, done.visit, routed.decision, done.ended, use_case.steps.max_steps_per_subject
+        ),
+        generation=call.generation,
+        parsed=routed.value if routed.step_error is None and isinstance(routed.value, dict) else None,
+        error=routed.failure,
+        status="ok" if routed.step_error is None else "item_error",
+    )
+    if routed.failure is not None:
+        record_failure(session, run, subject.key, routed.failure)
+        return None
+    if routed.decision.to != END:
+        return None  # the chain goes on
+    stored = store_output(
+        session,
+        use_case,
+        subject.key,
+        run.run_id,
+        routed.final,
+        backend=run.backend,
+        input_hash=subject.input_hash,
+        subject_hash=run.outcome.subjects[subject.key]["content_hash"],
+        interaction_id=interaction_id,
+    )
+    return interaction_id, stored
+
+
+def _materialization(
+    run: BatchRun, done: _Settled, stored: tuple[int, bool] | None
+) -> AssetMaterialization | None:
+    """After the commit: count the chain's output (or the lost claim) and the materialization that logs it."""
+    subject, final = done.subject, done.routed.final
+    if stored is None or not run.outcome.record_stored(subject.key, final, stored[1]):
         return None
     return output_materialization(
         run,
         subject.key,
-        routed.final,
+        final,
         input_hash=subject.input_hash,
-        interaction_id=interaction_id,
+        interaction_id=stored[0],
         prompt_tokens=subject.prompt_tokens,
         completion_tokens=subject.completion_tokens,
         latency_ms=subject.latency_ms,
         extra={
             "chain_path": " → ".join([*subject.path, END]),
             "chain_steps": subject.steps_taken,
-            "chain_end": ended,
+            "chain_end": done.ended,
         },
     )
 

@@ -3,10 +3,8 @@
 For each held subject: render the prompt (or gather the script's inputs) and its input hash; a subject
 whose input is byte-identical to the one that made its stored output is kept as it is (nothing called);
 the rest go to the LLM (`assets/llm_calls.py`, in order, several in flight) or the script, and each
-result is parsed, checked and stored with its exact interaction. Up to `WRITES_PER_TRANSACTION` results
-share a transaction (on PostgreSQL the commit and the connection's round trips cost more than resolving
-a subject): a script's, which come milliseconds apart, until half a second has passed; an LLM's, those
-answered by the time the first of them is (a slow server's are committed one by one, as each comes).
+result is parsed, checked and stored with its exact interaction. Results share a transaction a group
+at a time (`assets/write_groups.py`; a slow server's answers are committed one by one, as each comes).
 Dagster's materializations of a transaction's outputs are then written together
 (`assets/event_batches.py`). When storing a group fails, a script's group is taken back whole (the next
 run does it again, cheaply); an LLM's answers are stored again one at a time, so those before the
@@ -18,7 +16,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +34,7 @@ from assets.outputs import (
     record_failure,
     store_output,
 )
+from assets.write_groups import WRITES_PER_TRANSACTION, in_write_groups
 from domain.language.chat_prompts import CHAT_STYLE, COMPLETION_STYLE, messages_text, retry_messages
 from domain.language.declaration import model_label
 from domain.language.declaration_parts import ScriptContext
@@ -44,8 +43,6 @@ from domain.language.output_parsing import BlockedOutput, parse_output
 from domain.language.templates import TemplateVariableError, retry_note, retry_options, retry_prompt
 
 PROGRESS_EVERY_SECONDS = 5.0
-WRITES_PER_TRANSACTION = 50
-SCRIPT_WRITE_WAIT_SECONDS = 0.5  # a slow script's outputs still land within this long
 
 
 @dataclass(frozen=True)
@@ -104,7 +101,7 @@ def run_single_calls(run: BatchRun, held: Sequence[str]) -> Iterator[AssetMateri
 
     progress = Progress(run, len(prepared))
     if run.llm is None:
-        groups = _write_groups(_call_script_all(run, prepared, references), WRITES_PER_TRANSACTION)
+        groups = in_write_groups(_call_script_all(run, prepared, references))
     else:
         groups = _generate_all(run, prepared)
     with asset_events_in_batches(run.context.instance) as flush:
@@ -146,24 +143,6 @@ def _announce(
             run.note_served()
             yield event
         progress.step(failed=len(run.outcome.failed))
-
-
-def _write_groups(
-    results: Iterable[tuple[PreparedCall, Generation | Exception]], size: int
-) -> Iterator[list[tuple[PreparedCall, Generation | Exception]]]:
-    """The results in groups of up to `size`, each written in one transaction; a group closes early
-    once `SCRIPT_WRITE_WAIT_SECONDS` have passed since its first result."""
-    group: list[tuple[PreparedCall, Generation | Exception]] = []
-    opened = 0.0
-    for item, result in results:
-        if not group:
-            opened = time.monotonic()
-        group.append((item, result))
-        if len(group) >= size or time.monotonic() - opened >= SCRIPT_WRITE_WAIT_SECONDS:
-            yield group
-            group = []
-    if group:
-        yield group
 
 
 def _generate_all(

@@ -149,7 +149,7 @@ def test_a_database_error_in_a_resolution_write_leaves_no_posting_half_written(
     the whole group (output, concepts, interaction, materialization), gives its claims back, and
     the next run does every posting."""
     import plugins.postings.use_cases.skill_entities as skill_entities_module
-    from assets import single_call
+    from assets import write_groups
 
     defs, groups, instance, url = pipeline
     assert load_reference_data(defs, instance)
@@ -162,7 +162,7 @@ def test_a_database_error_in_a_resolution_write_leaves_no_posting_half_written(
 
     monkeypatch.setattr(skill_entities_module, "replace_posting_skill_concepts", fails_on_p3)
     # one group for all three, however slow the machine (a group also closes after a wait)
-    monkeypatch.setattr(single_call, "SCRIPT_WRITE_WAIT_SECONDS", 600.0)
+    monkeypatch.setattr(write_groups, "SCRIPT_WRITE_WAIT_SECONDS", 600.0)
     first = run_pending(defs, groups, instance, AppDatabase(url=url), source="test")
     assert len(first[1].failed_runs) == 1
 
