@@ -32,7 +32,7 @@ from resources.llm_hosts import LLM_HOST_TAG
 
 LLM_POOL_LIMIT = 1
 MAX_CONCURRENT_RUNS = 4
-SCRIPT_RUNS_ROOM = 2  # places for script runs (skill resolution) beside the LLM runs on a server backend
+SCRIPT_GROUPS_ROOM = 2  # script groups that run at once beside the LLM runs (the tagger, skill resolution)
 DEQUEUE_INTERVAL_SECONDS = 1
 DEQUEUE_WORKERS = min(4, os.cpu_count() or 1)  # each launch is a process loading the code: CPU-bound
 # A launch whose call to the code server times out (60 s: seen 15 times in 25 minutes at load 100 on 2
@@ -58,11 +58,12 @@ def run_limits(settings: Settings) -> tuple[int, int, int | None]:
     limits the runs per host (PIPELINE_RUNS_PER_HOST, by the host tag the sensor sets), so the next
     runs have started, claimed their batch and sent their requests while one finishes, and the
     server's slots never idle between steps; the pool is then as wide as the queue (never the limit:
-    a step waiting on it polls every second or more). Script runs get room beside them."""
+    a step waiting on it polls every second or more). Script runs get room beside them
+    (PIPELINE_SCRIPT_RUNS for each script group)."""
     if not settings.server_backend:
         return MAX_CONCURRENT_RUNS, LLM_POOL_LIMIT, None
     hosts = max(1, len(settings.resolved_hosts()))
-    runs = hosts * settings.runs_per_host + SCRIPT_RUNS_ROOM
+    runs = hosts * settings.runs_per_host + SCRIPT_GROUPS_ROOM * settings.script_runs
     return runs, runs, settings.runs_per_host
 
 

@@ -84,6 +84,7 @@ def engine_definitions(
                     groups,
                     settings.run_continue_seconds,
                     settings.runs_per_host,
+                    settings.script_runs,
                 )
                 for group in groups
             ),

@@ -235,6 +235,13 @@ class Settings:
         DEFAULT_RUNS_PER_HOST,
         parse=positive_int,
     )
+    script_runs: int = setting(
+        "PIPELINE_SCRIPT_RUNS",
+        "runs of one script use case (the CPU skill tagger, skill resolution) working at once: each takes "
+        "a core, so a machine with more cores keeps pace with a faster model server",
+        Derived(lambda v: max(1, (os.cpu_count() or 1) // 2), "half the machine's cores, at least 1"),
+        parse=positive_int,
+    )
     ollama_num_ctx: int | None = setting(
         "PIPELINE_OLLAMA_NUM_CTX",
         "Ollama's context window, sent with the warm-up and every call (unset: the model's default)",

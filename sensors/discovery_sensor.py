@@ -225,7 +225,7 @@ class DiscoveryScope:
     """What one group's sensor looks at: the group, the hosts its LLM runs go to, (a script group)
     the jobs and use cases of other groups that write what it reads, and how long its runs keep
     claiming more work after their own batch (0: they do not; `continue_seconds`) with how many of
-    them at once (`runs_per_host` per host for a model's group, one for a script's)."""
+    them at once (`runs_per_host` per host for a model's group, `script_runs` for a script's)."""
 
     group: WorkGroup
     hosts: Sequence[LLMHost]
@@ -233,6 +233,7 @@ class DiscoveryScope:
     feeder_specs: Sequence[discovery.WorkSpec]
     continue_seconds: int = 0
     runs_per_host: int = 1
+    script_runs: int = 1
 
     @classmethod
     def of(
@@ -242,6 +243,7 @@ class DiscoveryScope:
         groups: Sequence[WorkGroup],
         continue_seconds: int = 0,
         runs_per_host: int = 1,
+        script_runs: int = 1,
     ) -> "DiscoveryScope":
         feeders = feeding_jobs(group, groups) if group.model is None else []
         return cls(
@@ -252,6 +254,7 @@ class DiscoveryScope:
             # a run goes on with its own use case only: in a run of several, the next step would wait
             continue_seconds if len(group.members) == 1 else 0,
             runs_per_host,
+            script_runs,
         )
 
     @property
@@ -262,8 +265,9 @@ class DiscoveryScope:
 
     def runs_at_once(self, open_hosts: int) -> int:
         """Runs of the group that may work at once while runs go on claiming: the queue's limit per
-        host (a model's group; the embedded model counts as one host), one for a script's group."""
-        return self.runs_per_host * max(1, open_hosts) if self.group.model else 1
+        host (a model's group; the embedded model counts as one host), `script_runs` for a script's group
+        (PIPELINE_SCRIPT_RUNS: a script's runs share the machine's cores, not a server)."""
+        return self.runs_per_host * max(1, open_hosts) if self.group.model else self.script_runs
 
 
 def discover(context: SensorEvaluationContext, app_db: AppDatabase, scope: DiscoveryScope) -> Any:
@@ -426,6 +430,7 @@ def build_discovery_sensor(
     groups: Sequence[WorkGroup] = (),
     continue_seconds: int = 0,
     runs_per_host: int = 1,
+    script_runs: int = 1,
 ) -> SensorDefinition:
     """The group's sensor; it ticks at most every `interval_seconds` (PIPELINE_SENSOR_INTERVAL_SECONDS): at
     the daemon's 5 s look, or sooner when subjects arrive (`pipeline_defs/daemon.py`). With
@@ -440,7 +445,7 @@ def build_discovery_sensor(
     claiming its use case's pending subjects after its own batch for up to that long, and a
     downstream group's run follows its upstream's outputs as they come; the sensor then requests no
     more runs than may work at once (`DiscoveryScope.runs_at_once`): fewer, longer runs."""
-    scope = DiscoveryScope.of(group, hosts, groups, continue_seconds, runs_per_host)
+    scope = DiscoveryScope.of(group, hosts, groups, continue_seconds, runs_per_host, script_runs)
     members = ", ".join(group.use_case_names)
 
     @sensor(

@@ -110,3 +110,35 @@ def test_with_runs_going_on_the_sensor_starts_no_more_than_may_work_at_once(
         tags={ASSET_PARTITION_RANGE_START_TAG: "k-00", ASSET_PARTITION_RANGE_END_TAG: "k-00"},
     )
     assert len(tick().run_requests) == 1  # one run going: room for one more
+
+
+def test_a_script_use_case_gets_as_many_runs_at_once_as_script_runs_says(
+    sqlite_url: str, tmp_path: Path, dagster_instance
+) -> None:
+    """The CPU tagger's runs share the machine's cores, not a server: PIPELINE_SCRIPT_RUNS of them at
+    once (one was the most before, so one core tagged while a faster server waited)."""
+    from plugins.postings.use_cases.posting_skills import POSTING_SKILLS
+
+    seed_postings(sqlite_url, tmp_path, POSTINGS)
+    settings = Settings.from_env().changed(batch_size_override=1, script_runs=3)
+    [group] = build_work_groups(build_use_cases(settings, [POSTING_SKILLS]))
+    assert group.model is None  # the tagger's chain calls no model
+    sensor = build_discovery_sensor(group, continue_seconds=300, script_runs=settings.script_runs)
+
+    def requested() -> int:
+        context = build_sensor_context(
+            instance=dagster_instance, resources={"app_db": AppDatabase(url=sqlite_url)}
+        )
+        result = sensor(context)
+        return len(result.run_requests) if isinstance(result, SensorResult) else 0
+
+    assert requested() == 3  # six postings, batches of one: three runs, not one
+    dagster_instance.add_dynamic_partitions("postings", KEYS)
+    for key in KEYS[:2]:
+        create_run_for_test(
+            dagster_instance,
+            job_name=group.job.name,
+            status=DagsterRunStatus.STARTED,
+            tags={ASSET_PARTITION_RANGE_START_TAG: key, ASSET_PARTITION_RANGE_END_TAG: key},
+        )
+    assert requested() == 1  # two going: room for one more

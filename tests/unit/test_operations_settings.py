@@ -96,13 +96,15 @@ def test_on_model_servers_the_run_queue_limits_runs_per_host_and_script_runs_get
         "PIPELINE_LLM_HOSTS", "http://a:11434 parallel=4; http://b:11434 parallel=2 models=m:1"
     )
     monkeypatch.setenv("PIPELINE_RUNS_PER_HOST", "3")
+    monkeypatch.setenv("PIPELINE_SCRIPT_RUNS", "2")
     settings = Settings.from_env().changed(dagster_home=tmp_path / "home", dagster_postgres_url=None)
     assert settings.llm_backend == "ollama" and [h.parallel for h in settings.resolved_hosts()] == [4, 2]
     ensure_dagster_home(settings)
     with DagsterInstance.from_config(str(tmp_path / "home")) as instance:
         config = instance.get_concurrency_config()
-        assert config.run_queue_config.max_concurrent_runs == 2 * 3 + 2
-        assert config.pool_config.default_pool_limit == 8  # never the binding limit
+        # 3 runs per host on 2 hosts, and 2 runs each for the two script groups (tagger, resolution)
+        assert config.run_queue_config.max_concurrent_runs == 2 * 3 + 2 * 2
+        assert config.pool_config.default_pool_limit == 10  # never the binding limit
         [limit] = config.run_queue_config.tag_concurrency_limits
         assert limit == {"key": "pipeline/llm_host", "value": {"applyLimitPerUniqueValue": True}, "limit": 3}
         assert instance.run_coordinator.dequeue_interval_seconds == 1
