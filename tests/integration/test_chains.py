@@ -28,7 +28,7 @@ from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
 from plugins.postings.store.postings_kind import POSTINGS as POSTINGS_KIND
 from resources.llm import LLMResource
-from tests.support.postings import POSTINGS, run_use_case, seed_postings
+from tests.support.postings import POSTINGS, database_goes_away_on, run_use_case, seed_postings
 
 DRAFT_SCHEMA = {
     "type": "object",
@@ -612,17 +612,9 @@ def test_a_write_failing_mid_group_keeps_the_postings_stored_before_it(
 ) -> None:
     """The group is stored again one posting at a time: those before the failing one are kept (and
     Dagster hears of them), the failing one stops the run and the rest are given back, no attempt spent."""
-    from appdb import claims
 
     seed_postings(sqlite_url, tmp_path)
-    real_complete = claims.complete_item
-
-    def fails_on_p2(session, use_case, key, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
-        if key == "p-2":
-            raise RuntimeError("database went away")
-        return real_complete(session, use_case, key, *args, **kwargs)
-
-    monkeypatch.setattr(claims, "complete_item", fails_on_p2)
+    database_goes_away_on(monkeypatch, "p-2")
     result = _run(sqlite_url, dagster_instance, [_two_script_steps()], ["p-1", "p-2", "p-3"], "refined")
 
     assert not result.success

@@ -20,7 +20,7 @@ from pipeline_defs.settings import Settings
 from plugins.postings.use_cases.posting_summary import POSTING_SUMMARY
 from resources.ollama_backend import OllamaResource
 from tests.support.fakes import FakeOllama
-from tests.support.postings import run_use_case, seed_postings
+from tests.support.postings import database_goes_away_on, run_use_case, seed_postings
 
 
 def test_warm_up_then_generate_with_keep_alive_format_and_options(httpserver: HTTPServer) -> None:
@@ -149,7 +149,6 @@ def test_an_unexpected_error_mid_batch_gives_the_claims_back_at_once(
     """The answer stored before the error stays stored, also when the answers came in together and
     were being stored in one transaction (a busy server's: `generate_in_ready_groups`): then they are
     stored again one at a time, and the failing one fails alone."""
-    from appdb import claims
     from assets import single_call
 
     if answers == "all in at once":
@@ -161,14 +160,7 @@ def test_an_unexpected_error_mid_batch_gives_the_claims_back_at_once(
         monkeypatch.setattr(single_call, "generate_in_ready_groups", one_group)
     FakeOllama(httpserver)
     seed_postings(sqlite_url, tmp_path)
-    real_complete = claims.complete_item
-
-    def fails_on_p2(session, use_case, key, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
-        if key == "p-2":
-            raise RuntimeError("database went away")
-        return real_complete(session, use_case, key, *args, **kwargs)
-
-    monkeypatch.setattr(claims, "complete_item", fails_on_p2)
+    database_goes_away_on(monkeypatch, "p-2")
     llm = OllamaResource(host=httpserver.url_for("/").rstrip("/"))
     defs = build_definitions(_settings(sqlite_url), llm=llm)
     result = run_use_case(defs, dagster_instance, ["p-1", "p-2", "p-3"])

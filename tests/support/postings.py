@@ -6,6 +6,7 @@ import json
 import uuid
 from pathlib import Path
 
+import pytest
 from dagster import DagsterInstance
 
 from appdb.database import session_scope
@@ -68,3 +69,17 @@ def run_use_case(
         "pipeline/source": "test",
     }
     return job.execute_in_process(instance=instance, tags=tags, raise_on_error=False, **kwargs)
+
+
+def database_goes_away_on(monkeypatch: pytest.MonkeyPatch, key: str) -> None:
+    """Storing `key`'s output raises, as a database that went away mid-transaction would."""
+    from appdb import claims
+
+    real_complete = claims.complete_item
+
+    def fails_on_key(session, use_case, subject_key, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        if subject_key == key:
+            raise RuntimeError("database went away")
+        return real_complete(session, use_case, subject_key, *args, **kwargs)
+
+    monkeypatch.setattr(claims, "complete_item", fails_on_key)
