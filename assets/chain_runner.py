@@ -318,6 +318,8 @@ def _store_settled(
 
 
 def _store_step(session: Any, run: BatchRun, done: _Settled) -> tuple[int, bool] | None:
+    """One subject's step in the caller's transaction: (interaction id, claim held) where the chain
+    ended with an output; None where it goes on or failed."""
     use_case, subject, step, call, routed = run.use_case, done.subject, done.step, done.call, done.routed
     interaction_id = record_call(
         session,
