@@ -303,6 +303,12 @@ def change_marker(session: Session, table: SubjectTable) -> str:
     )
 
 
+def subjects_marker(session: Session, table: SubjectTable) -> str:
+    """A fingerprint of the subjects alone (arrived, changed, gone): while it stays, no subject can have
+    become a new partition, whatever the runs write."""
+    return _fingerprint(session, *table.change_columns())
+
+
 def arrival_marker(session: Session, tables: Sequence[SubjectTable]) -> str:
     """A fingerprint of work arriving: subjects of `tables` stored or replaced, pauses ended by hand, LLM
     steps ended (their `run_cost` event: what they wrote may be the rest a downstream sensor waits for)

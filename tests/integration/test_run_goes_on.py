@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dagster import DagsterRunStatus, SensorResult, build_sensor_context
+import pytest
+from dagster import DagsterRunStatus, SensorResult, SkipReason, build_sensor_context
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from dagster._core.test_utils import create_run_for_test
 from pytest_httpserver import HTTPServer
@@ -142,3 +143,54 @@ def test_a_script_use_case_gets_as_many_runs_at_once_as_script_runs_says(
             tags={ASSET_PARTITION_RANGE_START_TAG: key, ASSET_PARTITION_RANGE_END_TAG: key},
         )
     assert requested() == 1  # two going: room for one more
+
+
+def test_with_no_room_for_a_run_a_tick_reads_no_pending_work_until_a_posting_arrives(
+    sqlite_url: str, tmp_path: Path, dagster_instance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At 100,000 pending postings, planning (every pending posting and its partition) took most of the
+    code server's CPU on ticks that could start no run. Those ticks now only count the runs going; a
+    posting that arrives meanwhile still becomes a partition at the next tick."""
+    from appdb import discovery
+    from plugins.postings.use_cases.posting_skills import POSTING_SKILLS
+
+    seed_postings(sqlite_url, tmp_path, POSTINGS)
+    settings = Settings.from_env().changed(batch_size_override=1, script_runs=1)
+    [group] = build_work_groups(build_use_cases(settings, [POSTING_SKILLS]))
+    sensor = build_discovery_sensor(group, continue_seconds=300, script_runs=1)
+    planned: list[int] = []
+    real_find = discovery.find_pending_work
+
+    def counted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        planned.append(1)
+        return real_find(*args, **kwargs)
+
+    monkeypatch.setattr(discovery, "find_pending_work", counted)
+    cursor: list[str | None] = [None]
+
+    def tick():  # noqa: ANN202 - as the daemon ticks: each with the cursor the last one left
+        context = build_sensor_context(
+            instance=dagster_instance, resources={"app_db": AppDatabase(url=sqlite_url)}, cursor=cursor[0]
+        )
+        result = sensor(context)
+        cursor[0] = result.cursor if isinstance(result, SensorResult) else context.cursor
+        return result
+
+    assert len(tick().run_requests) == 1
+    assert sorted(dagster_instance.get_dynamic_partitions("postings")) == KEYS
+    create_run_for_test(
+        dagster_instance,
+        job_name=group.job.name,
+        status=DagsterRunStatus.STARTED,
+        tags={ASSET_PARTITION_RANGE_START_TAG: "k-00", ASSET_PARTITION_RANGE_END_TAG: "k-00"},
+    )
+    planned.clear()
+    skipped = tick()
+    assert isinstance(skipped, SkipReason) and "1 runs going (at most 1 at once)" in skipped.skip_message
+    assert planned == []  # no pending work read: the run going takes it
+
+    seed_postings(sqlite_url, tmp_path, [{"key": "k-06", "title": "Job 6", "description": "Do task 6."}])
+    arrived = tick()
+    assert planned  # a posting arrived: planned again
+    assert "k-06" in dagster_instance.get_dynamic_partitions("postings")
+    assert not getattr(arrived, "run_requests", None)  # still no room for a run
