@@ -283,8 +283,9 @@ def discover(context: SensorEvaluationContext, app_db: AppDatabase, scope: Disco
             return SkipReason(f"{group.name}: no change since the last tick, and no work then")
         paused_now = pauses.active_pauses(session)
         open_hosts = usable_hosts(scope.hosts, group.model, paused_now) if scope.hosts else []
-        subjects = discovery.subjects_marker(session, group.subject.table)
-        if scope.continue_seconds and previous.get("subjects") == subjects:
+        # only runs that go on skip a tick: only they need the subjects' own marker
+        subjects = discovery.subjects_marker(session, group.subject.table) if scope.continue_seconds else None
+        if subjects is not None and previous.get("subjects") == subjects:
             # no new subject, so no new partition: with no room for a run, there is nothing to plan
             full = _runs_at_most(context, scope, len(open_hosts))
             if full:
@@ -368,7 +369,7 @@ def _while_runs_go_on(
         request.with_replaced_attrs(tags={**request.tags, CONTINUE_TAG: str(scope.continue_seconds)})
         for request in plan.run_requests(group)
     ]
-    active = len(context.instance.get_runs(RunsFilter(job_name=group.job.name, statuses=ACTIVE_STATUSES)))
+    active = _active_runs(context, group)
     room = max(0, scope.runs_at_once(open_hosts) - active)
     if len(requests) <= room:
         return requests, ""
@@ -380,13 +381,18 @@ def _while_runs_go_on(
     return requests[:room], waiting
 
 
+def _active_runs(context: SensorEvaluationContext, group: WorkGroup) -> int:
+    """The group's queued and running runs."""
+    return len(context.instance.get_runs(RunsFilter(job_name=group.job.name, statuses=ACTIVE_STATUSES)))
+
+
 def _runs_at_most(context: SensorEvaluationContext, scope: DiscoveryScope, open_hosts: int) -> str:
     """Why no run may start now ("" when one may): the group's queued and running runs are as many as
     may work at once, and they take the rest as they finish their batches. Asked before planning: a
     plan reads every pending subject and its partition (at 100,000 pending, most of the code server's
     CPU), which a tick with no room would throw away."""
     group = scope.group
-    active = len(context.instance.get_runs(RunsFilter(job_name=group.job.name, statuses=ACTIVE_STATUSES)))
+    active = _active_runs(context, group)
     most = scope.runs_at_once(open_hosts)
     if active < most:
         return ""
