@@ -148,7 +148,10 @@ def next_batch(run: BatchRun, spec: discovery.WorkSpec, until: float) -> list[st
                 being_made, coming = discovery.upstream_work(session, spec.upstream_specs.values())
         with run.app_db.session() as session:
             now_marker = discovery.change_marker(session, spec.subjects)
-            pending = discovery.find_pending_work(session, spec) if now_marker != marker else []
+            # the last look before giving up never trusts the marker: a write stamped before another
+            # that committed first leaves it unmoved
+            look = now_marker != marker or not coming
+            pending = discovery.find_pending_work(session, spec) if look else []
             marker = now_marker
         if pending:
             candidates = pending[: 2 * size]  # the newest may not be partitions yet: the sensor adds them

@@ -449,6 +449,61 @@ def test_a_resolution_run_started_ahead_of_the_skills_resolves_them_as_they_are_
     assert any("warmed up while waiting for inputs" in message for message in messages)
 
 
+def test_a_run_ahead_of_its_inputs_looks_once_more_when_they_are_done_even_if_the_marker_stayed(
+    pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Discovery's change marker may stay put across a write (a transaction that stamped its rows
+    before another, and committed after it): the run waiting for skills still finds them when it sees
+    they are all made, instead of ending with nothing done."""
+    import threading
+
+    from appdb import claims
+    from appdb import discovery as discovery_module
+    from assets import batch_run
+    from assets.run_tags import CONTINUE_TAG, partition_range_tags
+
+    defs, groups, instance, url = pipeline
+    llm_group, _ = groups
+    assert load_reference_data(defs, instance)
+    keys = [posting["key"] for posting in POSTINGS]
+    instance.add_dynamic_partitions("postings", keys)
+    monkeypatch.setattr(batch_run, "CONTINUE_POLL_SECONDS", 0.1)
+    looked = threading.Event()
+
+    def marker_that_never_moves(session: Any, table: Any) -> str:
+        looked.set()
+        return "unchanged"
+
+    monkeypatch.setattr(discovery_module, "change_marker", marker_that_never_moves)
+    with session_scope(url) as session:  # an upstream run is making them
+        assert claims.claim_items(session, "posting_skills", keys, "upstream-run") == keys
+    job = defs.resolve_job_def("skill_entities_batch_job")
+    outcome: dict[str, Any] = {}
+    follower = threading.Thread(
+        target=lambda: outcome.update(
+            result=job.execute_in_process(
+                instance=instance, tags={**partition_range_tags("p-1", "p-3"), CONTINUE_TAG: "120"}
+            )
+        )
+    )
+    follower.start()
+    assert looked.wait(timeout=120)  # it has looked once, found nothing: the skills are still held
+    with session_scope(url) as session:
+        claims.release_items(session, "posting_skills", keys, "upstream-run")
+    run_pending(defs, [llm_group], instance, AppDatabase(url=url), source="test")  # the skills written
+    follower.join(timeout=120)
+    assert not follower.is_alive()
+    with session_scope(url) as session:
+        made_by = dict(
+            session.execute(
+                select(UseCaseOutput.subject_key, UseCaseOutput.run_id).where(
+                    UseCaseOutput.use_case == "skill_entities"
+                )
+            ).all()
+        )
+    assert made_by == dict.fromkeys(keys, outcome["result"].run_id)
+
+
 def test_a_run_ahead_of_its_inputs_ends_at_once_when_none_are_coming(pipeline) -> None:
     """No skills to make and none being made: the resolution run finds no work and ends promptly."""
     import time
