@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import insert, select
@@ -11,25 +12,51 @@ from sqlalchemy.orm import Session
 from appdb.models import Interaction
 from appdb.redaction import redact
 
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
 
 def record_interaction(session: Session, **fields: Any) -> int:
-    """Store one LLM call exactly as sent and answered; returns its id.
+    """Store one LLM call exactly as sent and answered; returns its id (`record_interactions`)."""
+    return record_interactions(session, [fields])[0]
+
+
+def record_interactions(session: Session, calls: Sequence[Mapping[str, Any]]) -> list[int]:
+    """Store calls exactly as sent and answered, in one statement per kind of row; their ids, in order.
 
     Characters no text column can hold (NUL on PostgreSQL, unpaired surrogates anywhere) are
     stored as U+FFFD: an odd response is recorded as an item's outcome instead of crashing the run.
     """
-    import re
+    rows = [_storable(fields) for fields in calls]
+    if not rows:
+        return []
+    # Core INSERT ... RETURNING, many rows a statement: the ORM unit of work (object, flush) cost more
+    # than the insert itself, and a statement per call most of a script run's CPU
+    table = Interaction.__table__
+    by_subject = {(row.get("use_case"), row.get("subject_key")): index for index, row in enumerate(rows)}
+    if len(by_subject) < len(rows):  # the same subject twice: rows a statement each, in order
+        return [session.execute(insert(table).returning(table.c.id), row).scalar_one() for row in rows]
+    ids: list[int] = [0] * len(rows)
+    by_columns: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for row in rows:
+        by_columns.setdefault(tuple(row), []).append(row)
+    for same in by_columns.values():
+        # matched by subject, not by order: SQLite returns a multi-row insert's ids in no set order
+        # (SQLAlchemy's `sort_by_parameter_order` sends such rows one statement each)
+        statement = insert(table).returning(table.c.id, table.c.use_case, table.c.subject_key)
+        for interaction_id, use_case, subject_key in session.execute(statement, same):
+            ids[by_subject[(use_case, subject_key)]] = interaction_id
+    return ids
 
-    unstorable = re.compile("[\x00\ud800-\udfff]")
-    fields = {
-        name: unstorable.sub("\ufffd", value) if isinstance(value, str) else value
+
+def _storable(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields as a row: unstorable characters replaced, an error message redacted."""
+    row = {
+        name: _UNSTORABLE.sub("\ufffd", value) if isinstance(value, str) else value
         for name, value in fields.items()
     }
-    if fields.get("error"):  # the prompt and response stay exact; an error message may name a server URL
-        fields["error"] = redact(fields["error"])
-    # A Core INSERT ... RETURNING: the ORM unit of work (object, flush) cost more than the insert itself.
-    table = Interaction.__table__
-    return session.execute(insert(table).returning(table.c.id), fields).scalar_one()
+    if row.get("error"):  # the prompt and response stay exact; an error message may name a server URL
+        row["error"] = redact(row["error"])
+    return row
 
 
 def latest_run_interactions(

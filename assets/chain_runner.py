@@ -27,11 +27,18 @@ from typing import Any
 import jsonschema
 from dagster import AssetMaterialization
 
-from appdb import inputs
+from appdb import inputs, interactions
 from assets.batch_state import BatchRun
 from assets.event_batches import asset_events_in_batches
 from assets.llm_calls import LLMRequest, generate_in_ready_groups
-from assets.outputs import keep_unchanged, output_materialization, record_call, record_failure, store_output
+from assets.outputs import (
+    NewOutput,
+    call_fields,
+    keep_unchanged,
+    output_materialization,
+    record_failure,
+    store_outputs,
+)
 from assets.write_groups import WRITES_PER_TRANSACTION, in_write_groups
 from domain.language.chat_prompts import CHAT_STYLE, messages_text
 from domain.language.declaration import SCRIPT_BACKEND, UseCase
@@ -311,18 +318,36 @@ def _settle(
 def _store_settled(
     run: BatchRun, settled: Sequence[_Settled]
 ) -> list[tuple[_Settled, tuple[int, bool] | None]]:
-    """Store a group's steps in one transaction: each step's interaction, and where the chain ends the
-    output (the interaction id and whether the claim held) or the failure."""
+    """Store a group's steps in one transaction: each step's interaction (one statement for all), and
+    where the chain ends the output (the interaction id and whether the claim held) or the failure."""
+    use_case = run.use_case
     with run.app_db.session() as session:
-        return [(done, _store_step(session, run, done)) for done in settled]
+        ids = interactions.record_interactions(session, [_step_call(run, done) for done in settled])
+        ending: list[tuple[_Settled, int]] = []
+        for done, interaction_id in zip(settled, ids, strict=True):
+            if done.routed.failure is not None:
+                record_failure(session, run, done.subject.key, done.routed.failure)
+            elif done.routed.decision.to == END:
+                ending.append((done, interaction_id))
+        outputs = [
+            NewOutput(
+                done.subject.key,
+                done.routed.final,
+                done.subject.input_hash,
+                run.outcome.subjects[done.subject.key]["content_hash"],
+                interaction_id,
+            )
+            for done, interaction_id in ending
+        ]
+        stored = store_outputs(session, use_case, run.run_id, outputs, backend=run.backend)
+    ended = {id(done): (interaction_id, done.subject.key in stored) for done, interaction_id in ending}
+    return [(done, ended.get(id(done))) for done in settled]
 
 
-def _store_step(session: Any, run: BatchRun, done: _Settled) -> tuple[int, bool] | None:
-    """One subject's step in the caller's transaction: (interaction id, claim held) where the chain
-    ended with an output; None where it goes on or failed."""
+def _step_call(run: BatchRun, done: _Settled) -> dict[str, Any]:
+    """A subject's step as its interaction records it: what was sent, answered and decided."""
     use_case, subject, step, call, routed = run.use_case, done.subject, done.step, done.call, done.routed
-    interaction_id = record_call(
-        session,
+    return call_fields(
         run,
         subject.key,
         use_case=use_case.name,
@@ -338,23 +363,6 @@ def _store_step(session: Any, run: BatchRun, done: _Settled) -> tuple[int, bool]
         error=routed.failure,
         status="ok" if routed.step_error is None else "item_error",
     )
-    if routed.failure is not None:
-        record_failure(session, run, subject.key, routed.failure)
-        return None
-    if routed.decision.to != END:
-        return None  # the chain goes on
-    stored = store_output(
-        session,
-        use_case,
-        subject.key,
-        run.run_id,
-        routed.final,
-        backend=run.backend,
-        input_hash=subject.input_hash,
-        subject_hash=run.outcome.subjects[subject.key]["content_hash"],
-        interaction_id=interaction_id,
-    )
-    return interaction_id, stored
 
 
 def _materialization(

@@ -1,13 +1,14 @@
 """Storing what a run made: the interaction, the output (only while the claim holds), or the failure.
 
 Single calls, chains and the review's delivered values all store an output the same way
-(`store_output`), so a use case's `after_store` hook runs in the same transaction wherever it comes from.
+(`store_outputs`), so a use case's `after_store` hook runs in the same transaction wherever it comes from.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from dagster import AssetMaterialization, MetadataValue, TableColumn, TableRecord, TableSchema
@@ -23,8 +24,12 @@ PREVIEW_CHARS = 300
 PREVIEW_ROWS = 50
 
 
-def record_call(
-    session: Any,
+def record_call(session: Any, run: BatchRun, key: str, **call: Any) -> int:
+    """Store one call exactly as sent and answered (LLM, script or judge); its interaction id."""
+    return interactions.record_interaction(session, **call_fields(run, key, **call))
+
+
+def call_fields(
     run: BatchRun,
     key: str,
     *,
@@ -38,50 +43,60 @@ def record_call(
     parsed: Any,
     error: str | None,
     status: str | None = None,
-) -> int:
-    """Store one call exactly as sent and answered (LLM, script or judge); its interaction id."""
-    return interactions.record_interaction(
-        session,
-        use_case=use_case,
-        use_case_version=run.use_case.version,
-        subject_key=key,
-        backend=backend,
-        model=model,
-        prompt=prompt,
-        system_prompt=system_prompt,
-        options=dict(options),
-        raw_response=generation.text if generation is not None else None,
-        parsed_output=parsed,
-        prompt_tokens=generation.prompt_tokens if generation is not None else None,
-        completion_tokens=generation.completion_tokens if generation is not None else None,
-        latency_ms=generation.latency_ms if generation is not None else None,
-        cost=run.cost_of(model, generation),
-        status=status or ("ok" if error is None else "item_error"),
-        error=error,
-        source=run.source,
-        run_id=run.run_id,
-        finished_at=utcnow(),
-    )
+) -> dict[str, Any]:
+    """A call as `interactions.record_interactions` stores it: what was sent and answered, by which run."""
+    return {
+        "use_case": use_case,
+        "use_case_version": run.use_case.version,
+        "subject_key": key,
+        "backend": backend,
+        "model": model,
+        "prompt": prompt,
+        "system_prompt": system_prompt,
+        "options": dict(options),
+        "raw_response": generation.text if generation is not None else None,
+        "parsed_output": parsed,
+        "prompt_tokens": generation.prompt_tokens if generation is not None else None,
+        "completion_tokens": generation.completion_tokens if generation is not None else None,
+        "latency_ms": generation.latency_ms if generation is not None else None,
+        "cost": run.cost_of(model, generation),
+        "status": status or ("ok" if error is None else "item_error"),
+        "error": error,
+        "source": run.source,
+        "run_id": run.run_id,
+        "finished_at": utcnow(),
+    }
 
 
-def store_output(
-    session: Any,
-    use_case: UseCase,
-    key: str,
-    run_id: str,
-    value: dict[str, Any],
-    *,
-    backend: str,
-    input_hash: str,
-    subject_hash: str,
-    interaction_id: int | None,
-) -> bool:
-    """Write the current output while this run still holds the claim, then the use case's
-    `after_store` hook in the same transaction. False: the claim was lost, nothing written."""
-    row = output_row(use_case, value, backend, input_hash, subject_hash, interaction_id)
-    stored = claims.complete_item(session, use_case.name, key, run_id, row)
+@dataclass(frozen=True)
+class NewOutput:
+    """An output to store for a subject, from this subject content and this recorded call."""
+
+    key: str
+    value: dict[str, Any]
+    input_hash: str
+    subject_hash: str
+    interaction_id: int | None
+
+
+def store_outputs(
+    session: Any, use_case: UseCase, run_id: str, outputs: Sequence[NewOutput], *, backend: str
+) -> set[str]:
+    """Write the current outputs of the subjects this run still holds, then the use case's `after_store`
+    hook for them, in the caller's transaction; the keys stored (a lost claim writes nothing)."""
+    if not outputs:
+        return set()
+    rows = {
+        output.key: output_row(
+            use_case, output.value, backend, output.input_hash, output.subject_hash, output.interaction_id
+        )
+        for output in outputs
+    }
+    stored = claims.complete_items(session, use_case.name, run_id, rows)
     if stored and use_case.after_store is not None:
-        use_case.after_store(session, key, value)
+        use_case.after_store(
+            session, {output.key: output.value for output in outputs if output.key in stored}
+        )
     return stored
 
 

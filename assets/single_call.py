@@ -22,17 +22,18 @@ from typing import Any
 
 from dagster import AssetMaterialization
 
-from appdb import claims, inputs
+from appdb import claims, inputs, interactions
 from assets.batch_state import BatchRun
 from assets.event_batches import asset_events_in_batches
 from assets.llm_calls import LLMRequest, generate_in_ready_groups
 from assets.outputs import (
+    NewOutput,
+    call_fields,
     fail,
     keep_unchanged,
     output_materialization,
-    record_call,
     record_failure,
-    store_output,
+    store_outputs,
 )
 from assets.write_groups import WRITES_PER_TRANSACTION, in_write_groups
 from domain.language.chat_prompts import CHAT_STYLE, COMPLETION_STYLE, messages_text, retry_messages
@@ -127,9 +128,32 @@ def run_single_calls(run: BatchRun, held: Sequence[str]) -> Iterator[AssetMateri
 def _store_group(
     run: BatchRun, group: Sequence[tuple[PreparedCall, Generation | Exception]]
 ) -> list[tuple[PreparedCall, _Written | None]]:
-    """Store a group's results in one transaction."""
+    """Store a group's results in one transaction, a statement for all its interactions and two for its
+    outputs (a statement per subject was most of a script run's CPU): the outputs, or the failures."""
+    results = [_Result.of(run, item, result) for item, result in group]
     with run.app_db.session() as session:
-        return [(item, _store_result(session, run, item, result)) for item, result in group]
+        ids = interactions.record_interactions(session, [result.call for result in results])
+        outputs = []
+        for result, interaction_id in zip(results, ids, strict=True):
+            if result.error is not None:
+                record_failure(session, run, result.item.key, result.error)
+            else:
+                subject_hash = run.outcome.subjects[result.item.key]["content_hash"]
+                outputs.append(
+                    NewOutput(
+                        result.item.key, result.parsed, result.item.input_hash, subject_hash, interaction_id
+                    )
+                )
+        stored = store_outputs(session, run.use_case, run.run_id, outputs, backend=run.backend)
+    return [
+        (
+            result.item,
+            None
+            if result.error is not None
+            else _Written(result.parsed, result.item.key in stored, interaction_id, result.generation),
+        )
+        for result, interaction_id in zip(results, ids, strict=True)
+    ]
 
 
 def _announce(
@@ -201,57 +225,52 @@ class _Written:
     generation: Generation
 
 
-def _store_result(
-    session: Any, run: BatchRun, item: PreparedCall, result: Generation | Exception
-) -> _Written | None:
-    """Record the interaction, then the output (or the failure: None), in the caller's transaction."""
-    if isinstance(result, BackendUnavailable):
-        raise result
-    use_case, outcome = run.use_case, run.outcome
-    error: str | None = None
-    parsed: dict[str, Any] | None = None
-    generation = result if isinstance(result, Generation) else None
-    if generation is None:
-        error = f"{type(result).__name__}: {result}" if not isinstance(result, ItemError) else str(result)
-    else:
-        outcome.llm_ms += generation.latency_ms
-        try:
-            parsed = parse_output(use_case, generation.text, outcome.inputs.get(item.key))
-        except ItemError as exc:
-            error = str(exc)
-            parsed = exc.value if isinstance(exc, BlockedOutput) else None  # kept in the trace
-    options = dict(item.options)
-    if item.truncated:
-        options["truncated_chars"] = item.truncated
-    interaction_id = record_call(
-        session,
-        run,
-        item.key,
-        use_case=use_case.name,
-        model=use_case.model or model_label(use_case),  # the model as the backend names it; a script's label
-        backend=run.backend,
-        prompt=item.prompt,
-        system_prompt=item.system_prompt,
-        options=options,
-        generation=generation,
-        parsed=parsed,
-        error=error,
-    )
-    if error is not None:
-        record_failure(session, run, item.key, error)
-        return None
-    stored = store_output(
-        session,
-        use_case,
-        item.key,
-        run.run_id,
-        parsed,
-        backend=run.backend,
-        input_hash=item.input_hash,
-        subject_hash=outcome.subjects[item.key]["content_hash"],
-        interaction_id=interaction_id,
-    )
-    return _Written(parsed, stored, interaction_id, generation)
+@dataclass(frozen=True)
+class _Result:
+    """A subject's answer, parsed: the call to record, and the output or the error."""
+
+    item: PreparedCall
+    call: dict[str, Any]
+    parsed: dict[str, Any] | None
+    error: str | None
+    generation: Generation | None
+
+    @classmethod
+    def of(cls, run: BatchRun, item: PreparedCall, result: Generation | Exception) -> _Result:
+        """Parse the answer (an outage raises: it is no subject's fault) and count its model time."""
+        if isinstance(result, BackendUnavailable):
+            raise result
+        use_case, outcome = run.use_case, run.outcome
+        error: str | None = None
+        parsed: dict[str, Any] | None = None
+        generation = result if isinstance(result, Generation) else None
+        if generation is None:
+            error = f"{type(result).__name__}: {result}" if not isinstance(result, ItemError) else str(result)
+        else:
+            outcome.llm_ms += generation.latency_ms
+            try:
+                parsed = parse_output(use_case, generation.text, outcome.inputs.get(item.key))
+            except ItemError as exc:
+                error = str(exc)
+                parsed = exc.value if isinstance(exc, BlockedOutput) else None  # kept in the trace
+        options = dict(item.options)
+        if item.truncated:
+            options["truncated_chars"] = item.truncated
+        call = call_fields(
+            run,
+            item.key,
+            use_case=use_case.name,
+            model=use_case.model
+            or model_label(use_case),  # the model as the backend names it; a script's label
+            backend=run.backend,
+            prompt=item.prompt,
+            system_prompt=item.system_prompt,
+            options=options,
+            generation=generation,
+            parsed=parsed,
+            error=error,
+        )
+        return cls(item, call, parsed, error, generation)
 
 
 def _materialization(

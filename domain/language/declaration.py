@@ -87,8 +87,9 @@ class UseCase:
         cut is recorded in the interaction's options.
     postprocess: `postprocess(output, inputs)` normalizes a parsed output (dedupe,
         trim, ground against the subject's text); may raise ValueError (an item error).
-    after_store: `after_store(session, subject_key, output)` writes derived rows in the
-        same transaction as the output (e.g. resolved concepts, queryable by concept).
+    after_store: `after_store(session, {subject_key: output})` writes derived rows in the
+        same transaction as the outputs (e.g. resolved concepts, queryable by concept); it gets
+        a group of outputs at a time, as a run stores them.
     judge_view: `judge_view(output) -> text` shows an output to the judge model, which
         grades a sample of each run's outputs (the gym); None: not judged.
     gold_items: `gold_items(output) -> set of strings` makes outputs comparable with the
@@ -136,7 +137,7 @@ class UseCase:
     function: Callable[[Mapping[str, Any], ScriptContext], dict[str, Any]] | None = None
     resources: tuple[str, ...] = ()
     reference_inputs: tuple[str, ...] = ()
-    after_store: Callable[[Any, str, dict[str, Any]], None] | None = None
+    after_store: Callable[[Any, Mapping[str, dict[str, Any]]], None] | None = None
     judge_view: Callable[[dict[str, Any]], str] | None = None
     gold_items: Callable[[dict[str, Any]], Iterable[str]] | None = None
     steps: Chain | None = None

@@ -101,7 +101,7 @@ def _deliver(
         interaction_id=interaction_id,
     )
     if use_case.after_store is not None:
-        use_case.after_store(session, item.subject_key, value)
+        use_case.after_store(session, {item.subject_key: value})
     return interaction_id
 
 

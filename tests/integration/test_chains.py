@@ -607,6 +607,70 @@ def test_a_step_stores_the_postings_it_holds_in_one_transaction_not_one_each(
     assert four_postings == one_posting
 
 
+@contextmanager
+def _app_db_writes(url: str) -> Iterator[list[str]]:
+    """A list of every INSERT, UPDATE and DELETE statement sent to the application database (an
+    executemany counts once) while the block runs."""
+    writes: list[str] = []
+
+    def counted(connection: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if str(connection.engine.url) == url and statement.lstrip().split(" ", 1)[0] in WRITE_VERBS:
+            writes.append(statement)
+
+    event.listen(Engine, "before_cursor_execute", counted)
+    try:
+        yield writes
+    finally:
+        event.remove(Engine, "before_cursor_execute", counted)
+
+
+WRITE_VERBS = ("INSERT", "UPDATE", "DELETE")
+
+
+def test_a_step_stores_four_postings_in_as_many_statements_as_one(
+    sqlite_url: str, tmp_path: Path, dagster_instance: DagsterInstance
+) -> None:
+    """Within a group's transaction the interactions, claims and outputs go out a statement for all the
+    postings, not one per posting each (which was most of a script run's CPU on PostgreSQL)."""
+    five = [{**POSTINGS[0], "key": f"p-{n}", "title": f"Data Engineer {n}"} for n in range(1, 6)]
+    seed_postings(sqlite_url, tmp_path, five)
+    use_case = _two_script_steps()
+    with _app_db_writes(sqlite_url) as writes:
+        assert _run(sqlite_url, dagster_instance, [use_case], ["p-1"], "refined").success
+        one_posting = len(writes)
+        writes.clear()
+        assert _run(sqlite_url, dagster_instance, [use_case], ["p-2", "p-3", "p-4", "p-5"], "refined").success
+        four_postings = len(writes)
+    assert _outputs(sqlite_url, "refined")["p-5"] == {"text": "Data Engineer 5 tagged"}
+    assert len(_interactions(sqlite_url, "refined")) == 10  # every step of every posting is traced
+    assert four_postings == one_posting
+
+
+def test_a_script_use_case_stores_four_postings_in_as_many_statements_as_one(
+    sqlite_url: str, tmp_path: Path, dagster_instance: DagsterInstance
+) -> None:
+    """A use case of one call per posting (here a script, as skill resolution is) stores its group the
+    same way: the statements a run writes do not grow with its postings."""
+    five = [{**POSTINGS[0], "key": f"p-{n}", "title": f"Data Engineer {n}"} for n in range(1, 6)]
+    seed_postings(sqlite_url, tmp_path, five)
+    use_case = UseCase(
+        subject=POSTINGS_KIND,
+        name="titled",
+        version="2026-11-28.1",
+        output_schema=DRAFT_SCHEMA,
+        function=lambda inputs, context: {"text": inputs["title"].upper()},
+    )
+    with _app_db_writes(sqlite_url) as writes:
+        assert _run(sqlite_url, dagster_instance, [use_case], ["p-1"], "titled").success
+        one_posting = len(writes)
+        writes.clear()
+        assert _run(sqlite_url, dagster_instance, [use_case], ["p-2", "p-3", "p-4", "p-5"], "titled").success
+        four_postings = len(writes)
+    assert _outputs(sqlite_url, "titled")["p-5"] == {"text": "DATA ENGINEER 5"}
+    assert len(_interactions(sqlite_url, "titled")) == 5
+    assert four_postings == one_posting
+
+
 def test_a_write_failing_mid_group_keeps_the_postings_stored_before_it(
     sqlite_url: str, tmp_path: Path, dagster_instance: DagsterInstance, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -155,10 +155,10 @@ def test_a_database_error_in_a_resolution_write_leaves_no_posting_half_written(
     assert load_reference_data(defs, instance)
     original = skill_entities_module.replace_posting_skill_concepts
 
-    def fails_on_p3(session: Any, subject_key: str, entities: list[dict[str, Any]]) -> None:
-        if subject_key == "p-3":
+    def fails_on_p3(session: Any, entities_by_posting: dict[str, list[dict[str, Any]]]) -> None:
+        if "p-3" in entities_by_posting:
             raise RuntimeError("disk full")
-        original(session, subject_key, entities)
+        original(session, entities_by_posting)
 
     monkeypatch.setattr(skill_entities_module, "replace_posting_skill_concepts", fails_on_p3)
     # one group for all three, however slow the machine (a group also closes after a wait)

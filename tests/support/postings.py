@@ -75,11 +75,11 @@ def database_goes_away_on(monkeypatch: pytest.MonkeyPatch, key: str) -> None:
     """Storing `key`'s output raises, as a database that went away mid-transaction would."""
     from appdb import claims
 
-    real_complete = claims.complete_item
+    real_complete = claims.complete_items
 
-    def fails_on_key(session, use_case, subject_key, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
-        if subject_key == key:
+    def fails_on_key(session, use_case, run_id, outputs):  # noqa: ANN001, ANN202
+        if key in outputs:
             raise RuntimeError("database went away")
-        return real_complete(session, use_case, subject_key, *args, **kwargs)
+        return real_complete(session, use_case, run_id, outputs)
 
-    monkeypatch.setattr(claims, "complete_item", fails_on_key)
+    monkeypatch.setattr(claims, "complete_items", fails_on_key)

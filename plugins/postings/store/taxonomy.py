@@ -15,6 +15,7 @@ import io
 import json
 import re
 import unicodedata
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ REQUIRED_COLUMNS = ("conceptUri", "preferredLabel")
 OPTIONAL_COLUMNS = ("altLabels", "skillType", "description")
 _MAX_CSV_FIELD = 64 * 1024 * 1024
 _INSERT_CHUNK = 10_000
+_CONCEPT_KEYS_CHUNK = 500  # postings per delete (SQLite caps a statement's parameters)
 
 # Every dash-like character becomes "-", every curly quote a straight one.
 _DASHES = dict.fromkeys(map(ord, "\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe58\ufe63\uff0d"), "-")
@@ -277,27 +279,39 @@ def loaded_taxonomy_hash(session: Session) -> str | None:
 
 
 def replace_posting_skill_concepts(
-    session: Session, subject_key: str, entities: list[dict[str, Any]]
+    session: Session, entities_by_posting: Mapping[str, list[dict[str, Any]]]
 ) -> None:
-    """The posting's rows in `posting_skill_concepts`, one per distinct mention (case-insensitive), so
-    postings can be found by concept; written in the transaction that stores the resolution."""
-    session.execute(delete(PostingSkillConcept).where(PostingSkillConcept.posting_key == subject_key))
-    rows: dict[str, PostingSkillConcept] = {}
-    for entity in entities:
-        mention = entity["mention"][:KEY_LENGTH]
-        if mention.lower() in rows:
-            continue
-        rows[mention.lower()] = PostingSkillConcept(
-            posting_key=subject_key,
-            mention=mention,
-            kind=entity["kind"],
-            concept_uri=entity["concept_uri"],
-            concept_label=entity.get("concept_label"),
-            confidence=entity["confidence"],
-            stage=entity["stage"],
-            updated_at=utcnow(),
+    """The postings' rows in `posting_skill_concepts`, one per distinct mention of a posting
+    (case-insensitive), so postings can be found by concept; written in the transaction that stores the
+    resolutions, a statement per few hundred postings (a run stores a group at a time)."""
+    keys, now = list(entities_by_posting), utcnow()
+    rows: list[dict[str, Any]] = []
+    for key, entities in entities_by_posting.items():
+        seen: set[str] = set()
+        for entity in entities:
+            mention = entity["mention"][:KEY_LENGTH]
+            if mention.lower() in seen:
+                continue
+            seen.add(mention.lower())
+            rows.append(
+                {
+                    "posting_key": key,
+                    "mention": mention,
+                    "kind": entity["kind"],
+                    "concept_uri": entity["concept_uri"],
+                    "concept_label": entity.get("concept_label"),
+                    "confidence": entity["confidence"],
+                    "stage": entity["stage"],
+                    "updated_at": now,
+                }
+            )
+    table = PostingSkillConcept.__table__
+    for start in range(0, len(keys), _CONCEPT_KEYS_CHUNK):
+        session.execute(
+            delete(table).where(table.c.posting_key.in_(keys[start : start + _CONCEPT_KEYS_CHUNK]))
         )
-    session.add_all(rows.values())
+    if rows:
+        session.execute(insert(table), rows)
 
 
 def concept_label(session: Session, uri: str) -> str | None:

@@ -112,9 +112,9 @@ def entities_output(entities: list[dict[str, Any]]) -> dict[str, Any]:
     return {"entities": entities, "matched": len(entities) - unmatched, "unmatched": unmatched}
 
 
-def store_skill_concepts(session: Any, subject_key: str, output: dict[str, Any]) -> None:
-    """Rewrite the posting's rows in `posting_skill_concepts`, so postings can be found by concept."""
-    replace_posting_skill_concepts(session, subject_key, output["entities"])
+def store_skill_concepts(session: Any, outputs: Mapping[str, dict[str, Any]]) -> None:
+    """Rewrite the postings' rows in `posting_skill_concepts`, so postings can be found by concept."""
+    replace_posting_skill_concepts(session, {key: output["entities"] for key, output in outputs.items()})
 
 
 UNMATCHED = ("none", "unmatched")
