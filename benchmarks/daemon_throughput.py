@@ -449,7 +449,7 @@ def measure(args: argparse.Namespace, storage: str) -> dict[str, Any]:
         result["cpu"] = _cpu_figures(tree, ui_lifetime_cpu, ingest_cpu, max(finished, 1))
         result["cpu"]["orphans_reaped"] = orphans_reaped
         result["cpu"]["run_worker_cpu_by_job"] = run_worker_cpu_by_job(
-            result["cpu"].pop("run_workers"), all_runs
+            result["cpu"].pop("run_workers"), all_runs, run_pids(app_url)
         )
         result["load_average"] = os.getloadavg()
         if args.retire:
@@ -660,15 +660,41 @@ def _children_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def run_pids(app_url: str) -> dict[str, int]:
+    """Each run's process id, as its heartbeat recorded it (runs that claim work or hold the pool)."""
+    engine = create_engine(normalize_url(app_url))
+    try:
+        with engine.connect() as connection:
+            return dict(connection.execute(text("SELECT run_id, pid FROM run_heartbeats")).all())
+    finally:
+        engine.dispose()
+
+
 def run_worker_cpu_by_job(
-    workers: list[list[float]], runs: list[dict[str, Any]]
+    workers: list[list[float]], runs: list[dict[str, Any]], pids: dict[str, int] | None = None
 ) -> dict[str, dict[str, Any]]:
-    """Each run worker process's CPU under its run's job. A process's command line does not name its
-    run, so each run (in order of start) takes the latest unclaimed process started before it:
-    Dagster stamps a run's start once its process has loaded the code location."""
-    unclaimed = sorted(workers)  # [epoch start, CPU seconds]
+    """Each run worker process's CPU under its run's job. A run that recorded its process id (its
+    heartbeat row, `pids`: run id -> pid) takes that process. A process's command line does not name
+    its run, so any other run (in order of start) takes the latest unclaimed process started before it:
+    Dagster stamps a run's start once its process has loaded the code location. (Runs starting seconds
+    apart load at different speeds, so by start alone the summaries' runs took the tagger's CPU.)"""
+    unclaimed = sorted(workers)  # [epoch start, CPU seconds, pid]
+    by_pid = {int(worker[2]): worker for worker in unclaimed if len(worker) > 2}
+    pids = pids or {}
+    started = sorted((r for r in runs if r.get("startTime")), key=lambda r: r["startTime"])
+    matched: list[tuple[dict[str, Any], list[float]]] = []
+    for run in started:
+        worker = by_pid.get(pids.get(run.get("runId", ""), -1))
+        if worker is not None and worker in unclaimed:
+            unclaimed.remove(worker)
+            matched.append((run, worker))
     by_job: dict[str, dict[str, Any]] = {}
-    for run in sorted((r for r in runs if r.get("startTime")), key=lambda r: r["startTime"]):
+    for run, worker in matched:
+        entry = by_job.setdefault(run["jobName"], {"runs": 0, "cpu_seconds": 0.0})
+        entry["runs"] += 1
+        entry["cpu_seconds"] = round(entry["cpu_seconds"] + worker[1], 2)
+    taken = {id(run) for run, _ in matched}
+    for run in (r for r in started if id(r) not in taken):
         earlier = [worker for worker in unclaimed if worker[0] <= run["startTime"]]
         if not earlier:
             continue

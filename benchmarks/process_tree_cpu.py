@@ -318,7 +318,7 @@ class ProcessTreeCpu:
             for seen in self.seen.values():
                 if seen.run_pid in runs:
                     runs[seen.run_pid][1] += seen.last_own - seen.first_own
-            run_workers = sorted([start, round(cpu, 2)] for start, cpu in runs.values())
+            run_workers = sorted([start, round(cpu, 2), pid] for pid, (start, cpu) in runs.items())
             top = sorted(self.seen.values(), key=lambda seen: seen.first_own - seen.last_own)[:TOP_PROCESSES]
             top_processes = [
                 [seen.kind, round(seen.last_own - seen.first_own, 2), seen.command_line[:COMMAND_LINE_CHARS]]
@@ -334,6 +334,6 @@ class ProcessTreeCpu:
             "processes_started_by_kind": dict(sorted(started.items())),
             # the largest single process of each kind (a run worker's steps are processes of their own)
             "peak_rss_mb_by_kind": {kind: round(kb / 1024, 1) for kind, kb in sorted(peak_rss_kb.items())},
-            "run_workers": run_workers,  # each run started in the window: [epoch start, CPU s with its steps]
+            "run_workers": run_workers,  # each run started in the window: [start, CPU s with steps, pid]
             "top_processes": top_processes,  # kind, CPU seconds in the window, command line (cut)
         }

@@ -114,6 +114,22 @@ def test_each_run_takes_the_run_worker_process_started_just_before_it() -> None:
     }
 
 
+def test_a_run_that_recorded_its_process_takes_that_process_whatever_the_start_times_say() -> None:
+    """Runs started seconds apart load the code at different speeds: matched by start alone, the
+    tagger's run worker went to a summary run. A heartbeat's pid settles it; others still go by time."""
+    workers = [[100.0, 3.0, 11], [101.0, 40.0, 12], [150.0, 5.0, 13]]
+    runs = [
+        {"runId": "a", "jobName": "summary", "startTime": 102.5},
+        {"runId": "b", "jobName": "skills", "startTime": 103.0},
+        {"runId": "c", "jobName": "summary", "startTime": 152.0},  # no heartbeat: by its start
+    ]
+    assert run_worker_cpu_by_job(workers, runs, {"a": 11, "b": 12}) == {
+        "summary": {"runs": 2, "cpu_seconds": 8.0},
+        "skills": {"runs": 1, "cpu_seconds": 40.0},
+    }
+    assert run_worker_cpu_by_job(workers, runs)["skills"] == {"runs": 1, "cpu_seconds": 3.0}  # by time
+
+
 def test_a_run_cut_short_is_compared_with_the_floor_of_the_outputs_it_made() -> None:
     """Summaries ran far ahead of the skills in the cut-short 100,000-posting run: dividing by
     outputs / 3 postings charged the slow skills' floor for work never done, and printed 2.37 where

@@ -128,7 +128,7 @@ def test_a_code_servers_multiprocessing_child_is_a_run_worker_and_its_helpers_st
     }
     assert figures["total_cpu_seconds"] == 3.1
     assert figures["processes_started_by_kind"] == {"run worker": 2}
-    assert [cpu for _, cpu in figures["run_workers"]] == [2.5]  # one run: its process and its step
+    assert [(cpu, pid) for _, cpu, pid in figures["run_workers"]] == [(2.5, 3)]  # one run: process and step
 
 
 def test_the_peak_memory_of_each_kind_is_its_largest_process() -> None:
