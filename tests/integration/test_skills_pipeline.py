@@ -393,26 +393,18 @@ def test_a_resolution_run_starts_while_an_upstream_run_is_making_the_skills(pipe
     assert ready.run_requests[0].tags[ASSET_PARTITION_RANGE_START_TAG] == "p-1"
 
 
-def test_a_resolution_run_started_ahead_of_the_skills_resolves_them_as_they_are_written(
-    pipeline, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The run the sensor starts before any skills exist waits for them, past its idle limit while a
-    running run holds them, loads the resolver meanwhile, and resolves every posting as the skills come;
-    then, nothing more coming, it ends."""
+def _resolution_run_ahead_of_held_skills(pipeline) -> tuple[Any, list[str], dict[str, Any]]:  # noqa: ANN001
+    """Skills held by an upstream run, and a resolution run over p-1..p-3 started ahead of them in a
+    thread (going on for up to 120 s): the thread, the keys, and where its result lands."""
     import threading
-    import time
 
     from appdb import claims
-    from assets import batch_run
     from assets.run_tags import CONTINUE_TAG, partition_range_tags
 
-    defs, groups, instance, url = pipeline
-    llm_group, _ = groups
+    defs, _, instance, url = pipeline
     assert load_reference_data(defs, instance)
     keys = [posting["key"] for posting in POSTINGS]
     instance.add_dynamic_partitions("postings", keys)
-    monkeypatch.setattr(batch_run, "CONTINUE_IDLE_SECONDS", 0.5)
-    monkeypatch.setattr(batch_run, "CONTINUE_POLL_SECONDS", 0.1)
     with session_scope(url) as session:  # an upstream run is making them
         assert claims.claim_items(session, "posting_skills", keys, "upstream-run") == keys
     job = defs.resolve_job_def("skill_entities_batch_job")
@@ -425,26 +417,55 @@ def test_a_resolution_run_started_ahead_of_the_skills_resolves_them_as_they_are_
         )
     )
     follower.start()
-    time.sleep(3)  # six times its idle limit, the skills still held
-    assert follower.is_alive()
-    # released, they wait unclaimed for the next upstream run: its usual limit covers that run's start
-    monkeypatch.setattr(batch_run, "CONTINUE_IDLE_SECONDS", 60.0)
+    return follower, keys, outcome
+
+
+def _skills_written_after_the_hold(pipeline, keys: list[str]) -> None:  # noqa: ANN001
+    """The upstream run gives its claims back; the next one writes the skills."""
+    from appdb import claims
+
+    defs, (llm_group, _), instance, url = pipeline
     with session_scope(url) as session:
         claims.release_items(session, "posting_skills", keys, "upstream-run")
-    run_pending(defs, [llm_group], instance, AppDatabase(url=url), source="test")  # the skills written
-    follower.join(timeout=120)
-    assert not follower.is_alive()
-    result = outcome["result"]
-    assert result.success
+    run_pending(defs, [llm_group], instance, AppDatabase(url=url), source="test")
+
+
+def _resolved_by(url: str) -> dict[str, str]:
+    """Each resolved posting's run."""
     with session_scope(url) as session:
-        made_by = dict(
+        return dict(
             session.execute(
                 select(UseCaseOutput.subject_key, UseCaseOutput.run_id).where(
                     UseCaseOutput.use_case == "skill_entities"
                 )
             ).all()
         )
-    assert made_by == dict.fromkeys(keys, result.run_id)  # every posting, by the run started ahead
+
+
+def test_a_resolution_run_started_ahead_of_the_skills_resolves_them_as_they_are_written(
+    pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run the sensor starts before any skills exist waits for them, past its idle limit while a
+    running run holds them, loads the resolver meanwhile, and resolves every posting as the skills come;
+    then, nothing more coming, it ends."""
+    import time
+
+    from assets import batch_run
+
+    _, _, instance, url = pipeline
+    monkeypatch.setattr(batch_run, "CONTINUE_IDLE_SECONDS", 0.5)
+    monkeypatch.setattr(batch_run, "CONTINUE_POLL_SECONDS", 0.1)
+    follower, keys, outcome = _resolution_run_ahead_of_held_skills(pipeline)
+    time.sleep(3)  # six times its idle limit, the skills still held
+    assert follower.is_alive()
+    # released, they wait unclaimed for the next upstream run: its usual limit covers that run's start
+    monkeypatch.setattr(batch_run, "CONTINUE_IDLE_SECONDS", 60.0)
+    _skills_written_after_the_hold(pipeline, keys)
+    follower.join(timeout=120)
+    assert not follower.is_alive()
+    result = outcome["result"]
+    assert result.success
+    assert _resolved_by(url) == dict.fromkeys(keys, result.run_id)  # every posting, by the run started ahead
     messages = [record.user_message for record in instance.all_logs(result.run_id) if record.user_message]
     assert any("warmed up while waiting for inputs" in message for message in messages)
 
@@ -457,51 +478,24 @@ def test_a_run_ahead_of_its_inputs_looks_once_more_when_they_are_done_even_if_th
     they are all made, instead of ending with nothing done."""
     import threading
 
-    from appdb import claims
     from appdb import discovery as discovery_module
     from assets import batch_run
-    from assets.run_tags import CONTINUE_TAG, partition_range_tags
 
-    defs, groups, instance, url = pipeline
-    llm_group, _ = groups
-    assert load_reference_data(defs, instance)
-    keys = [posting["key"] for posting in POSTINGS]
-    instance.add_dynamic_partitions("postings", keys)
     monkeypatch.setattr(batch_run, "CONTINUE_POLL_SECONDS", 0.1)
     looked = threading.Event()
 
     def marker_that_never_moves(session: Any, table: Any) -> str:
-        looked.set()
+        if threading.current_thread() is not threading.main_thread():  # the resolution run's look
+            looked.set()
         return "unchanged"
 
     monkeypatch.setattr(discovery_module, "change_marker", marker_that_never_moves)
-    with session_scope(url) as session:  # an upstream run is making them
-        assert claims.claim_items(session, "posting_skills", keys, "upstream-run") == keys
-    job = defs.resolve_job_def("skill_entities_batch_job")
-    outcome: dict[str, Any] = {}
-    follower = threading.Thread(
-        target=lambda: outcome.update(
-            result=job.execute_in_process(
-                instance=instance, tags={**partition_range_tags("p-1", "p-3"), CONTINUE_TAG: "120"}
-            )
-        )
-    )
-    follower.start()
+    follower, keys, outcome = _resolution_run_ahead_of_held_skills(pipeline)
     assert looked.wait(timeout=120)  # it has looked once, found nothing: the skills are still held
-    with session_scope(url) as session:
-        claims.release_items(session, "posting_skills", keys, "upstream-run")
-    run_pending(defs, [llm_group], instance, AppDatabase(url=url), source="test")  # the skills written
+    _skills_written_after_the_hold(pipeline, keys)
     follower.join(timeout=120)
     assert not follower.is_alive()
-    with session_scope(url) as session:
-        made_by = dict(
-            session.execute(
-                select(UseCaseOutput.subject_key, UseCaseOutput.run_id).where(
-                    UseCaseOutput.use_case == "skill_entities"
-                )
-            ).all()
-        )
-    assert made_by == dict.fromkeys(keys, outcome["result"].run_id)
+    assert _resolved_by(pipeline[3]) == dict.fromkeys(keys, outcome["result"].run_id)
 
 
 def test_a_run_ahead_of_its_inputs_ends_at_once_when_none_are_coming(pipeline) -> None:
