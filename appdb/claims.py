@@ -25,7 +25,7 @@ from sqlalchemy import ColumnElement, Select, and_, or_, select, tuple_, update
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.orm import Session
 
-from appdb.dialects import CHUNK, insert_for, is_postgres
+from appdb.dialects import CHUNK, insert_for, is_postgres, rows_by_columns
 from appdb.discovery import WorkSpec, pending_work_query
 from appdb.models import UseCaseOutput, WorkItem, utcnow
 from appdb.redaction import redact
@@ -180,11 +180,8 @@ def complete_items(
         for key, output in outputs.items()
         if key in held
     ]
-    by_columns: dict[tuple[str, ...], list[dict[str, Any]]] = {}
-    for row in rows:
-        by_columns.setdefault(tuple(row), []).append(row)
     dialect = session.get_bind().dialect.name
-    for columns, same in by_columns.items():
+    for columns, same in rows_by_columns(rows).items():
         session.execute(_output_upsert(dialect, columns), same)
     return held
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from sqlalchemy.dialects import sqlite
@@ -18,6 +19,14 @@ def insert_for(session: Session) -> Any:
 
         return postgresql.insert
     return sqlite.insert
+
+
+def rows_by_columns(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, ...], list[dict[str, Any]]]:
+    """Rows grouped by the columns they set, in order: an executemany sends rows of one shape."""
+    grouped: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for row in rows:
+        grouped.setdefault(tuple(row), []).append(row)
+    return grouped
 
 
 def is_postgres(session: Session) -> bool:

@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
+from appdb.dialects import rows_by_columns
 from appdb.models import Interaction
 from appdb.redaction import redact
 
@@ -36,10 +37,7 @@ def record_interactions(session: Session, calls: Sequence[Mapping[str, Any]]) ->
     if len(by_subject) < len(rows):  # the same subject twice: rows a statement each, in order
         return [session.execute(insert(table).returning(table.c.id), row).scalar_one() for row in rows]
     ids: list[int] = [0] * len(rows)
-    by_columns: dict[tuple[str, ...], list[dict[str, Any]]] = {}
-    for row in rows:
-        by_columns.setdefault(tuple(row), []).append(row)
-    for same in by_columns.values():
+    for same in rows_by_columns(rows).values():
         # matched by subject, not by order: SQLite returns a multi-row insert's ids in no set order
         # (SQLAlchemy's `sort_by_parameter_order` sends such rows one statement each)
         statement = insert(table).returning(table.c.id, table.c.use_case, table.c.subject_key)

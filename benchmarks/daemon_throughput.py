@@ -57,7 +57,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import create_engine, func, select, text
+from sqlalchemy import Connection, create_engine, func, select, text
 
 from appdb.database import normalize_url
 from appdb.models import Interaction, UseCaseOutput, WorkItem
@@ -279,12 +279,8 @@ def storage_bytes(work: Path, app_url: str, dagster_url: str | None) -> dict[str
     (Dagster's home folder holds its databases and the compute logs), `pg_database_size` for PostgreSQL."""
 
     def database_bytes(url: str) -> int:
-        engine = create_engine(normalize_url(url))
-        try:
-            with engine.connect() as conn:
-                return int(conn.execute(text("SELECT pg_database_size(current_database())")).scalar_one())
-        finally:
-            engine.dispose()
+        with _connected(url) as conn:
+            return int(conn.execute(text("SELECT pg_database_size(current_database())")).scalar_one())
 
     def folder_bytes(folder: Path) -> int:
         return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
@@ -622,20 +618,16 @@ def _integrity(app_url: str, postings: int) -> dict[str, Any]:
     the distinct (use case, posting, step) answered by the LLM, not by a script: the tagger's
     skills are no LLM work, however many use cases there are.
     """
-    engine = create_engine(normalize_url(app_url))
-    try:
-        with engine.connect() as conn:
-            answered = conn.execute(
-                select(
-                    Interaction.use_case, Interaction.subject_key, Interaction.backend, Interaction.options
-                ).where(Interaction.status == "ok")
-            ).all()
-            attempts = conn.execute(select(func.coalesce(func.sum(WorkItem.attempts), 0))).scalar_one()
-            failed_calls = conn.execute(
-                select(func.count()).select_from(Interaction).where(Interaction.status != "ok")
-            ).scalar_one()
-    finally:
-        engine.dispose()
+    with _connected(app_url) as conn:
+        answered = conn.execute(
+            select(
+                Interaction.use_case, Interaction.subject_key, Interaction.backend, Interaction.options
+            ).where(Interaction.status == "ok")
+        ).all()
+        attempts = conn.execute(select(func.coalesce(func.sum(WorkItem.attempts), 0))).scalar_one()
+        failed_calls = conn.execute(
+            select(func.count()).select_from(Interaction).where(Interaction.status != "ok")
+        ).scalar_one()
     seen: dict[tuple[Any, ...], int] = {}
     llm_use_cases: set[str] = set()
     for use_case, subject_key, backend, options in answered:
@@ -662,10 +654,17 @@ def _children_cpu_seconds() -> float:
 
 def run_pids(app_url: str) -> dict[str, int]:
     """Each run's process id, as its heartbeat recorded it (runs that claim work or hold the pool)."""
-    engine = create_engine(normalize_url(app_url))
+    with _connected(app_url) as conn:
+        return dict(conn.execute(text("SELECT run_id, pid FROM run_heartbeats")).all())
+
+
+@contextmanager
+def _connected(url: str) -> Iterator[Connection]:
+    """A connection to a database of the run, on an engine of its own that is disposed after."""
+    engine = create_engine(normalize_url(url))
     try:
-        with engine.connect() as connection:
-            return dict(connection.execute(text("SELECT run_id, pid FROM run_heartbeats")).all())
+        with engine.connect() as conn:
+            yield conn
     finally:
         engine.dispose()
 
@@ -736,14 +735,10 @@ def _cpu_figures(
 def _output_latencies(app_url: str, ingested: float) -> dict[str, Any]:
     """When each use case's first and last outputs were stored (seconds after ingest), and how far each
     use case trails its upstream: per posting, its output's time minus its upstream output's."""
-    engine = create_engine(normalize_url(app_url))
-    try:
-        with engine.connect() as conn:
-            stored = conn.execute(
-                select(UseCaseOutput.use_case, UseCaseOutput.subject_key, UseCaseOutput.created_at)
-            ).all()
-    finally:
-        engine.dispose()
+    with _connected(app_url) as conn:
+        stored = conn.execute(
+            select(UseCaseOutput.use_case, UseCaseOutput.subject_key, UseCaseOutput.created_at)
+        ).all()
     at: dict[str, dict[str, float]] = {}
     for use_case, key, created in stored:
         at.setdefault(use_case, {})[key] = created.replace(tzinfo=UTC).timestamp() - ingested
