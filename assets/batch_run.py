@@ -50,6 +50,7 @@ from resources.llm import LLMResource
 ITEMS_OK_CHECK = "outputs_valid"
 CONTINUE_POLL_SECONDS = 1.0  # a run following its upstream looks for new inputs this often
 CONTINUE_IDLE_SECONDS = 60.0  # and ends after this long without any
+CLAIM_RACE_LOOKS = 5  # a run going on looks again this often when other runs claimed what it found
 
 
 def process_batch(
@@ -134,13 +135,14 @@ def next_batch(run: BatchRun, spec: discovery.WorkSpec, until: float) -> list[st
     discovery sensor may start this run before the first of it is written), else at most
     `CONTINUE_IDLE_SECONDS` without new work. While it waits it loads what its function needs
     (`UseCase.warm_up`: the resolver), so the first inputs find it ready. Any other use case stops at
-    once when nothing is pending. Claims are taken as any run takes them (`claims.claim_items`,
+    once when nothing is pending; when other runs claimed what it found first, it looks again (up to
+    `CLAIM_RACE_LOOKS` times). Claims are taken as any run takes them (`claims.claim_items`,
     discovery asked again under the claim), so a subject is never done twice."""
     use_case, instance = run.use_case, run.context.instance
     size = use_case.batch_size
     # an LLM step waiting would hold the `llm` pool, one slot on the embedded model: it never waits
     follows_upstream = bool(spec.upstream_specs) and not use_case.uses_llm
-    marker, idle_since = None, time.monotonic()
+    marker, idle_since, lost_races = None, time.monotonic(), 0
     while time.monotonic() < until:
         being_made = coming = False
         if follows_upstream:  # asked before looking for work: upstream done now means written by then
@@ -164,6 +166,12 @@ def next_batch(run: BatchRun, spec: discovery.WorkSpec, until: float) -> list[st
             if held:
                 return held
             marker = None  # found, none claimed (rows locked a moment, not partitions yet): look again
+            if keys and not follows_upstream and lost_races < CLAIM_RACE_LOOKS:
+                # Several runs draw on one backlog, oldest first: another claimed these between this
+                # run's look and its claim. The next look leaves them out; ending here would cost a
+                # new run (a process start) for work that is waiting.
+                lost_races += 1
+                continue
         if not follows_upstream:
             return []
         if being_made:

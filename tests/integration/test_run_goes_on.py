@@ -84,6 +84,40 @@ def test_a_run_going_on_does_every_pending_known_posting_once_and_leaves_held_an
     assert held == "other-run"
 
 
+def test_a_run_going_on_whose_next_postings_another_run_claimed_first_claims_the_ones_after(
+    httpserver: HTTPServer, sqlite_url: str, tmp_path: Path, dagster_instance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs going on draw on one backlog, oldest first, so two that finish a batch together race for the
+    same postings. The one that loses looks again and takes the next ones: it had ended, and the
+    sensor started a new run (a process loading the code location) for the work that waited."""
+    from assets import batch_run
+
+    postings = [{"key": f"k-{i:02d}", "title": f"Job {i}", "description": f"Do task {i}."} for i in range(8)]
+    keys = [row["key"] for row in postings]
+    FakeOllama(httpserver)
+    seed_postings(sqlite_url, tmp_path, postings)
+    settings = _settings(sqlite_url, httpserver.url_for("/").rstrip("/"))
+    defs = build_definitions(settings, use_cases=[POSTING_SUMMARY], llm=build_llm_resource(settings))
+    dagster_instance.add_dynamic_partitions("postings", keys)
+    real_claim = batch_run.claims.claim_items
+    raced: list[list[str]] = []
+
+    def another_run_claims_them_first(session, use_case, candidates, run_id, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        if not raced and candidates and candidates[0] != "k-00":  # the run's first look beyond its batch
+            raced.append(list(candidates))
+            real_claim(session, use_case, list(candidates), "other-run")
+        return real_claim(session, use_case, candidates, run_id, **kwargs)
+
+    monkeypatch.setattr(batch_run.claims, "claim_items", another_run_claims_them_first)
+    going_on = _run(defs, dagster_instance, "k-00", "k-01", going_on=True)
+
+    assert going_on.success
+    assert raced == [["k-02", "k-03"]]  # its next batch (two postings) went to the other run
+    done = _done_by_run(sqlite_url)
+    assert set(done) == set(keys) - {"k-02", "k-03"}  # it went on with the rest, once each
+    assert set(done.values()) == {going_on.run_id}
+
+
 def test_with_runs_going_on_the_sensor_starts_no_more_than_may_work_at_once(
     sqlite_url: str, tmp_path: Path, dagster_instance
 ) -> None:
