@@ -289,13 +289,14 @@ def check_results(use_case: UseCase, outcome: BatchOutcome) -> Iterator[AssetChe
         },
     )
     for check in use_case.checks:
-        failing = {}
-        for key, value in outcome.outputs.items():
-            reason = check.check(value, outcome.subjects.get(key, {}))
-            if reason:
-                failing[key] = reason
-        if check.blocking:
-            failing.update(blocked_subjects(check.name, outcome.failed))
+        if check.blocking:  # every stored output passed it as it was parsed: the failing were not stored
+            failing = blocked_subjects(check.name, outcome.failed)
+        else:
+            failing = {}
+            for key, value in outcome.outputs.items():
+                reason = check.check(value, outcome.subjects.get(key, {}))
+                if reason:
+                    failing[key] = reason
         outcome.check_failures[check.name] = failing  # the gym turns them into review items
         yield AssetCheckResult(
             check_name=check.name,

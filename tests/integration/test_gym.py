@@ -193,6 +193,32 @@ def test_a_blocked_output_is_not_stored_and_its_check_names_the_posting(gym) -> 
     assert "summary_length" in items["g-2"].reason
 
 
+def test_a_run_asks_the_faithfulness_check_once_per_answer_not_again_for_its_report(
+    gym, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A blocking check is asked as each answer is parsed (a failing one is not stored); the run's report
+    of it names those it blocked and does not ask again of those stored (the faithfulness check was a
+    twentieth of a summary run's CPU a second time)."""
+    from plugins.postings.quality import faithfulness
+
+    defs, instance, _url = gym
+    asked: list[str] = []
+    real = faithfulness.FaithfulnessChecker.unsupported
+
+    def counted(self, summary, posting):  # noqa: ANN001, ANN202
+        asked.append(summary)
+        return real(self, summary, posting)
+
+    monkeypatch.setattr(faithfulness.FaithfulnessChecker, "unsupported", counted)
+    result = run_use_case(defs, instance, ["g-1", "g-2", "g-3"])
+    faithful = _evaluations(result)["summary_faithful"]
+
+    assert faithful.passed and faithful.metadata["checked"].value == 2  # g-3 was blocked by another check
+    assert len(asked) == len(set(asked)) == 3  # each answer once, as it was parsed
+    blocked = _evaluations(result)["summary_not_degenerate"]
+    assert [row.data["posting"] for row in blocked.metadata["failing_postings"].records] == ["g-3"]
+
+
 def test_the_judge_grades_a_sample_traceably_and_low_grades_go_to_review(gym) -> None:
     defs, instance, url = gym
     result = run_use_case(defs, instance, ["g-1", "g-2", "g-3"])
