@@ -3,13 +3,17 @@
 
 They sit downstream of the use cases, are written as Parquet by the `parquet_io_manager`
 (resources/parquet_io_manager.py) and so read as DataFrames by `defs.load_asset_value` or a user's own
-`@asset(ins=...)`. Declarative automation materializes them when an upstream output changes (no
-waiting for every posting to have every output: a posting without one has nulls). The tables are
-documented in docs/outputs.md.
+`@asset(ins=...)`. The `outputs_sensor` remakes them, all three in one run, when an output changed
+(no waiting for every posting to have every output: a posting without one has nulls), but while runs
+are still making outputs at most every `PIPELINE_OUTPUTS_REFRESH_SECONDS`: each remake reads every
+posting, and one a minute while a backlog drained was 5-6% of the pipeline's CPU at 10,000
+postings. The tables are documented in docs/outputs.md.
 """
 
+import json
+import time
 from collections.abc import Iterator, Sequence
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from dagster import (
@@ -17,18 +21,27 @@ from dagster import (
     AssetKey,
     AssetsDefinition,
     AssetSelection,
-    AutomationCondition,
-    AutomationConditionSensorDefinition,
     DefaultSensorStatus,
     MetadataValue,
+    RunRequest,
+    RunsFilter,
+    SensorDefinition,
+    SensorEvaluationContext,
+    SkipReason,
     asset,
+    sensor,
 )
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
+from appdb import discovery
 from appdb.models import UseCaseOutput
+from assets.run_tags import WORK_GROUP_TAG
 from plugins.postings.store.enriched_columns import OUTPUT_PREFIXES, SCHEMA_VERSION
+from plugins.postings.store.postings_kind import POSTINGS_TABLE
 from resources.app_database import AppDatabase
 from resources.parquet_io_manager import ParquetIOManager, TableChunks
+from sensors.discovery_sensor import ACTIVE_STATUSES
 
 if TYPE_CHECKING:  # pyarrow (and the Arrow schemas) in the output assets' runs only, not in every run
     import pyarrow as pa
@@ -38,23 +51,55 @@ PARQUET_IO_MANAGER = "parquet_io_manager"
 OUTPUTS_GROUP = "outputs"
 READ_CHUNK = 5_000
 
-# Like `eager()`, less "every dependency partition exists": the table is remade when any posting's
-# output changes, not only once every posting has every output.
-WHEN_OUTPUTS_CHANGE = (
-    (AutomationCondition.missing() | AutomationCondition.any_deps_updated()).since_last_handled()
-    & ~AutomationCondition.any_deps_in_progress()
-    & ~AutomationCondition.in_progress()
-).with_label("when an upstream output changes")
+OUTPUTS_RUN_TAG = "pipeline/outputs"  # on the outputs sensor's runs
+OUTPUTS_SENSOR_INTERVAL_SECONDS = 30
 
 
-# Dagster's own default automation sensor starts stopped: this one runs as soon as the daemon does.
-OUTPUTS_AUTOMATION_SENSOR = AutomationConditionSensorDefinition(
-    "outputs_automation_sensor",
-    target=AssetSelection.groups(OUTPUTS_GROUP),
-    default_status=DefaultSensorStatus.RUNNING,
-    minimum_interval_seconds=30,
-    description="Materializes the enriched postings tables when an upstream output changes.",
-)
+def outputs_marker(session: Session) -> str:
+    """A fingerprint of what the tables are made of: the postings and the outputs they show."""
+    made = session.execute(
+        select(func.count(), func.max(UseCaseOutput.updated_at)).where(
+            UseCaseOutput.use_case.in_(OUTPUT_PREFIXES)
+        )
+    ).one()
+    return f"{discovery.subjects_marker(session, POSTINGS_TABLE)}|{made[0]}|{made[1]}"
+
+
+def build_outputs_sensor(refresh_seconds: int) -> SensorDefinition:
+    """The sensor that remakes the three tables, in one run, when an output or a posting changed since
+    it last asked; while runs of the work groups are going (a backlog draining) at most every
+    `refresh_seconds`, and as soon as they have ended."""
+
+    @sensor(
+        name="outputs_sensor",
+        asset_selection=AssetSelection.groups(OUTPUTS_GROUP),
+        minimum_interval_seconds=OUTPUTS_SENSOR_INTERVAL_SECONDS,
+        default_status=DefaultSensorStatus.RUNNING,
+        description=(
+            "Remakes the enriched postings tables when an output changed; while runs are making outputs, "
+            f"at most every {refresh_seconds} s (PIPELINE_OUTPUTS_REFRESH_SECONDS) and when they end."
+        ),
+    )
+    def outputs_sensor(context: SensorEvaluationContext, app_db: AppDatabase) -> RunRequest | SkipReason:
+        with app_db.session() as session:
+            marker = outputs_marker(session)
+        previous = json.loads(context.cursor) if context.cursor else {}
+        if previous.get("marker") == marker:
+            return SkipReason("no output or posting changed since the tables were last asked for")
+        active = context.instance.get_runs(RunsFilter(statuses=ACTIVE_STATUSES))
+        if any(OUTPUTS_RUN_TAG in run.tags for run in active):
+            return SkipReason("the tables are being made; what changed since goes in the next run")
+        making = sum(WORK_GROUP_TAG in run.tags for run in active)
+        due = previous.get("requested_at", 0.0) + refresh_seconds
+        if making and time.time() < due:
+            return SkipReason(
+                f"{making} runs are making outputs: the tables are remade when they end, or at "
+                f"{datetime.fromtimestamp(due, UTC):%H:%M:%S} UTC at the latest"
+            )
+        context.update_cursor(json.dumps({"marker": marker, "requested_at": time.time()}))
+        return RunRequest(tags={OUTPUTS_RUN_TAG: "refresh"})
+
+    return outputs_sensor
 
 
 def build_output_assets(use_case_names: Sequence[str]) -> list[AssetsDefinition]:
@@ -65,7 +110,6 @@ def build_output_assets(use_case_names: Sequence[str]) -> list[AssetsDefinition]
         group_name=OUTPUTS_GROUP,
         deps=[AssetKey("postings"), *upstream],
         io_manager_key=PARQUET_IO_MANAGER,
-        automation_condition=WHEN_OUTPUTS_CHANGE,
         kinds={"parquet", "pandas"},
         metadata={"schema_version": SCHEMA_VERSION, "docs": "docs/outputs.md"},
     )
@@ -89,7 +133,6 @@ def build_output_assets(use_case_names: Sequence[str]) -> list[AssetsDefinition]
         deps=[enriched_postings],
         io_manager_key=PARQUET_IO_MANAGER,
         required_resource_keys={PARQUET_IO_MANAGER},
-        automation_condition=AutomationCondition.eager(),
         kinds={"parquet", "pandas"},
         metadata={"schema_version": SCHEMA_VERSION, "docs": "docs/outputs.md"},
     )
@@ -107,7 +150,6 @@ def build_output_assets(use_case_names: Sequence[str]) -> list[AssetsDefinition]
     @asset(
         group_name=OUTPUTS_GROUP,
         io_manager_key=PARQUET_IO_MANAGER,
-        automation_condition=AutomationCondition.eager(),
         kinds={"pandas"},
     )
     # DataFrames in and out (the Parquet IO manager's); not annotated so, or every run would import pandas

@@ -37,11 +37,7 @@ def taxonomy_resource(context: PluginContext) -> TaxonomyResource:
 def postings_definitions(context: PluginContext) -> Definitions:
     from dagster import Definitions  # Dagster, lazily: `pipeline status` needs none
 
-    from plugins.postings.enriched_assets import (
-        OUTPUTS_AUTOMATION_SENSOR,
-        PARQUET_IO_MANAGER,
-        build_output_assets,
-    )
+    from plugins.postings.enriched_assets import PARQUET_IO_MANAGER, build_output_assets, build_outputs_sensor
     from plugins.postings.postings_asset import postings
     from plugins.postings.taxonomy_asset import skills_taxonomy
     from plugins.postings.taxonomy_sensor import skills_taxonomy_job, skills_taxonomy_sensor
@@ -51,7 +47,7 @@ def postings_definitions(context: PluginContext) -> Definitions:
     return Definitions(
         assets=[postings, skills_taxonomy, *output_assets],
         jobs=[skills_taxonomy_job],
-        sensors=[skills_taxonomy_sensor, OUTPUTS_AUTOMATION_SENSOR],
+        sensors=[skills_taxonomy_sensor, build_outputs_sensor(context.settings.outputs_refresh_seconds)],
         resources={
             "taxonomy": taxonomy_resource(context),
             # the enriched postings as Parquet (docs/outputs.md): <data dir>/outputs/<asset>.parquet

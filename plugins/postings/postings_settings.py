@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from domain.core.configuration import Derived, name_list, one_of, setting, text
+from domain.core.configuration import Derived, name_list, one_of, setting, text, whole_number
 
 SUMMARY_STYLES = ("plain", "refined")
 SKILLS_STYLES = ("tagger", "tagger+llm", "llm")
@@ -101,6 +101,14 @@ class PostingsSettings:
         "synthesizer)",
         (),
         parse=name_list,
+    )
+    outputs_refresh_seconds: int = setting(
+        "PIPELINE_OUTPUTS_REFRESH_SECONDS",
+        "while runs are making outputs, the enriched postings tables (`enriched_postings` and the two after "
+        "it) are remade at most this often; they are remade as soon as those runs end. 0: whenever an "
+        "output changes (each remake reads every posting)",
+        900,
+        parse=whole_number,
     )
     gold_skillspan_path: str = setting(
         "PIPELINE_GOLD_SKILLSPAN",

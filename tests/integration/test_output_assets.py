@@ -1,11 +1,13 @@
 """The enriched postings as Dagster assets users build on (plugins/postings/enriched_assets.py): a user's
 own asset in a code location with ours reads `enriched_postings` as a DataFrame; `load_asset_value`
 gives the same frame as the read API; the materialization records row count and column schema;
-declarative automation requests the table when an upstream output changes; `skill_demand` counts
+the outputs sensor asks for the tables when an output changes, and while runs make outputs waits for
+them to end (or for the refresh time); `skill_demand` counts
 concepts per week."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,17 +16,24 @@ import pytest
 from dagster import (
     AssetIn,
     AssetKey,
-    AssetMaterialization,
     DagsterInstance,
+    DagsterRunStatus,
     Definitions,
+    RunRequest,
+    SkipReason,
     asset,
-    evaluate_automation_conditions,
+    build_sensor_context,
 )
+from dagster._core.test_utils import create_run_for_test
+from sqlalchemy import update
 
 from appdb.database import session_scope
+from appdb.models import UseCaseOutput
+from assets.run_tags import WORK_GROUP_TAG
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
 from plugins.postings.store.enriched_postings import enriched_postings_frame
+from resources.app_database import AppDatabase
 from tests.support.enriched import PYTHON, seed_enriched
 
 OUTPUT_ASSETS = ["enriched_postings", "posting_concepts", "skill_demand"]
@@ -88,19 +97,64 @@ def test_a_users_own_asset_reads_enriched_postings_as_a_dataframe(
     ]
 
 
-def test_automation_requests_the_table_when_an_upstream_output_changes(
+def _tick(defs: Definitions, instance: DagsterInstance, url: str, cursor: str | None) -> Any:
+    """One tick of the outputs sensor, as the daemon makes it: its result and the cursor it leaves."""
+    context = build_sensor_context(
+        instance=instance, resources={"app_db": AppDatabase(url=url)}, cursor=cursor
+    )
+    result = defs.get_sensor_def("outputs_sensor")(context)
+    return result, context.cursor
+
+
+def _touch_summary(url: str, key: str) -> None:
+    """A run of posting_summary writes this posting's output again."""
+    with session_scope(url) as session:
+        session.execute(
+            update(UseCaseOutput)
+            .where(UseCaseOutput.use_case == "posting_summary", UseCaseOutput.subject_key == key)
+            .values(updated_at=datetime.now(UTC).replace(tzinfo=None))
+        )
+
+
+def test_the_tables_are_asked_for_in_one_run_when_an_output_changes(
     user_location: dict[str, Any], dagster_instance: DagsterInstance
 ) -> None:
-    defs = user_location["defs"]
-    table = AssetKey("enriched_postings")
-    assert materialize(defs, dagster_instance, OUTPUT_ASSETS).success
-    settled = evaluate_automation_conditions(defs=defs, instance=dagster_instance)
-    assert settled.get_num_requested(table) == 0  # nothing changed upstream since it was made
+    defs, url = user_location["defs"], user_location["url"]
+    sensor = defs.get_sensor_def("outputs_sensor")
+    selected = sensor.asset_selection.resolve(defs.resolve_asset_graph())
+    assert selected == {AssetKey(name) for name in OUTPUT_ASSETS}  # the long table and weekly counts too
+    first, cursor = _tick(defs, dagster_instance, url, None)
+    assert isinstance(first, RunRequest) and first.asset_selection is None  # the sensor's three
+    settled, cursor = _tick(defs, dagster_instance, url, cursor)
+    assert isinstance(settled, SkipReason) and "no output or posting changed" in settled.skip_message
 
-    # a run of posting_summary writes one posting's output: the table follows, not waiting for every
-    # posting to have every output
-    dagster_instance.add_dynamic_partitions("postings", ["p-1", "p-2", "p-3"])
-    dagster_instance.report_runless_asset_event(AssetMaterialization("posting_summary", partition="p-2"))
-    changed = evaluate_automation_conditions(defs=defs, instance=dagster_instance, cursor=settled.cursor)
-    # in the same request, the long table and the weekly counts after it
-    assert [changed.get_num_requested(AssetKey(name)) for name in OUTPUT_ASSETS] == [1, 1, 1]
+    # one posting's output changes: the tables follow, not waiting for every posting to have every output
+    _touch_summary(url, "p-2")
+    changed, _ = _tick(defs, dagster_instance, url, cursor)
+    assert isinstance(changed, RunRequest)
+
+
+def test_while_runs_make_outputs_the_tables_wait_until_they_end_or_the_refresh_is_due(
+    user_location: dict[str, Any], dagster_instance: DagsterInstance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each remake reads every posting: one a minute while 10,000 postings were processed was 5-6% of the
+    pipeline's CPU. While the work groups' runs go, the tables wait for them to end, or for
+    PIPELINE_OUTPUTS_REFRESH_SECONDS since the last request (0: whenever an output changes)."""
+    defs, url = user_location["defs"], user_location["url"]
+    _, cursor = _tick(defs, dagster_instance, url, None)
+    going = {"job_name": "gemma3_270m_batch_job", "status": DagsterRunStatus.STARTED}
+    run = create_run_for_test(dagster_instance, **going, tags={WORK_GROUP_TAG: "gemma3_270m"})
+    _touch_summary(url, "p-2")
+    waiting, cursor = _tick(defs, dagster_instance, url, cursor)
+    assert isinstance(waiting, SkipReason)
+    assert "1 runs are making outputs: the tables are remade when they end" in waiting.skip_message
+
+    dagster_instance.report_run_failed(run)  # it ended (how does not matter)
+    ended, _ = _tick(defs, dagster_instance, url, cursor)
+    assert isinstance(ended, RunRequest)
+
+    create_run_for_test(dagster_instance, **going, tags={WORK_GROUP_TAG: "gemma3_270m"})
+    monkeypatch.setenv("PIPELINE_OUTPUTS_REFRESH_SECONDS", "0")  # the refresh always due
+    every_change = build_definitions(Settings.from_env())
+    due, _ = _tick(every_change, dagster_instance, url, cursor)
+    assert isinstance(due, RunRequest)
