@@ -14,8 +14,10 @@ busy share of their slots. Efficiency = the backend's own time for the calls (ca
 (slots x hosts)) / the time from ingest to every output current.
 
 Cost, not only time (CPU seconds, which a busy machine does not inflate as it does wall time): from
-just before ingest to every output current, the CPU of every process `pipeline ui` started (daemon,
-code server, run workers, webserver, dagster dev itself), exact in total (the kernel adds a reaped
+just before ingest to every output current and the enriched postings tables remade after the last
+one (`tables made s`; `--no-tables`: to every output current), the CPU of every process `pipeline
+ui` started (daemon, code server, run workers, webserver, dagster dev itself), exact in total (the
+kernel adds a reaped
 process's CPU to its parent's) and by kind of process as sampled from /proc (`process_tree_cpu.py`),
 with the run workers started and their CPU each, and per job. Then **the floor**: the same work (the
 same prompts through the same LLM resource to the same server, the tagger and the resolver called per
@@ -89,6 +91,8 @@ PARTITION_HEALTH_QUERY = """
     materializedPartitions materializingPartitions failedPartitions } } } } }
 """
 ASSET_PAGE_TIMINGS = 3
+TABLES_JOB = "__ASSET_JOB"  # the run that remakes the enriched postings tables (`outputs` group)
+TABLES_TIMEOUT_SECONDS = 300
 RUNS_QUERY = """
 { runsOrError(limit: 1000) { ... on Runs { results { runId jobName status startTime endTime
   tags { key value } } } } }
@@ -247,6 +251,25 @@ class Ui:
             time.sleep(1)
         time.sleep(IDLE_SECONDS)
 
+    def wait_tables_made(self, since: float, timeout: float = TABLES_TIMEOUT_SECONDS) -> float | None:
+        """Until a run of the enriched postings tables started at or after `since` (so it read every
+        output) has ended, and no run is going: when it ended (None: not within `timeout`)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            runs = self.runs()
+            made = [
+                run["endTime"]
+                for run in runs
+                if run["jobName"] == TABLES_JOB
+                and (run.get("startTime") or 0) >= since
+                and run["status"] in FINISHED
+                and run.get("endTime")
+            ]
+            if made and all(run["status"] in FINISHED for run in runs):
+                return max(made)
+            time.sleep(1)
+        return None
+
     def runs(self) -> list[dict[str, Any]]:
         runs = self.graphql(RUNS_QUERY)["runsOrError"]["results"]
         for run in runs:
@@ -400,6 +423,11 @@ def measure(args: argparse.Namespace, storage: str) -> dict[str, Any]:
             ingest_cpu = _children_cpu_seconds() - children_before_ingest
             ingested = time.time()
             result = _watch(args, app_url, hosts, ingested)
+            if result["all_current_seconds"] and not args.no_tables:
+                # the enriched postings tables follow the outputs: their run is part of the path's cost
+                result["tables_made_seconds"] = ui.wait_tables_made(ingested + result["all_current_seconds"])
+                if result["tables_made_seconds"] is not None:
+                    result["tables_made_seconds"] = round(result["tables_made_seconds"] - ingested, 2)
             tree.stop_window()
             all_runs = ui.runs()
             result["runs"] = _runs_summary(all_runs, ingested)
@@ -713,7 +741,8 @@ def run_worker_cpu_by_job(
 def _cpu_figures(
     tree: ProcessTreeCpu, ui_lifetime_cpu: float, ingest_cpu: float, postings: int
 ) -> dict[str, Any]:
-    """The path's CPU from ingest to every output current: the whole tree, by kind, per run started."""
+    """The path's CPU from ingest to every output current (and the tables remade): the whole tree, by kind,
+    per run started."""
     figures = tree.figures()
     total = figures["total_cpu_seconds"]
     runs_started = len(figures["run_workers"])
@@ -1016,12 +1045,13 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     lines = [
         "# Daemon-path throughput (`pipeline ui`, simulated Ollama)",
         "",
-        "| label | storage | postings | hosts x slots x ms | LLM calls | all current s | first output s "
+        "| label | storage | postings | hosts x slots x ms | LLM calls | all current s | tables made s "
+        "| first output s "
         "| first LLM output s | first run s | first LLM run s | runs | efficiency | LLM window eff. "
         "| slot busy | max gap s | gaps > 1 s | calls/s | dup. | attempts | load avg "
         "| path CPU s/posting | floor CPU s/posting | ratio to floor | runs started (CPU s each) "
         "| entities behind skills: first / last / per posting median / max s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         runs = row.get("runs", {})
@@ -1032,6 +1062,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             f"{row['hosts']} x {row['parallel']} x {row['latency_ms']:g}",
             row.get("llm_calls_needed"),
             row.get("all_current_seconds"),
+            row.get("tables_made_seconds"),
             row.get("first_output_seconds"),
             row.get("first_llm_output_seconds"),
             runs.get("first_run_started_seconds"),
@@ -1086,7 +1117,7 @@ def _by_kind_table(rows: list[dict[str, Any]]) -> str:
     use_cases = sorted({name for row in measured for name in (row.get("floor") or {}).get("by_use_case", {})})
     lines = [
         "",
-        "## CPU seconds per posting, from ingest to every output current",
+        "## CPU seconds per posting, from ingest to every output current and the tables remade after it",
         "",
         "| label | storage | postings | whole path | "
         + " | ".join(kinds)
@@ -1181,6 +1212,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep-log", type=Path, default=None, help="copy each dagster dev log here")
     parser.add_argument(
         "--no-floor", action="store_true", help="skip the plain loop of the same work (the CPU floor)"
+    )
+    parser.add_argument(
+        "--no-tables",
+        action="store_true",
+        help="end the CPU window when every output is current, not when the enriched postings tables "
+        "have been remade after the last one",
     )
     parser.add_argument(
         "--retire", action="store_true", help="then `pipeline retire` every finished posting, timed"

@@ -149,3 +149,26 @@ def test_a_run_cut_short_is_compared_with_the_floor_of_the_outputs_it_made() -> 
     figures = _partial_ratio(result)
     assert figures["floor_cpu_seconds_for_outputs_made"] == 8_000 * 0.003 + 1_000 * 0.03 + 1_000 * 0.002
     assert figures["ratio_to_floor"] == round(300.0 / 56.0, 2)
+
+
+def test_the_cpu_window_waits_for_a_tables_run_that_read_every_output(monkeypatch) -> None:  # noqa: ANN001
+    """The enriched postings tables are remade after the last output: that run is part of the path's
+    cost. A tables run that started before every output was current does not count, nor one still
+    going, nor the moment another run still goes."""
+    from benchmarks.daemon_throughput import TABLES_JOB, Ui
+
+    def run(job: str, start: float, end: float | None) -> dict:
+        return {"jobName": job, "startTime": start, "endTime": end, "status": "SUCCESS" if end else "STARTED"}
+
+    looks = iter(
+        [
+            [run(TABLES_JOB, 90, 95)],  # started before the last output (100): read only some
+            [run(TABLES_JOB, 90, 95), run(TABLES_JOB, 110, None)],  # the one that counts, going
+            [run(TABLES_JOB, 110, 118), run("gym_evaluation_job", 112, None)],  # another run going
+            [run(TABLES_JOB, 110, 118), run("gym_evaluation_job", 112, 120)],
+        ]
+    )
+    ui = Ui.__new__(Ui)  # no `pipeline ui`: only its runs, look by look
+    ui.runs = lambda: next(looks)
+    monkeypatch.setattr("benchmarks.daemon_throughput.time.sleep", lambda seconds: None)
+    assert ui.wait_tables_made(since=100, timeout=60) == 118
