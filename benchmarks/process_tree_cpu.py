@@ -45,6 +45,7 @@ OTHER_KIND = "other"
 RUN_WORKER_KIND = "run worker"
 CODE_SERVER_KIND = "code server"
 MULTIPROCESSING_CHILD = "multiprocessing.spawn"
+FORKSERVER = "multiprocessing.forkserver"  # the code server's forkserver: each child of it is a run
 TOP_PROCESSES = 12
 COMMAND_LINE_CHARS = 160
 
@@ -245,7 +246,8 @@ class ProcessTreeCpu:
                 born_in_window=born_in_window,
             )
             kind, run_pid = parent_seen.kind, parent_seen.run_pid
-            if kind == CODE_SERVER_KIND and MULTIPROCESSING_CHILD in command_line:
+            forked_run = FORKSERVER in parent_seen.command_line  # pipeline_defs/run_processes.py
+            if kind == CODE_SERVER_KIND and (MULTIPROCESSING_CHILD in command_line or forked_run):
                 kind, run_pid = RUN_WORKER_KIND, pid
         elif kind == RUN_WORKER_KIND:
             run_pid = pid

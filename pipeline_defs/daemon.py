@@ -131,7 +131,12 @@ def main() -> None:
     """dagster-daemon's command line (it reads sys.argv), its sensors woken by arriving work."""
     from dagster._daemon.cli import main as daemon_main
 
-    if install_wake(Settings.from_env()) is None:
+    from pipeline_defs.run_processes import install_server_opener
+
+    settings = Settings.from_env()
+    if settings.run_start == "forkserver":  # a code server it opens itself (`pipeline daemon`) forks runs
+        install_server_opener()
+    if install_wake(settings) is None:
         print(
             "warning: this Dagster version's sensor loop is not where pipeline_defs/daemon.py expects it; "
             "sensors are looked at on Dagster's own 5 s period",

@@ -43,8 +43,12 @@ def main() -> None:
     """dagster-webserver's command line (it reads sys.argv), serving the guarded app."""
     from dagster_webserver import cli as webserver_cli
 
-    allowed = Settings.from_env().ui_allowed_hosts
-    webserver_cli.uvicorn = types.SimpleNamespace(run=guarded_run(uvicorn.run, allowed))
+    from pipeline_defs.run_processes import install_server_opener
+
+    settings = Settings.from_env()
+    if settings.run_start == "forkserver":  # the code server it opens forks its runs
+        install_server_opener()
+    webserver_cli.uvicorn = types.SimpleNamespace(run=guarded_run(uvicorn.run, settings.ui_allowed_hosts))
     webserver_cli.main()
 
 

@@ -99,6 +99,19 @@ def test_discovery_sensors_are_on_when_the_server_starts(live_pipeline: LivePipe
     assert states["skills_taxonomy_sensor"] == "RUNNING"
 
 
+def test_runs_are_forked_from_a_process_that_loaded_the_code_location_once(
+    live_pipeline: LivePipeline, enriched_postings: list[str]
+) -> None:
+    """The code server's runs come from its forkserver, which imported the code location before the
+    first run (pipeline_defs/run_processes.py): a spawned run imported it again, ~2.5 CPU s a run."""
+    forkservers = [
+        line
+        for line in live_pipeline.processes().values()
+        if "multiprocessing.forkserver" in line and "pipeline_defs.definitions" in line
+    ]
+    assert len(forkservers) == 1, live_pipeline.processes()  # started by the runs above, and kept
+
+
 def test_new_postings_are_processed_unaided_in_batches_pinned_to_the_host_and_filling_its_slots(
     live_pipeline: LivePipeline, enriched_postings: list[str]
 ) -> None:

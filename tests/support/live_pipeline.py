@@ -99,6 +99,21 @@ class LivePipeline:
     work_dir: Path
     fake_ollama: FakeOllamaServer
     batch_size: int = BATCH_SIZE
+    process_group: int = 0  # `pipeline ui`'s: every process it started is in it
+
+    def processes(self) -> dict[int, str]:
+        """The live processes of `pipeline ui`'s group and their command lines."""
+        found = {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                if int(fields[2]) == self.process_group:
+                    found[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except (OSError, IndexError, ValueError):
+                continue  # gone meanwhile
+        return found
 
     def graphql(self, query: str, variables: dict[str, Any] | None = None, timeout: float = 30) -> dict:
         body = json.dumps({"query": query, "variables": variables or {}}).encode()
@@ -264,6 +279,7 @@ def live_pipeline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LivePipe
             log_path=log_path,
             work_dir=work_dir,
             fake_ollama=fake,
+            process_group=process.pid,
         )
         try:
             deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS

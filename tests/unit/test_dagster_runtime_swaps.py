@@ -8,7 +8,9 @@ the project quietly running without it (the pooled storages have their own canar
 - dagster dev's subprocess opener (`pipeline_defs/cli/ui_command.py`: the guarded webserver and the
   waking daemon started in place of Dagster's own);
 - the migrations folder Dagster reads to check a storage's revision (`pipeline_defs/dagster_storage.py`:
-  read once per process, not at every opening of the instance).
+  read once per process, not at every opening of the instance);
+- the code server's run processes and the opener of code servers (`pipeline_defs/run_processes.py`:
+  runs forked from a process that loaded the code location once).
 
 When one fails after an upgrade: read the new source, bring the swap in line, and run the end-to-end
 tests (`tests/end_to_end/test_ui_guard.py`, `test_daemon_end_to_end.py`).
@@ -95,3 +97,32 @@ def test_the_migrations_are_read_once_per_folder_and_still_name_dagsters_head() 
     assert once.from_config(config) is once.from_config(config)
     head = ScriptDirectory.from_config(config).as_revision_number("head")
     assert once.from_config(config).as_revision_number("head") == head
+
+
+def test_the_code_server_starts_runs_through_its_own_multiprocessing_context() -> None:
+    """pipeline_defs/run_processes.py gives each `DagsterApiServer` a forkserver context in place of the
+    spawn context it creates, and its runs are that context's processes."""
+    from dagster._grpc import server
+
+    init = inspect.getsource(server.DagsterApiServer.__init__)
+    assert 'self._mp_ctx = multiprocessing.get_context("spawn")' in init
+    start_run = inspect.getsource(server.DagsterApiServer.StartRun)
+    assert (
+        "execution_process = self._mp_ctx.Process(\n            target=start_run_in_subprocess," in start_run
+    )
+
+
+def test_code_servers_are_opened_as_python_m_dagster_through_the_modules_opener() -> None:
+    """A process opening a code server runs `python -m dagster api grpc` (or `code-server start`)
+    through `dagster._grpc.server.open_ipc_subprocess`, a module global the swap replaces."""
+    from dagster._core.origin import get_python_environment_entry_point
+    from dagster._grpc import server
+    from dagster._grpc.constants import GrpcServerCommand
+
+    from pipeline_defs.run_processes import DAGSTER_ENTRY, SERVER_COMMANDS
+
+    assert tuple(get_python_environment_entry_point("python")[1:]) == DAGSTER_ENTRY
+    assert {tuple(command.server_command[:2]) for command in GrpcServerCommand} == set(SERVER_COMMANDS)
+    source = inspect.getsource(server.open_server_process)
+    assert "entrypoint = get_python_environment_entry_point(" in source
+    assert "server_process = open_ipc_subprocess(subprocess_args, cwd=cwd, env=env)" in source

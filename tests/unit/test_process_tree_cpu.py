@@ -131,6 +131,36 @@ def test_a_code_servers_multiprocessing_child_is_a_run_worker_and_its_helpers_st
     assert [(cpu, pid) for _, cpu, pid in figures["run_workers"]] == [(2.5, 3)]  # one run: process and step
 
 
+def test_a_fork_of_the_code_servers_forkserver_is_a_run_worker_and_the_forkserver_code_server() -> None:
+    """With runs forked (pipeline_defs/run_processes.py) each run is a child of the code server's
+    forkserver, with the forkserver's own command line: the runs are run workers, the forkserver (idle
+    but for the first import) the code server's."""
+    forkserver = (
+        "python -c from multiprocessing.forkserver import main; main(8, 9, ['pipeline_defs.definitions'])"
+    )
+    lines = {
+        1: "python -m pipeline_defs.cli.main ui",
+        2: "python -m dagster api grpc",
+        3: forkserver,
+        4: forkserver,
+    }
+    own = {1: 1.0, 2: 1.0, 3: 2.5}
+    parents = {1: 0, 2: 1, 3: 2, 4: 3}
+
+    def stats() -> dict[int, ProcStat]:
+        return {pid: ProcStat(pid, parents[pid], own[pid], 0.0) for pid in own}
+
+    tree = ProcessTreeCpu(1, read_stats=stats, command_line=lambda pid: lines[pid])
+    tree.start_window()
+    own[4] = 3.0  # a run forked in the window
+    tree.sample()
+    tree.stop_window()
+    figures = tree.figures()
+    assert figures["cpu_seconds_by_kind"]["run worker"] == 3.0
+    assert figures["processes_started_by_kind"] == {"run worker": 1}
+    assert [pid for _, _, pid in figures["run_workers"]] == [4]
+
+
 def test_the_peak_memory_of_each_kind_is_its_largest_process() -> None:
     """A run worker that grew to 300 MB and exits shows 300 MB, not the small one beside it nor 0."""
     stats = {
