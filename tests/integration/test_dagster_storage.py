@@ -206,13 +206,13 @@ def test_opening_an_instance_again_lists_no_tables_and_a_fresh_database_still_ge
     assert listed and set(listed) == {make_url(second).database}
 
 
-def _materialization(run_id: str, partition: str) -> EventLogEntry:
+def _materialization(run_id: str, partition: str, tags: dict[str, str] | None = None) -> EventLogEntry:
     event = DagsterEvent(
         event_type_value=DagsterEventType.ASSET_MATERIALIZATION.value,
         job_name="posting_summary_batch_job",
         step_key="posting_summary",
         event_specific_data=StepMaterializationData(
-            AssetMaterialization("posting_summary", partition=partition)
+            AssetMaterialization("posting_summary", partition=partition, tags=tags)
         ),
     )
     return EventLogEntry(
@@ -272,3 +272,31 @@ def test_held_materializations_are_written_together_in_order_and_none_is_lost(
         instance.handle_new_event(_materialization(run.run_id, "p-6"))
         assert "p-6" in instance.get_materialized_partitions(SUMMARY)
         assert batches == [3, 1, 1]
+
+
+@pytest.mark.parametrize(
+    "dagster_storage", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+)
+def test_each_event_of_a_batch_keeps_its_own_id_and_data_version(
+    dagster_storage: str, request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch's rows go to the database as an executemany; the ids it returns name the events in the
+    order given, or a partition's data version (what staleness reads) would be another's."""
+    from dagster._core.definitions.data_version import DATA_VERSION_TAG
+
+    postgres = request.getfixturevalue("postgres_url") if dagster_storage == "postgresql" else None
+    home = _home(tmp_path, monkeypatch, dagster_postgres_url=postgres)
+    keys = [f"b-{index:03d}" for index in range(120)]
+    with DagsterInstance.from_config(str(home)) as instance:
+        run = create_run_for_test(instance, job_name="posting_summary_batch_job")
+        instance.event_log_storage.store_event_batch(
+            [_materialization(run.run_id, key, {DATA_VERSION_TAG: f"version of {key}"}) for key in keys]
+        )
+        storage = instance.event_log_storage
+        versions = storage.get_latest_tags_by_partition(
+            SUMMARY, DagsterEventType.ASSET_MATERIALIZATION, [DATA_VERSION_TAG], keys
+        )
+        assert versions == {key: {DATA_VERSION_TAG: f"version of {key}"} for key in keys}
+        ids = instance.get_latest_storage_id_by_partition(SUMMARY, DagsterEventType.ASSET_MATERIALIZATION)
+        records = {record.storage_id: record for record in instance.get_records_for_run(run.run_id).records}
+        assert all(records[ids[key]].partition_key == key for key in keys)
