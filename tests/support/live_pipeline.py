@@ -101,8 +101,9 @@ class LivePipeline:
     batch_size: int = BATCH_SIZE
     process_group: int = 0  # `pipeline ui`'s: every process it started is in it
 
-    def processes(self) -> dict[int, str]:
-        """The live processes of `pipeline ui`'s group and their command lines."""
+    def processes(self) -> dict[int, tuple[int, str]]:
+        """The live processes of `pipeline ui`'s group: their parent's id and command line (a process
+        forked without exec, as a run from a forkserver, shows its parent's command line)."""
         found = {}
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
@@ -110,7 +111,8 @@ class LivePipeline:
             try:
                 fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
                 if int(fields[2]) == self.process_group:
-                    found[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                    command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                    found[int(entry.name)] = (int(fields[1]), command)
             except (OSError, IndexError, ValueError):
                 continue  # gone meanwhile
         return found
