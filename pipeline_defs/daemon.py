@@ -134,8 +134,7 @@ def main() -> None:
     from pipeline_defs.run_processes import install_server_opener
 
     settings = Settings.from_env()
-    if settings.run_start == "forkserver":  # a code server it opens itself (`pipeline daemon`) forks runs
-        install_server_opener()
+    install_server_opener()  # a code server it opens itself (`pipeline daemon`): run_processes.py
     if install_wake(settings) is None:
         print(
             "warning: this Dagster version's sensor loop is not where pipeline_defs/daemon.py expects it; "

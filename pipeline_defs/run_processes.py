@@ -8,7 +8,8 @@ from a `forkserver` that imported `pipeline_defs.definitions` once; each run is 
 with the code location loaded. The forkserver is started with the code server's first run, from the
 code server's environment, and goes with the code server (a reload of the location starts a new one).
 
-Two swaps, both in processes this project starts:
+Two swaps, both in processes this project starts (the first whatever `PIPELINE_RUN_START`, so that the
+code server's sensor ticks share one Dagster instance, `pipeline_defs/sensor_instance.py`):
 
 - a process that opens a code server (`pipeline ui`'s dagster dev, and a code server that opens
   another: `dagster code-server start` serves through a `dagster api grpc` of its own) opens
@@ -88,28 +89,31 @@ def install_forking_runs() -> bool:
     return True
 
 
-def install(run_start: str) -> bool:
-    """Both swaps for `run_start` (`forkserver`); nothing for `spawn`. Whether runs fork."""
-    if run_start != "forkserver":
-        return False
-    return install_server_opener() and install_forking_runs()
-
-
 def main() -> None:
-    """Dagster's command line (`api grpc ...`, `code-server start ...`), its runs forked."""
+    """Dagster's command line (`api grpc ...`, `code-server start ...`): its runs forked (with
+    `PIPELINE_RUN_START=forkserver`), its sensor ticks sharing one instance (`sensor_instance.py`)."""
     from dagster._cli import main as dagster_main
 
+    from pipeline_defs.sensor_instance import install_kept_sensor_instance
     from pipeline_defs.settings import Settings
 
-    run_start = Settings.from_env().run_start
-    if run_start == "forkserver" and not install(run_start):
-        print(
-            "warning: this Dagster's code server starts runs otherwise than pipeline_defs/run_processes.py "
-            "expects; each run loads the code location anew",
-            file=sys.stderr,
+    install_server_opener()  # a code server that opens another (`code-server start`) opens it here too
+    if Settings.from_env().run_start == "forkserver" and not install_forking_runs():
+        _warn(
+            "starts runs otherwise than pipeline_defs/run_processes.py expects; each run loads the code "
+            "location anew"
+        )
+    if not install_kept_sensor_instance():
+        _warn(
+            "makes sensor contexts otherwise than pipeline_defs/sensor_instance.py expects; each sensor "
+            "tick opens a Dagster instance"
         )
     sys.argv = ["dagster", *sys.argv[1:]]
     dagster_main()
+
+
+def _warn(what: str) -> None:
+    print(f"warning: this Dagster's code server {what}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -46,8 +46,7 @@ def main() -> None:
     from pipeline_defs.run_processes import install_server_opener
 
     settings = Settings.from_env()
-    if settings.run_start == "forkserver":  # the code server it opens forks its runs
-        install_server_opener()
+    install_server_opener()  # the code server it opens is pipeline_defs/run_processes.py
     webserver_cli.uvicorn = types.SimpleNamespace(run=guarded_run(uvicorn.run, settings.ui_allowed_hosts))
     webserver_cli.main()
 

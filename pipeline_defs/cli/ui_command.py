@@ -72,10 +72,9 @@ def cmd_ui(settings: Settings, args: argparse.Namespace) -> int:
     handlers = {sig: signal.signal(sig, signal.default_int_handler) for sig in stop_signals}
     original = dagster_dev.open_ipc_subprocess
     dagster_dev.open_ipc_subprocess = swap_modules(original)
-    if settings.run_start == "forkserver":  # the code server dagster dev opens forks its runs
-        from pipeline_defs.run_processes import install_server_opener
+    from pipeline_defs.run_processes import install_server_opener
 
-        install_server_opener()
+    install_server_opener()  # the code server dagster dev opens is pipeline_defs/run_processes.py
     workspace = workspace_file(settings)
     try:
         with output_through_safe_text():

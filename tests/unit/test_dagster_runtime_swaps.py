@@ -10,7 +10,9 @@ the project quietly running without it (the pooled storages have their own canar
 - the migrations folder Dagster reads to check a storage's revision (`pipeline_defs/dagster_storage.py`:
   read once per process, not at every opening of the instance);
 - the code server's run processes and the opener of code servers (`pipeline_defs/run_processes.py`:
-  runs forked from a process that loaded the code location once).
+  runs forked from a process that loaded the code location once);
+- the code server's sensor contexts (`pipeline_defs/sensor_instance.py`: one Dagster instance for
+  every tick, not one opened and disposed per tick).
 
 When one fails after an upgrade: read the new source, bring the swap in line, and run the end-to-end
 tests (`tests/end_to_end/test_ui_guard.py`, `test_daemon_end_to_end.py`).
@@ -126,3 +128,21 @@ def test_code_servers_are_opened_as_python_m_dagster_through_the_modules_opener(
     source = inspect.getsource(server.open_server_process)
     assert "entrypoint = get_python_environment_entry_point(" in source
     assert "server_process = open_ipc_subprocess(subprocess_args, cwd=cwd, env=env)" in source
+
+
+def test_the_code_server_makes_sensor_contexts_through_its_modules_name_and_they_open_lazily() -> None:
+    """pipeline_defs/sensor_instance.py replaces the context class `dagster._grpc.impl` names; its
+    subclass hands the context an instance before the context's own `instance` would open one from
+    the ref (and dispose it at the tick's end)."""
+    from dagster import SensorEvaluationContext
+    from dagster._grpc import impl
+
+    from pipeline_defs.sensor_instance import KeptInstanceSensorContext
+
+    assert impl.SensorEvaluationContext in (SensorEvaluationContext, KeptInstanceSensorContext)
+    assert "with SensorEvaluationContext(" in inspect.getsource(impl.get_external_sensor_execution)
+    opening = inspect.getsource(SensorEvaluationContext.instance.fget)
+    assert "if not self._instance:" in opening
+    assert "DagsterInstance.from_ref(self._instance_ref)" in opening
+    init = inspect.getsource(SensorEvaluationContext.__init__)
+    assert "self._instance_ref = " in init and "self._instance = " in init
