@@ -3,6 +3,7 @@
     python -m benchmarks.daemon_throughput [--postings 1000] [--latency-ms 100] [--parallel 4]
         [--hosts 1] [--dagster-storage sqlite,postgres] [--kill-host-after SECONDS]
         [--project-root DIR] [--label NAME] [--no-floor | --floor-postings N] [--retire]
+        [--idle-seconds N]
 
 What users run: `pipeline ui` (dagster dev: the daemon's sensors, its run queue, runs launched as
 subprocesses) against `benchmarks.simulated_ollama` servers (one process each, `--latency-ms` per
@@ -27,6 +28,10 @@ orchestration costs nothing). Also when each use case's first and last outputs c
 use case trails its upstream (skill entities behind their posting's skills). `--no-floor` skips it;
 `--floor-postings N` runs the loop over the first N postings only (the floor is a cost a posting,
 which does not grow with the count; at 100,000 the whole loop would take half an hour of one core).
+
+`--idle-seconds N` first measures what `pipeline ui` costs with nothing to do: the CPU of each kind of
+process over N seconds once the start-up runs are over, the sensors ticking on an empty database
+(`idle` in the row: CPU seconds by kind and the share of one core), before the postings are ingested.
 
 `--retire` runs `pipeline retire` over every finished posting once `pipeline ui` has stopped (what
 an operator does at a large partition count): its time, CPU and the partitions it deleted.
@@ -411,6 +416,7 @@ def measure(args: argparse.Namespace, storage: str) -> dict[str, Any]:
         try:
             ui.wait_loaded()
             ui.wait_idle()
+            idle = idle_cost(tree, args.idle_seconds) if args.idle_seconds else None
             for host in hosts:
                 _post(f"{host.url}/stats/reset", {})
             rows = _postings(args.postings)
@@ -480,6 +486,8 @@ def measure(args: argparse.Namespace, storage: str) -> dict[str, Any]:
             result["cpu"].pop("run_workers"), all_runs, run_pids(app_url)
         )
         result["load_average"] = os.getloadavg()
+        if idle is not None:
+            result["idle"] = idle
         if args.retire:
             result["retire"] = retired
         if not args.no_floor:
@@ -495,6 +503,23 @@ def measure(args: argparse.Namespace, storage: str) -> dict[str, Any]:
             if not result["all_current_seconds"]:
                 result["cpu"].update(_partial_ratio(result))
         return result
+
+
+def idle_cost(tree: ProcessTreeCpu, seconds: float) -> dict[str, Any]:
+    """The tree's CPU over `seconds` of doing nothing (what a `pipeline ui` left running costs), by
+    kind of process; the window the workload's figures use starts afresh after it."""
+    tree.start_window()
+    time.sleep(seconds)  # a fixed span measured, not a wait for a condition
+    tree.stop_window()
+    figures = tree.figures()
+    window = max(figures["window_seconds"], 1e-9)
+    return {
+        "seconds": figures["window_seconds"],
+        "cpu_seconds": figures["total_cpu_seconds"],
+        "cpu_seconds_by_kind": figures["cpu_seconds_by_kind"],
+        "share_of_a_core": round(figures["total_cpu_seconds"] / window, 3),
+        "processes_started_by_kind": figures["processes_started_by_kind"],
+    }
 
 
 def _partial_ratio(result: dict[str, Any]) -> dict[str, Any]:
@@ -1084,7 +1109,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             *_cpu_cells(row),
         ]
         lines.append("| " + " | ".join(str(cell) for cell in cells) + " |")
-    return "\n".join(lines) + "\n" + _by_kind_table(rows) + _footprint_table(rows)
+    return "\n".join(lines) + "\n" + _by_kind_table(rows) + _footprint_table(rows) + _idle_table(rows)
 
 
 def _cpu_cells(row: dict[str, Any]) -> list[Any]:
@@ -1156,6 +1181,29 @@ def _by_kind_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _idle_table(rows: list[dict[str, Any]]) -> str:
+    """`--idle-seconds`: what each kind of process spent with nothing to do, in CPU seconds a minute."""
+    measured = [row for row in rows if row.get("idle")]
+    if not measured:
+        return ""
+    kinds = sorted({kind for row in measured for kind in row["idle"]["cpu_seconds_by_kind"]})
+    lines = [
+        "",
+        "Idle, before the ingest (CPU seconds a minute):",
+        "",
+        "| label | storage | idle s | " + " | ".join(kinds) + " | whole tree | share of a core |",
+        "|---|---|---|" + "---|" * (len(kinds) + 2),
+    ]
+    for row in measured:
+        idle = row["idle"]
+        per_minute = 60 / max(idle["seconds"], 1e-9)
+        by_kind = [round(idle["cpu_seconds_by_kind"].get(kind, 0.0) * per_minute, 2) for kind in kinds]
+        cells = [row["label"], row["storage"], idle["seconds"], *by_kind]
+        cells += [round(idle["cpu_seconds"] * per_minute, 2), idle["share_of_a_core"]]
+        lines.append("| " + " | ".join(str(cell) for cell in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def _footprint_table(rows: list[dict[str, Any]]) -> str:
     """Peak memory of the largest process of each kind, storage growth, and the asset page's query."""
     measured = [row for row in rows if (row.get("cpu") or {}).get("peak_rss_mb_by_kind")]
@@ -1222,6 +1270,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="end the CPU window when every output is current, not when the enriched postings tables "
         "have been remade after the last one",
+    )
+    parser.add_argument(
+        "--idle-seconds",
+        type=float,
+        default=0,
+        help="first measure N seconds of the tree's CPU with nothing to do (sensors on an empty database)",
     )
     parser.add_argument(
         "--retire", action="store_true", help="then `pipeline retire` every finished posting, timed"

@@ -13,7 +13,13 @@ from pathlib import Path
 from appdb.database import dispose, migrate, session_scope
 from appdb.interactions import record_interaction
 from appdb.models import UseCaseOutput
-from benchmarks.daemon_throughput import _integrity, _output_latencies, _partial_ratio, run_worker_cpu_by_job
+from benchmarks.daemon_throughput import (
+    _idle_table,
+    _integrity,
+    _output_latencies,
+    _partial_ratio,
+    run_worker_cpu_by_job,
+)
 
 
 def _call(session, use_case: str, key: str, backend: str, step: str | None = None, visit: int = 1) -> None:  # noqa: ANN001
@@ -172,3 +178,16 @@ def test_the_cpu_window_waits_for_a_tables_run_that_read_every_output(monkeypatc
     ui.runs = lambda: next(looks)
     monkeypatch.setattr("benchmarks.daemon_throughput.time.sleep", lambda seconds: None)
     assert ui.wait_tables_made(since=100, timeout=60) == 118
+
+
+def test_the_idle_cost_is_reported_per_minute_for_each_kind_of_process() -> None:
+    idle = {
+        "seconds": 120.0,
+        "cpu_seconds": 9.0,
+        "cpu_seconds_by_kind": {"code server": 6.0, "daemon": 3.0},
+        "share_of_a_core": 0.075,
+    }
+    rows = [{"label": "head", "storage": "postgres", "idle": idle}, {"label": "no idle", "storage": "sqlite"}]
+    table = _idle_table(rows).splitlines()
+    assert "| code server | daemon | whole tree |" in table[3]
+    assert table[5:] == ["| head | postgres | 120.0 | 3.0 | 1.5 | 4.5 | 0.075 |"]
