@@ -50,17 +50,23 @@ def _tick(repository, instance: DagsterInstance) -> str:  # noqa: ANN001 - a Rep
     return data.skip_message
 
 
+REPOSITORY = Definitions(jobs=[some_job], sensors=[counting_sensor], resources={"label": Label()})
+
+
+def _count_openings(monkeypatch: pytest.MonkeyPatch) -> list:
+    """Every `DagsterInstance.from_ref` from now on, appended to the list returned."""
+    opened = []
+    from_ref = DagsterInstance.from_ref
+    monkeypatch.setattr(DagsterInstance, "from_ref", lambda ref: opened.append(ref) or from_ref(ref))
+    return opened
+
+
 def test_ticks_share_one_instance_and_each_sees_the_runs_added_since(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(impl, "SensorEvaluationContext", impl.SensorEvaluationContext)  # undone after
     assert install_kept_sensor_instance()
-    repository = Definitions(
-        jobs=[some_job], sensors=[counting_sensor], resources={"label": Label()}
-    ).get_repository_def()
-    opened = []
-    from_ref = DagsterInstance.from_ref
-    monkeypatch.setattr(DagsterInstance, "from_ref", lambda ref: opened.append(ref) or from_ref(ref))
+    repository, opened = REPOSITORY.get_repository_def(), _count_openings(monkeypatch)
 
     with DagsterInstance.local_temp(str(tmp_path)) as instance:
         first = _tick(repository, instance)
@@ -74,13 +80,8 @@ def test_ticks_share_one_instance_and_each_sees_the_runs_added_since(
 
 def test_without_the_swap_every_tick_opens_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """What the swap saves: the same ticks through Dagster's own context class."""
-    repository = Definitions(
-        jobs=[some_job], sensors=[counting_sensor], resources={"label": Label()}
-    ).get_repository_def()
-    opened = []
-    from_ref = DagsterInstance.from_ref
-    monkeypatch.setattr(DagsterInstance, "from_ref", lambda ref: opened.append(ref) or from_ref(ref))
     monkeypatch.setattr(impl, "SensorEvaluationContext", SensorEvaluationContext)
+    repository, opened = REPOSITORY.get_repository_def(), _count_openings(monkeypatch)
     with DagsterInstance.local_temp(str(tmp_path)) as instance:
         ticks = [_tick(repository, instance) for _ in range(3)]
     assert ticks == ["0 runs"] * 3
