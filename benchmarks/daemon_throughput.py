@@ -1137,6 +1137,13 @@ def _cpu_cells(row: dict[str, Any]) -> list[Any]:
     ]
 
 
+def _section_table(title: str, header: list[str], body: list[list[Any]]) -> str:
+    """A titled Markdown table after the main one: a header cell per column, a row of cells each."""
+    lines = ["", title, "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(cell) for cell in cells) + " |" for cells in body]
+    return "\n".join(lines) + "\n"
+
+
 def _by_kind_table(rows: list[dict[str, Any]]) -> str:
     """CPU seconds per posting of each kind of process, and the floor's per use case."""
     measured = [row for row in rows if row.get("cpu")]
@@ -1144,41 +1151,46 @@ def _by_kind_table(rows: list[dict[str, Any]]) -> str:
         return ""
     kinds = sorted({kind for row in measured for kind in row["cpu"]["cpu_seconds_per_posting_by_kind"]})
     use_cases = sorted({name for row in measured for name in (row.get("floor") or {}).get("by_use_case", {})})
-    lines = [
-        "",
-        "## CPU seconds per posting, from ingest to every output current and the tables remade after it",
-        "",
-        "| label | storage | postings | whole path | "
-        + " | ".join(kinds)
-        + " | between samples | "
-        + " | ".join(f"floor: {name}" for name in use_cases)
-        + " | floor | ratio | ingest CPU s | `pipeline ui` lifetime CPU s (kernel) |",
-        "|" + "---|" * (9 + len(kinds) + len(use_cases)),
+    header = [
+        "label",
+        "storage",
+        "postings",
+        "whole path",
+        *kinds,
+        "between samples",
+        *(f"floor: {name}" for name in use_cases),
+        "floor",
+        "ratio",
+        "ingest CPU s",
+        "`pipeline ui` lifetime CPU s (kernel)",
     ]
+    body = []
     for row in measured:
         cpu, floor, postings = row["cpu"], row.get("floor") or {}, row["postings"]
-        cells = [
-            row["label"],
-            row["storage"],
-            postings,
-            cpu["path_cpu_seconds_per_posting"],
-            *(cpu["cpu_seconds_per_posting_by_kind"].get(kind, 0.0) for kind in kinds),
-            round(cpu["between_samples_cpu_seconds"] / postings, 4),
-            *(
-                round(
-                    floor.get("by_use_case", {}).get(name, {}).get("cpu_seconds", 0.0)
-                    / floor.get("postings", postings),
-                    4,
-                )
-                for name in use_cases
-            ),
-            floor.get("cpu_seconds_per_posting"),
-            cpu.get("ratio_to_floor"),
-            cpu["ingest_cpu_seconds"],
-            cpu["ui_lifetime_cpu_seconds_kernel"],
-        ]
-        lines.append("| " + " | ".join(str(cell) for cell in cells) + " |")
-    return "\n".join(lines) + "\n"
+        body.append(
+            [
+                row["label"],
+                row["storage"],
+                postings,
+                cpu["path_cpu_seconds_per_posting"],
+                *(cpu["cpu_seconds_per_posting_by_kind"].get(kind, 0.0) for kind in kinds),
+                round(cpu["between_samples_cpu_seconds"] / postings, 4),
+                *(
+                    round(
+                        floor.get("by_use_case", {}).get(name, {}).get("cpu_seconds", 0.0)
+                        / floor.get("postings", postings),
+                        4,
+                    )
+                    for name in use_cases
+                ),
+                floor.get("cpu_seconds_per_posting"),
+                cpu.get("ratio_to_floor"),
+                cpu["ingest_cpu_seconds"],
+                cpu["ui_lifetime_cpu_seconds_kernel"],
+            ]
+        )
+    title = "## CPU seconds per posting, from ingest to every output current and the tables remade after it"
+    return _section_table(title, header, body)
 
 
 def _idle_table(rows: list[dict[str, Any]]) -> str:
@@ -1187,21 +1199,15 @@ def _idle_table(rows: list[dict[str, Any]]) -> str:
     if not measured:
         return ""
     kinds = sorted({kind for row in measured for kind in row["idle"]["cpu_seconds_by_kind"]})
-    lines = [
-        "",
-        "Idle, before the ingest (CPU seconds a minute):",
-        "",
-        "| label | storage | idle s | " + " | ".join(kinds) + " | whole tree | share of a core |",
-        "|---|---|---|" + "---|" * (len(kinds) + 2),
-    ]
+    body = []
     for row in measured:
         idle = row["idle"]
         per_minute = 60 / max(idle["seconds"], 1e-9)
         by_kind = [round(idle["cpu_seconds_by_kind"].get(kind, 0.0) * per_minute, 2) for kind in kinds]
-        cells = [row["label"], row["storage"], idle["seconds"], *by_kind]
-        cells += [round(idle["cpu_seconds"] * per_minute, 2), idle["share_of_a_core"]]
-        lines.append("| " + " | ".join(str(cell) for cell in cells) + " |")
-    return "\n".join(lines) + "\n"
+        whole = round(idle["cpu_seconds"] * per_minute, 2)
+        body.append([row["label"], row["storage"], idle["seconds"], *by_kind, whole, idle["share_of_a_core"]])
+    header = ["label", "storage", "idle s", *kinds, "whole tree", "share of a core"]
+    return _section_table("Idle, before the ingest (CPU seconds a minute):", header, body)
 
 
 def _footprint_table(rows: list[dict[str, Any]]) -> str:
@@ -1210,31 +1216,33 @@ def _footprint_table(rows: list[dict[str, Any]]) -> str:
     if not measured:
         return ""
     kinds = sorted({kind for row in measured for kind in row["cpu"]["peak_rss_mb_by_kind"]})
-    lines = [
-        "",
-        "## Memory, storage and the asset page",
-        "",
-        "| label | storage | postings | "
-        + " | ".join(f"peak MB: {kind}" for kind in kinds)
-        + " | Dagster storage growth MB | app DB growth MB | asset page: partitions / s / KB "
-        + "| `pipeline retire`: s / CPU s / Dagster MB before, after |",
-        "|" + "---|" * (7 + len(kinds)),
+    header = [
+        "label",
+        "storage",
+        "postings",
+        *(f"peak MB: {kind}" for kind in kinds),
+        "Dagster storage growth MB",
+        "app DB growth MB",
+        "asset page: partitions / s / KB",
+        "`pipeline retire`: s / CPU s / Dagster MB before, after",
     ]
+    body = []
     for row in measured:
         growth, page = row.get("storage_growth_mb") or {}, row.get("asset_page") or {}
-        cells = [
-            row["label"],
-            row["storage"],
-            row["postings"],
-            *(row["cpu"]["peak_rss_mb_by_kind"].get(kind, "") for kind in kinds),
-            growth.get("dagster"),
-            growth.get("app_db"),
-            page.get("error")
-            or f"{page.get('partitions')} / {page.get('median_seconds')} / {page.get('answer_kb')}",
-            _retire_cell(row.get("retire")),
-        ]
-        lines.append("| " + " | ".join(str(cell) for cell in cells) + " |")
-    return "\n".join(lines) + "\n"
+        body.append(
+            [
+                row["label"],
+                row["storage"],
+                row["postings"],
+                *(row["cpu"]["peak_rss_mb_by_kind"].get(kind, "") for kind in kinds),
+                growth.get("dagster"),
+                growth.get("app_db"),
+                page.get("error")
+                or f"{page.get('partitions')} / {page.get('median_seconds')} / {page.get('answer_kb')}",
+                _retire_cell(row.get("retire")),
+            ]
+        )
+    return _section_table("## Memory, storage and the asset page", header, body)
 
 
 def _retire_cell(retire: dict[str, Any] | None) -> str:
