@@ -20,7 +20,9 @@ one (`tables made s`; `--no-tables`: to every output current), the CPU of every 
 ui` started (daemon, code server, run workers, webserver, dagster dev itself), exact in total (the
 kernel adds a reaped
 process's CPU to its parent's) and by kind of process as sampled from /proc (`process_tree_cpu.py`),
-with the run workers started and their CPU each, and per job. Then **the floor**: the same work (the
+with the run workers started and their CPU each, and per job; on PostgreSQL, beside it and not in
+the path's total, the local server's own CPU over the same window (`process_tree_cpu.server_cpu_seconds`:
+a query plan gone wrong shows there, not in the path). Then **the floor**: the same work (the
 same prompts through the same LLM resource to the same server, the tagger and the resolver called per
 posting, the outputs parsed and checked, nothing stored) in one plain loop in this process, after the
 path's run in the same invocation; `ratio to floor` = the path's CPU per posting / the loop's (1.0:
@@ -69,7 +71,12 @@ from sqlalchemy import Connection, create_engine, func, select, text
 from appdb.database import normalize_url
 from appdb.models import Interaction, UseCaseOutput, WorkItem
 from benchmarks.ports import free_port
-from benchmarks.process_tree_cpu import ProcessTreeCpu, become_subreaper, reap_orphans
+from benchmarks.process_tree_cpu import (
+    ProcessTreeCpu,
+    become_subreaper,
+    reap_orphans,
+    server_cpu_seconds,
+)
 from benchmarks.report import write_report
 from domain.language.declaration import SCRIPT_BACKEND
 from pipeline_defs.settings import PROJECT_ROOT
@@ -424,6 +431,7 @@ def measure(args: argparse.Namespace, storage: str) -> dict[str, Any]:
             postings_file.write_text("".join(json.dumps(row) + "\n" for row in rows))
             storage_before = storage_bytes(work, app_url, dagster_url)
             tree.start_window()  # the tree's CPU counts from here: ingest wakes the sensors
+            server_before = server_cpu_seconds() if storage == "postgres" else None
             children_before_ingest = _children_cpu_seconds()
             _pipeline(args.project_root, env, "ingest", str(postings_file))
             ingest_cpu = _children_cpu_seconds() - children_before_ingest
@@ -436,6 +444,7 @@ def measure(args: argparse.Namespace, storage: str) -> dict[str, Any]:
                 if result["tables_made_seconds"] is not None:
                     result["tables_made_seconds"] = round(result["tables_made_seconds"] - ingested, 2)
             tree.stop_window()
+            server_after = server_cpu_seconds() if server_before is not None else None
             all_runs = ui.runs()
             result["runs"] = _runs_summary(all_runs, ingested)
             result["asset_page"] = asset_page_timing(ui, "posting_summary")
@@ -482,6 +491,11 @@ def measure(args: argparse.Namespace, storage: str) -> dict[str, Any]:
             (at_all_current.total - tree.window_start.total) / max(finished, 1), 4
         )
         result["cpu"]["orphans_reaped"] = orphans_reaped
+        if server_before is not None and server_after is not None:  # the server's, not in the path's
+            result["cpu"]["database_server_cpu_seconds"] = round(server_after - server_before, 2)
+            result["cpu"]["database_server_cpu_seconds_per_posting"] = round(
+                (server_after - server_before) / max(finished, 1), 4
+            )
         result["cpu"]["run_worker_cpu_by_job"] = run_worker_cpu_by_job(
             result["cpu"].pop("run_workers"), all_runs, run_pids(app_url)
         )
@@ -1158,6 +1172,7 @@ def _by_kind_table(rows: list[dict[str, Any]]) -> str:
         "whole path",
         *kinds,
         "between samples",
+        "PostgreSQL server (not in the path)",
         *(f"floor: {name}" for name in use_cases),
         "floor",
         "ratio",
@@ -1175,6 +1190,7 @@ def _by_kind_table(rows: list[dict[str, Any]]) -> str:
                 cpu["path_cpu_seconds_per_posting"],
                 *(cpu["cpu_seconds_per_posting_by_kind"].get(kind, 0.0) for kind in kinds),
                 round(cpu["between_samples_cpu_seconds"] / postings, 4),
+                cpu.get("database_server_cpu_seconds_per_posting"),
                 *(
                     round(
                         floor.get("by_use_case", {}).get(name, {}).get("cpu_seconds", 0.0)

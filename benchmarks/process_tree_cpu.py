@@ -124,6 +124,27 @@ def read_all_stats(proc: Path = PROC) -> dict[int, ProcStat]:
     return stats
 
 
+def server_cpu_seconds(name: str = "postgres", proc: Path = PROC) -> float | None:
+    """All the CPU a local server has spent so far (PostgreSQL: the postmaster, its live backends, and
+    through the postmaster's reaped-children time every backend that has ended), or None when no
+    process of that name runs here. Its difference between two moments is the server's CPU between
+    them, whoever asked for it: the path's databases are its only clients while a benchmark runs."""
+    total, found = 0.0, False
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if text[text.index("(") + 1 : text.rindex(")")] != name:
+            continue
+        found = True
+        stat = parse_stat(int(entry.name), text)
+        total += stat.own + stat.reaped_children
+    return round(total, 2) if found else None
+
+
 def _command_line(pid: int) -> str:
     try:
         return (PROC / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")

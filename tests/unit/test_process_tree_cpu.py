@@ -191,3 +191,20 @@ def test_the_peak_memory_of_this_process_is_read_from_proc() -> None:
     usage_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # Linux: KiB
     assert abs(read_peak_rss_kb(os.getpid()) - usage_kb) <= usage_kb * 0.05
     assert read_peak_rss_kb(2**22 + 7) == 0  # no such process
+
+
+def test_a_servers_cpu_counts_its_live_processes_and_the_ended_ones_it_reaped(tmp_path) -> None:  # noqa: ANN001
+    from benchmarks.process_tree_cpu import server_cpu_seconds
+
+    def process(pid: int, name: str, ppid: int, own_ticks: int, reaped_ticks: int) -> None:
+        fields = ["S", str(ppid), *["0"] * 9, str(own_ticks), "0", str(reaped_ticks), "0", *["0"] * 30]
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "stat").write_text(f"{pid} ({name}) " + " ".join(fields))
+
+    process(10, "postgres", 1, 100, 300)  # the postmaster: its ended backends are in its reaped time
+    process(11, "postgres", 10, 50, 0)  # a live backend
+    process(12, "python", 1, 900, 900)  # not the server
+    (tmp_path / "stat").write_text("btime 0\n")  # not a process
+    ticks = os.sysconf("SC_CLK_TCK")
+    assert server_cpu_seconds("postgres", tmp_path) == round(450 / ticks, 2)
+    assert server_cpu_seconds("mysqld", tmp_path) is None
