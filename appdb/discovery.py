@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Select, and_, exists, func, or_, select, text
 from sqlalchemy.orm import Session, aliased
 
+from appdb import planner_statistics
 from appdb.dialects import CHUNK, is_postgres
 from appdb.models import (
     Event,
@@ -214,6 +215,7 @@ def find_pending_work(
     session: Session, spec: WorkSpec, *, within: Sequence[str] | None = None, include_current: bool = False
 ) -> list[str]:
     """Keys of the subjects this use case should process now, oldest first."""
+    planner_statistics.refresh_if_stale(session, _tables_read(spec))
     if within is None:
         return _keys_joining_as_written(session, pending_work_query(spec, include_current=include_current))
     found: set[str] = set()
@@ -224,6 +226,16 @@ def find_pending_work(
         )
         found.update(_keys_joining_as_written(session, query))
     return [key for key in within if key in found]
+
+
+def _tables_read(spec: WorkSpec) -> tuple[str, ...]:
+    """The tables a discovery query joins, whose planner statistics it needs."""
+    return (
+        spec.subjects.model.__tablename__,
+        UseCaseOutput.__tablename__,
+        WorkItem.__tablename__,
+        ReferenceData.__tablename__,
+    )
 
 
 def subjects_with_output(session: Session, use_case: str, keys: Sequence[str]) -> list[str]:
