@@ -8,6 +8,7 @@ from datetime import datetime
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from appdb import planner_statistics
 from appdb.models import UseCaseOutput, WorkItem
 
 UNFINISHED_STATUSES = ("pending", "claimed", "failed")
@@ -18,6 +19,8 @@ def finished_subjects(session: Session, use_cases: Sequence[str], before: dateti
     before `before`, and no work item still pending, claimed or parked. (Whether each output is still
     *current* is discovery's question: the caller drops the subjects it finds pending.)"""
     names = sorted(set(use_cases))
+    # without statistics PostgreSQL's plan of the NOT IN took 448 s for 12,000 subjects
+    planner_statistics.refresh_if_stale(session, (UseCaseOutput.__tablename__, WorkItem.__tablename__))
     unfinished = select(WorkItem.subject_key).where(
         WorkItem.use_case.in_(names), WorkItem.status.in_(UNFINISHED_STATUSES)
     )
