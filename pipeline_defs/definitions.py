@@ -85,6 +85,7 @@ def engine_definitions(
                     settings.run_continue_seconds,
                     settings.runs_per_host,
                     settings.script_runs,
+                    settings.run_step_continue_seconds,
                 )
                 for group in groups
             ),

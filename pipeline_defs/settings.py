@@ -65,6 +65,10 @@ DEFAULT_SENSOR_INTERVAL_SECONDS = 1
 # How long a sensor's run of a one-use-case work group keeps claiming more pending subjects after its
 # own batch (assets/batch_run.py): each new run is a process loading the code location.
 DEFAULT_RUN_CONTINUE_SECONDS = 600
+# In a run of several use cases (one model's group: the summary and skills by the model) each step goes
+# on this long at most, so the next use case's turn comes within it: one run per batch of 250 was 40
+# run starts for 10,000 postings at 16 slots.
+DEFAULT_RUN_STEP_CONTINUE_SECONDS = 60
 
 
 def running_from_a_clone() -> bool:
@@ -337,6 +341,13 @@ class Settings:
         "how long a run the sensors start keeps claiming more pending subjects after its own batch (fewer "
         "run starts; its sensor starts no more runs than can work at once meanwhile); 0: one batch a run",
         DEFAULT_RUN_CONTINUE_SECONDS,
+        parse=whole_number,
+    )
+    run_step_continue_seconds: int = setting(
+        "PIPELINE_RUN_STEP_CONTINUE_SECONDS",
+        "in a run of several use cases (one model's group), how long each goes on claiming after its own "
+        "batch before the next one's turn (at most PIPELINE_RUN_CONTINUE_SECONDS); 0: one batch a run",
+        DEFAULT_RUN_STEP_CONTINUE_SECONDS,
         parse=whole_number,
     )
     heartbeat_seconds: float = setting(

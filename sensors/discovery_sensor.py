@@ -244,6 +244,7 @@ class DiscoveryScope:
         continue_seconds: int = 0,
         runs_per_host: int = 1,
         script_runs: int = 1,
+        step_continue_seconds: int = 0,
     ) -> "DiscoveryScope":
         feeders = feeding_jobs(group, groups) if group.model is None else []
         return cls(
@@ -251,8 +252,9 @@ class DiscoveryScope:
             hosts if group.model else (),  # a script group calls no model server
             feeders,
             feeding_specs(group) if feeders else [],
-            # a run goes on with its own use case only: in a run of several, the next step would wait
-            continue_seconds if len(group.members) == 1 else 0,
+            # in a run of several use cases the steps go one after another: each goes on for a share
+            # only, so the next one's turn comes within it
+            continue_seconds if len(group.members) == 1 else min(continue_seconds, step_continue_seconds),
             runs_per_host,
             script_runs,
         )
@@ -458,6 +460,7 @@ def build_discovery_sensor(
     continue_seconds: int = 0,
     runs_per_host: int = 1,
     script_runs: int = 1,
+    step_continue_seconds: int = 0,
 ) -> SensorDefinition:
     """The group's sensor; it ticks at most every `interval_seconds` (PIPELINE_SENSOR_INTERVAL_SECONDS): at
     the daemon's 5 s look, or sooner when subjects arrive (`pipeline_defs/daemon.py`). With
@@ -468,11 +471,14 @@ def build_discovery_sensor(
     subjects the upstream runs finish (each run a process loading the code and the resolver: 11 runs
     where 2 would do, measured with three hosts, on the CPU the other runs need).
 
-    With `continue_seconds` (PIPELINE_RUN_CONTINUE_SECONDS; a group of one use case) each run keeps
-    claiming its use case's pending subjects after its own batch for up to that long, and a
-    downstream group's run follows its upstream's outputs as they come; the sensor then requests no
-    more runs than may work at once (`DiscoveryScope.runs_at_once`): fewer, longer runs."""
-    scope = DiscoveryScope.of(group, hosts, groups, continue_seconds, runs_per_host, script_runs)
+    With `continue_seconds` (PIPELINE_RUN_CONTINUE_SECONDS) each run keeps claiming its use case's
+    pending subjects after its own batch for up to that long (in a group of several use cases, each
+    step for up to `step_continue_seconds`, PIPELINE_RUN_STEP_CONTINUE_SECONDS), and a downstream
+    group's run follows its upstream's outputs as they come; the sensor then requests no more runs
+    than may work at once (`DiscoveryScope.runs_at_once`): fewer, longer runs."""
+    scope = DiscoveryScope.of(
+        group, hosts, groups, continue_seconds, runs_per_host, script_runs, step_continue_seconds
+    )
     members = ", ".join(group.use_case_names)
 
     @sensor(

@@ -3,6 +3,7 @@ starts), and the sensor then starts no more runs than may work at once."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,7 @@ from tests.support.postings import seed_postings
 
 POSTINGS = [{"key": f"k-{i:02d}", "title": f"Job {i}", "description": f"Do task {i}."} for i in range(6)]
 KEYS = [row["key"] for row in POSTINGS]
+TAGLINE = replace(POSTING_SUMMARY, name="posting_tagline")  # a second use case of the same model
 
 
 def _settings(url: str, host: str) -> Settings:
@@ -228,3 +230,39 @@ def test_with_no_room_for_a_run_a_tick_reads_no_pending_work_until_a_posting_arr
     assert planned  # a posting arrived: planned again
     assert "k-06" in dagster_instance.get_dynamic_partitions("postings")
     assert not getattr(arrived, "run_requests", None)  # still no room for a run
+
+
+def test_a_run_of_two_use_cases_goes_on_with_each_for_its_share_instead_of_a_run_per_batch(
+    httpserver: HTTPServer, sqlite_url: str, tmp_path: Path, dagster_instance
+) -> None:
+    """A model's group of two use cases (the summary and skills by the model) got a run per batch:
+    40 run starts for 10,000 postings. Now each step goes on for its share (PIPELINE_RUN_STEP_CONTINUE_
+    SECONDS) and the sensor starts no more runs than may work at once."""
+    FakeOllama(httpserver)
+    seed_postings(sqlite_url, tmp_path, POSTINGS)
+    settings = _settings(sqlite_url, httpserver.url_for("/").rstrip("/"))
+    use_cases = [POSTING_SUMMARY, TAGLINE]
+    defs = build_definitions(settings, use_cases=use_cases, llm=build_llm_resource(settings))
+    [group] = build_work_groups(build_use_cases(settings, use_cases))
+    sensor = build_discovery_sensor(group, continue_seconds=600, step_continue_seconds=60)
+    context = build_sensor_context(
+        instance=dagster_instance, resources={"app_db": AppDatabase(url=sqlite_url)}
+    )
+    result = sensor(context)
+    assert isinstance(result, SensorResult)
+    [request] = result.run_requests  # six postings in batches of two: one run, not three
+    assert request.tags[CONTINUE_TAG] == "60"
+
+    run = defs.resolve_job_def(group.job.name).execute_in_process(
+        instance=dagster_instance, tags=request.tags, raise_on_error=False
+    )
+    assert run.success
+    with session_scope(sqlite_url) as session:
+        made = session.execute(
+            select(UseCaseOutput.use_case, UseCaseOutput.subject_key, UseCaseOutput.run_id)
+        )
+        by_use_case: dict[str, dict[str, str]] = {}
+        for use_case, key, run_id in made:
+            by_use_case.setdefault(use_case, {})[key] = run_id
+    for name in ("posting_summary", "posting_tagline"):  # every posting, in this one run
+        assert by_use_case[name] == dict.fromkeys(KEYS, run.run_id)
