@@ -66,9 +66,10 @@ DEFAULT_SENSOR_INTERVAL_SECONDS = 1
 # own batch (assets/batch_run.py): each new run is a process loading the code location.
 DEFAULT_RUN_CONTINUE_SECONDS = 600
 # In a run of several use cases (one model's group: the summary and skills by the model) each step goes
-# on this long at most, so the next use case's turn comes within it: one run per batch of 250 was 40
-# run starts for 10,000 postings at 16 slots.
-DEFAULT_RUN_STEP_CONTINUE_SECONDS = 60
+# on this long at most, so the next use case's turn comes within it: one run per batch of 250 was 43
+# run starts for 10,000 postings at 16 slots; 60 s made 9 but sent skills in bursts that resolution
+# trailed by 30 s (median), 15 s made 15 with 6 s (docs/performance.md, 2026-12-03).
+DEFAULT_RUN_STEP_CONTINUE_SECONDS = 15
 
 
 def running_from_a_clone() -> bool:
