@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Sequence
 
-from sqlalchemy import text
+from sqlalchemy import URL, text
 from sqlalchemy.orm import Session
 
 from appdb.dialects import is_postgres
@@ -44,7 +44,7 @@ STALE_TABLES_SQL = text(
 )
 
 LOG = logging.getLogger(__name__)
-_last_check: dict[str, float] = {}  # database URL -> monotonic time of this process's last look
+_last_check: dict[URL, float] = {}  # database -> monotonic time of this process's last look
 _lock = threading.Lock()
 
 
@@ -54,12 +54,11 @@ def refresh_if_stale(session: Session, tables: Sequence[str]) -> list[str]:
     if not is_postgres(session):
         return []
     engine = session.get_bind().engine
-    database = engine.url.render_as_string(hide_password=True)
     now = time.monotonic()
-    with _lock:
-        if now - _last_check.get(database, float("-inf")) < CHECK_EVERY_SECONDS:
+    with _lock:  # on every discovery query: a look-up, not a rendered URL
+        if now - _last_check.get(engine.url, float("-inf")) < CHECK_EVERY_SECONDS:
             return []
-        _last_check[database] = now
+        _last_check[engine.url] = now
     try:
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
             stale = list(

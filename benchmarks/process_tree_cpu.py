@@ -91,6 +91,7 @@ class ProcStat:
     own: float  # utime + stime
     reaped_children: float  # cutime + cstime: every reaped child's own and reaped children's time
     started_after_boot: float = 0.0  # seconds
+    name: str = ""  # the command name (field 2), as `ps -o comm` shows it
 
 
 def parse_stat(pid: int, text: str) -> ProcStat:
@@ -100,7 +101,9 @@ def parse_stat(pid: int, text: str) -> ProcStat:
     ppid = int(rest[1])
     utime, stime, cutime, cstime = (int(value) for value in rest[11:15])
     started = int(rest[19]) / CLOCK_TICKS if len(rest) > 19 else 0.0  # field 22
-    return ProcStat(pid, ppid, (utime + stime) / CLOCK_TICKS, (cutime + cstime) / CLOCK_TICKS, started)
+    name = text[text.index("(") + 1 : text.rindex(")")]
+    own, reaped = (utime + stime) / CLOCK_TICKS, (cutime + cstime) / CLOCK_TICKS
+    return ProcStat(pid, ppid, own, reaped, started, name)
 
 
 def boot_time(proc: Path = PROC) -> float:
@@ -129,20 +132,8 @@ def server_cpu_seconds(name: str = "postgres", proc: Path = PROC) -> float | Non
     through the postmaster's reaped-children time every backend that has ended), or None when no
     process of that name runs here. Its difference between two moments is the server's CPU between
     them, whoever asked for it: the path's databases are its only clients while a benchmark runs."""
-    total, found = 0.0, False
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            text = (entry / "stat").read_text()
-        except OSError:
-            continue
-        if text[text.index("(") + 1 : text.rindex(")")] != name:
-            continue
-        found = True
-        stat = parse_stat(int(entry.name), text)
-        total += stat.own + stat.reaped_children
-    return round(total, 2) if found else None
+    server = [stat for stat in read_all_stats(proc).values() if stat.name == name]
+    return round(sum(stat.own + stat.reaped_children for stat in server), 2) if server else None
 
 
 def _command_line(pid: int) -> str:
