@@ -831,8 +831,32 @@ def _output_latencies(app_url: str, ingested: float) -> dict[str, Any]:
                 "last_behind_last_s": round(spans[name]["last_s"] - spans[upstream]["last_s"], 2),
                 "per_posting_median_s": round(lags[len(lags) // 2], 2),
                 "per_posting_max_s": round(lags[-1], 2),
+                "per_posting_by_upstream_time": _lags_over_time(at[name], at[upstream]),
             }
     return {"output_span_by_use_case": spans, "trailing_upstream": trailing}
+
+
+def _lags_over_time(
+    made: dict[str, float], upstream: dict[str, float], bucket_seconds: float = 10.0
+) -> list[dict[str, float]]:
+    """How far outputs trailed their upstream's, by when the upstream output was stored (buckets of
+    `bucket_seconds` after ingest): where in the run a lag builds up (a burst, a run start, the end)."""
+    buckets: dict[int, list[float]] = {}
+    for key, at in made.items():
+        if key in upstream:
+            buckets.setdefault(int(upstream[key] // bucket_seconds), []).append(at - upstream[key])
+    rows = []
+    for bucket, lags in sorted(buckets.items()):
+        lags.sort()
+        rows.append(
+            {
+                "upstream_from_s": bucket * bucket_seconds,
+                "postings": len(lags),
+                "median_s": round(lags[len(lags) // 2], 2),
+                "max_s": round(lags[-1], 2),
+            }
+        )
+    return rows
 
 
 # --- the floor: the same work in one plain loop ----------------------------------------------------

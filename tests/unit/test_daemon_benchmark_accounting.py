@@ -99,6 +99,10 @@ def test_entities_are_timed_against_their_own_postings_skills(tmp_path: Path) ->
         "last_behind_last_s": 7.0,
         "per_posting_median_s": 8.0,
         "per_posting_max_s": 8.0,
+        # where in the run the lag built up: both skills were stored in the first 10 s
+        "per_posting_by_upstream_time": [
+            {"upstream_from_s": 0.0, "postings": 2, "median_s": 8.0, "max_s": 8.0}
+        ],
     }
 
 
