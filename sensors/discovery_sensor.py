@@ -57,6 +57,7 @@ ACTIVE_STATUSES = [
     DagsterRunStatus.STARTING,
     DagsterRunStatus.STARTED,
 ]
+UNDER_WAY_STATUSES = [DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]  # out of the queue
 
 
 @dataclass(frozen=True)
@@ -404,25 +405,31 @@ def _runs_at_most(context: SensorEvaluationContext, scope: DiscoveryScope, open_
 def _ahead_of_upstream(
     context: SensorEvaluationContext, scope: DiscoveryScope, being_made: bool
 ) -> tuple[list[RunRequest], str]:
-    """Nothing of its own to do yet, but an upstream run is making its inputs (`being_made`: a live
-    claim): one run of the group over that run's partitions, so that its process starts and its
-    resources load while the first inputs are made; it then claims them as they are written
-    (`assets/batch_run.py`, `next_batch`). None while a run of the group goes, none before an upstream
-    run has claimed work (upstream runs queued or waiting for the model would leave it idle: it would
-    end after `CONTINUE_IDLE_SECONDS` and start again), none while no upstream run goes (a paused
-    upstream starts nothing)."""
+    """Nothing of its own to do yet, but an upstream run is making its inputs (it has started, or
+    `being_made`: a live claim): one run of the group over that run's partitions, so that its process
+    starts and its resources load while the first inputs are made; it then claims them as written
+    (`assets/batch_run.py`, `next_batch`). None while a run of the group goes; none while no upstream
+    run goes (a paused upstream starts nothing) or while they are only queued (a queue may hold them
+    for longer than the run would wait: it would end after `CONTINUE_IDLE_SECONDS` and start again).
+    An upstream run that has started is enough, claims or not: waiting for its first claim cost a
+    sensor tick (5 s) on top of the run's start, and its first outputs came 15 s before the first
+    entities (skills by the model, 10,000 postings)."""
     group, instance = scope.group, context.instance
     if instance.get_runs(RunsFilter(job_name=group.job.name, statuses=ACTIVE_STATUSES), limit=1):
         return [], f"{group.name}: its run waits for the inputs its upstream runs are making"
-    if not being_made:
-        return [], f"{group.name}: no work yet; its upstream has work no run has taken up yet"
+    statuses = ACTIVE_STATUSES if being_made else UNDER_WAY_STATUSES
     feeding = [
         run
         for job in scope.feeders
-        for run in instance.get_runs(RunsFilter(job_name=job, statuses=ACTIVE_STATUSES), limit=1)
+        for run in instance.get_runs(RunsFilter(job_name=job, statuses=statuses), limit=1)
     ]
     if not feeding:
-        return [], f"{group.name}: no work yet; its upstream has work, but no upstream run goes"
+        queued = not being_made and any(
+            instance.get_runs(RunsFilter(job_name=job, statuses=ACTIVE_STATUSES), limit=1)
+            for job in scope.feeders
+        )
+        why = "the upstream runs that will make it are still queued" if queued else "no upstream run goes"
+        return [], f"{group.name}: no work yet; its upstream has work, but {why}"
     tags = feeding[0].tags
     single = tags.get(DAGSTER_PARTITION_TAG, "")
     first = tags.get(ASSET_PARTITION_RANGE_START_TAG, single)

@@ -336,10 +336,17 @@ def test_resolution_waits_for_a_batch_while_upstream_still_writes_skills(pipelin
 def test_a_resolution_run_starts_while_an_upstream_run_is_making_the_skills(pipeline) -> None:
     """With runs going on, the resolution sensor does not wait for the first skills to be stored (then
     the run's process start and the resolver's load would trail every posting): once an upstream run
-    has claimed skills to make, it starts one run, over that run's postings; no more while it goes,
-    none while no upstream run goes (a paused upstream) or none has taken up the work yet, and it looks
+    has started (claimed skills or not), it starts one run, over that run's postings; no more while it
+    goes, none while no upstream run goes (a paused upstream) or they are only queued, and it looks
     again on its next tick even when nothing changed in the database."""
-    from dagster import DagsterRunStatus, SensorResult, SkipReason, build_sensor_context
+    from dagster import (
+        DagsterEvent,
+        DagsterEventType,
+        DagsterRunStatus,
+        SensorResult,
+        SkipReason,
+        build_sensor_context,
+    )
     from dagster._core.test_utils import create_run_for_test
 
     from appdb import claims
@@ -365,14 +372,17 @@ def test_a_resolution_run_starts_while_an_upstream_run_is_making_the_skills(pipe
     upstream = create_run_for_test(
         instance,
         job_name=llm_group.job.name,
-        status=DagsterRunStatus.STARTED,
+        status=DagsterRunStatus.NOT_STARTED,  # as a queued run: not yet out of the queue
         tags=partition_range_tags("p-1", "p-3"),
     )
     not_yet = tick()  # the database did not change since the last tick: it looks all the same
-    assert isinstance(not_yet, SkipReason) and "no run has taken up yet" in not_yet.skip_message
-    with session_scope(url) as session:  # the upstream run claims its batch
-        assert claims.claim_items(session, "posting_skills", ["p-1", "p-2"], upstream.run_id)
-    ahead = tick()
+    assert isinstance(not_yet, SkipReason) and "still queued" in not_yet.skip_message
+    instance.handle_run_event(  # out of the queue: the first skills are seconds away
+        upstream.run_id,
+        DagsterEvent(DagsterEventType.RUN_START.value, job_name=llm_group.job.name),
+    )
+    assert instance.get_run_by_id(upstream.run_id).status == DagsterRunStatus.STARTED
+    ahead = tick()  # no claim yet
     assert isinstance(ahead, SensorResult) and len(ahead.run_requests) == 1
     [request] = ahead.run_requests
     assert request.tags[CONTINUE_TAG] == "600"
@@ -384,9 +394,13 @@ def test_a_resolution_run_starts_while_an_upstream_run_is_making_the_skills(pipe
     assert isinstance(tick(), SkipReason)  # its run waits for the skills: no second one
     instance.report_run_canceled(instance.get_run_by_id(own.run_id))
     instance.report_run_canceled(instance.get_run_by_id(upstream.run_id))
+    assert isinstance(tick(), SkipReason)  # work left, no upstream run going: nothing
+    with session_scope(url) as session:  # a claim left by a run that is gone starts nothing either
+        assert claims.claim_items(session, "posting_skills", ["p-1", "p-2"], upstream.run_id)
+    gone = tick()
+    assert isinstance(gone, SkipReason) and "no upstream run goes" in gone.skip_message
     with session_scope(url) as session:
         claims.release_items(session, "posting_skills", ["p-1", "p-2"], upstream.run_id)
-    assert isinstance(tick(), SkipReason)  # work left, no upstream run going: nothing
     run_pending(defs, [llm_group], instance, AppDatabase(url=url), source="test")  # every skill written
     ready = tick()  # the usual way now: a run for the postings with skills
     assert isinstance(ready, SensorResult) and len(ready.run_requests) == 1
