@@ -13,6 +13,7 @@ tick where nothing changed skips the queries. Freeing dead runs' work is the liv
 """
 
 import json
+import time
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -58,6 +59,8 @@ ACTIVE_STATUSES = [
     DagsterRunStatus.STARTED,
 ]
 UNDER_WAY_STATUSES = [DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]  # out of the queue
+# an upstream run that started this recently, claims or not, is about to make a follower's inputs
+FRESH_UPSTREAM_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -409,26 +412,38 @@ def _ahead_of_upstream(
     `being_made`: a live claim): one run of the group over that run's partitions, so that its process
     starts and its resources load while the first inputs are made; it then claims them as written
     (`assets/batch_run.py`, `next_batch`). None while a run of the group goes; none while no upstream
-    run goes (a paused upstream starts nothing) or while they are only queued (a queue may hold them
-    for longer than the run would wait: it would end after `CONTINUE_IDLE_SECONDS` and start again).
-    An upstream run that has started is enough, claims or not: waiting for its first claim cost a
-    sensor tick (5 s) on top of the run's start, and its first outputs came 15 s before the first
-    entities (skills by the model, 10,000 postings)."""
+    run goes (a paused upstream starts nothing).
+
+    An upstream run that started in the last `FRESH_UPSTREAM_SECONDS` is enough, claims or not: waiting
+    for its first claim cost a sensor tick (5 s) on top of this run's start, and the first skills came
+    15 s before the first entities (skills by the model, 10,000 postings). One that is still queued, or
+    started longer ago and has claimed nothing (waiting for the model's pool, or loading a model), is
+    not: the run would wait past `CONTINUE_IDLE_SECONDS` to end, and start again."""
     group, instance = scope.group, context.instance
     if instance.get_runs(RunsFilter(job_name=group.job.name, statuses=ACTIVE_STATUSES), limit=1):
         return [], f"{group.name}: its run waits for the inputs its upstream runs are making"
-    statuses = ACTIVE_STATUSES if being_made else UNDER_WAY_STATUSES
-    feeding = [
-        run
-        for job in scope.feeders
-        for run in instance.get_runs(RunsFilter(job_name=job, statuses=statuses), limit=1)
-    ]
+    if being_made:
+        feeding = [
+            run
+            for job in scope.feeders
+            for run in instance.get_runs(RunsFilter(job_name=job, statuses=ACTIVE_STATUSES), limit=1)
+        ]
+    else:
+        since = time.time() - FRESH_UPSTREAM_SECONDS
+        feeding = [
+            record.dagster_run
+            for job in scope.feeders
+            for record in instance.get_run_records(RunsFilter(job_name=job, statuses=UNDER_WAY_STATUSES))
+            if record.start_time is None or record.start_time >= since  # STARTING: no start time yet
+        ][:1]
     if not feeding:
         queued = not being_made and any(
             instance.get_runs(RunsFilter(job_name=job, statuses=ACTIVE_STATUSES), limit=1)
             for job in scope.feeders
         )
-        why = "the upstream runs that will make it are still queued" if queued else "no upstream run goes"
+        why = (
+            "no upstream run goes" if not queued else "its upstream runs are queued or have taken none up yet"
+        )
         return [], f"{group.name}: no work yet; its upstream has work, but {why}"
     tags = feeding[0].tags
     single = tags.get(DAGSTER_PARTITION_TAG, "")

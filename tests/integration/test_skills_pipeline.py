@@ -333,12 +333,13 @@ def test_resolution_waits_for_a_batch_while_upstream_still_writes_skills(pipelin
     assert len(tick(in_twos).run_requests) == 3  # upstream ended: the odd one goes too
 
 
-def test_a_resolution_run_starts_while_an_upstream_run_is_making_the_skills(pipeline) -> None:
+def test_a_resolution_run_starts_while_an_upstream_run_is_making_the_skills(pipeline, monkeypatch) -> None:  # noqa: ANN001
     """With runs going on, the resolution sensor does not wait for the first skills to be stored (then
     the run's process start and the resolver's load would trail every posting): once an upstream run
-    has started (claimed skills or not), it starts one run, over that run's postings; no more while it
-    goes, none while no upstream run goes (a paused upstream) or they are only queued, and it looks
-    again on its next tick even when nothing changed in the database."""
+    has just started or has claimed skills to make, it starts one run, over that run's postings; no more
+    while it goes, none while no upstream run goes (a paused upstream), they are only queued or started
+    long ago with nothing claimed, and it looks again on its next tick even when nothing changed in the
+    database."""
     from dagster import (
         DagsterEvent,
         DagsterEventType,
@@ -351,6 +352,7 @@ def test_a_resolution_run_starts_while_an_upstream_run_is_making_the_skills(pipe
 
     from appdb import claims
     from assets.run_tags import CONTINUE_TAG, partition_range_tags
+    from sensors import discovery_sensor
     from sensors.discovery_sensor import build_discovery_sensor
 
     defs, groups, instance, url = pipeline
@@ -376,13 +378,17 @@ def test_a_resolution_run_starts_while_an_upstream_run_is_making_the_skills(pipe
         tags=partition_range_tags("p-1", "p-3"),
     )
     not_yet = tick()  # the database did not change since the last tick: it looks all the same
-    assert isinstance(not_yet, SkipReason) and "still queued" in not_yet.skip_message
+    assert isinstance(not_yet, SkipReason) and "queued or have taken none up" in not_yet.skip_message
     instance.handle_run_event(  # out of the queue: the first skills are seconds away
         upstream.run_id,
         DagsterEvent(DagsterEventType.RUN_START.value, job_name=llm_group.job.name),
     )
     assert instance.get_run_by_id(upstream.run_id).status == DagsterRunStatus.STARTED
-    ahead = tick()  # no claim yet
+    with monkeypatch.context() as patched:  # started long ago and nothing claimed: waiting for something
+        patched.setattr(discovery_sensor, "FRESH_UPSTREAM_SECONDS", -1.0)
+        stale = tick()
+    assert isinstance(stale, SkipReason) and "taken none up" in stale.skip_message
+    ahead = tick()  # started just now, no claim yet
     assert isinstance(ahead, SensorResult) and len(ahead.run_requests) == 1
     [request] = ahead.run_requests
     assert request.tags[CONTINUE_TAG] == "600"
