@@ -415,8 +415,9 @@ def _ahead_of_upstream(
     run goes (a paused upstream starts nothing).
 
     An upstream run that started in the last `FRESH_UPSTREAM_SECONDS` is enough, claims or not: waiting
-    for its first claim cost a sensor tick (5 s) on top of this run's start, and the first skills came
-    15 s before the first entities (skills by the model, 10,000 postings). One that is still queued, or
+    for its first claim costs a sensor tick (5 s) on top of this run's start when the tick falls between
+    the upstream run's start and its first claim (in eight runs measured, it did not: the entities' lag
+    is CPU share in the first burst of skills, docs/performance.md). One that is still queued, or
     started longer ago and has claimed nothing (waiting for the model's pool, or loading a model), is
     not: the run would wait past `CONTINUE_IDLE_SECONDS` to end, and start again."""
     group, instance = scope.group, context.instance
