@@ -323,15 +323,17 @@ def subjects_marker(session: Session, table: SubjectTable) -> str:
 
 def arrival_marker(session: Session, tables: Sequence[SubjectTable]) -> str:
     """A fingerprint of work arriving: subjects of `tables` stored or replaced, pauses ended by hand, LLM
-    steps ended (their `run_cost` event: what they wrote may be the rest a downstream sensor waits for)
-    and runs ended (their pool slots are free). Unlike `change_marker` it stays still while runs write
+    steps ended (their `run_cost` event: what they wrote may be the rest a downstream sensor waits for),
+    runs started (a follower's sensor starts its run beside its upstream's, `_ahead_of_upstream`) and
+    runs ended (their pool slots are free). Unlike `change_marker` it stays still while runs write
     their outputs, so the daemon can watch it every quarter second and wake its sensors only on these.
     Every part is read off an index (a primary key, an `updated_at` index, the events' kind index, the
-    heartbeats' state index)."""
+    heartbeats' primary key and state index)."""
     return _fingerprint(
         session,
         *(column for table in tables for column in table.arrival_columns()),
         select(func.count(UseCasePause.use_case)).scalar_subquery(),
+        select(func.count(RunHeartbeat.run_id)).scalar_subquery(),
         select(func.count()).where(RunHeartbeat.state.in_(("ended", "dead"))).scalar_subquery(),
         select(func.max(Event.at)).where(Event.kind == "run_cost").scalar_subquery(),
     )

@@ -6,11 +6,11 @@ Dagster's sensor daemon looks at its sensors once every 5 s (`MIN_INTERVAL_LOOP_
 configurable), so subjects stored just after a look waited up to 5 s before a run was requested.
 Looking every second instead costs a third of a core on an idle machine (each tick is a call to the code
 server and a stored tick: about 0.1 CPU s). Here a thread watches the application database's
-`arrival_marker` (new or replaced subjects of the declared kinds, pauses ended, LLM steps and runs
-ended: one indexed query every quarter second) and, when it changes, ends the loop's wait at once; the
-sensors then tick if their
-own interval (`PIPELINE_SENSOR_INTERVAL_SECONDS`) has passed, and the watcher ends the wait once more after
-that interval for those that were not due. Idle, the daemon looks every 5 s as before.
+`arrival_marker` (new or replaced subjects of the declared kinds, pauses ended, runs started, LLM
+steps and runs ended: one indexed query every quarter second) and, when it changes, ends the loop's
+wait at once; the sensors then tick if their own interval (`PIPELINE_SENSOR_INTERVAL_SECONDS`) has
+passed, and the watcher ends the wait once more after that interval for those that were not due.
+Idle, the daemon looks every 5 s as before.
 
 This reaches into Dagster's internals (the loop's wait on the daemon's shutdown event, and the name
 `SensorDaemon.core_loop` calls it by): pinned by `tests/unit/test_daemon_wake.py`, which fails when

@@ -333,7 +333,7 @@ class Settings:
     sensor_interval_seconds: int = setting(
         "PIPELINE_SENSOR_INTERVAL_SECONDS",
         "the least time between two looks of a discovery sensor (the daemon also looks at once when "
-        "subjects arrive, an LLM step ends or a run ends)",
+        "subjects arrive, a run starts, an LLM step ends or a run ends)",
         DEFAULT_SENSOR_INTERVAL_SECONDS,
         parse=positive_int,
     )

@@ -64,7 +64,7 @@ def test_a_wake_cuts_the_wait_short_and_shutdown_still_stops_it() -> None:
     assert waiting.wait(10) is True and waiting.is_set()
 
 
-def test_the_watcher_wakes_on_ingest_an_llm_step_ending_and_a_run_ending_only(
+def test_the_watcher_wakes_on_ingest_a_run_starting_an_llm_step_ending_and_a_run_ending_only(
     tmp_path: Path,
 ) -> None:
     url = f"sqlite:///{tmp_path / 'app.db'}"
@@ -79,9 +79,13 @@ def test_the_watcher_wakes_on_ingest_an_llm_step_ending_and_a_run_ending_only(
         with session_scope(url) as session:
             ingest_files(session, [postings])
         assert wake.wait(3)
-        # A run beating wakes nothing; its end does (a downstream sensor may wait for what it wrote).
+        time.sleep(0.6)
+        wake.clear()
+        # A run starting wakes (a follower's sensor starts its run beside it); its beats wake nothing;
+        # its end does (a downstream sensor may wait for what it wrote).
         with session_scope(url) as session:
             heartbeats.start_heartbeat(session, "run-1", job="tagger_batch_job", source=None, host="h", pid=1)
+        assert wake.wait(3)
         time.sleep(0.6)
         wake.clear()
         with session_scope(url) as session:
