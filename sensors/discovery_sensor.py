@@ -414,13 +414,11 @@ def _ahead_of_upstream(
     (`assets/batch_run.py`, `next_batch`). None while a run of the group goes; none while no upstream
     run goes (a paused upstream starts nothing).
 
-    An upstream run that started in the last `FRESH_UPSTREAM_SECONDS` is enough, claims or not, and a
-    run's start wakes the sensors (its heartbeat moves the daemon's arrival marker,
-    `pipeline_defs/daemon.py`): this tick comes within a second of the upstream run's start, not at the
-    daemon's next 5 s look (the resolution run started 1.8-3.5 s after ingest against 5.6-7.0 s,
-    docs/performance.md). One that is still queued, or started longer ago and has claimed nothing
-    (waiting for the model's pool, or loading a model), is not: the run would wait past
-    `CONTINUE_IDLE_SECONDS` to end, and start again."""
+    An upstream run that started in the last `FRESH_UPSTREAM_SECONDS` is enough, claims or not: a run's
+    start wakes the sensors (`appdb.discovery.arrival_marker`), so this tick comes within a second of
+    it. One that is still queued, or started longer ago and has claimed nothing (waiting for the
+    model's pool, or loading a model), is not: the run would wait past `CONTINUE_IDLE_SECONDS` to end,
+    and start again."""
     group, instance = scope.group, context.instance
     if instance.get_runs(RunsFilter(job_name=group.job.name, statuses=ACTIVE_STATUSES), limit=1):
         return [], f"{group.name}: its run waits for the inputs its upstream runs are making"
