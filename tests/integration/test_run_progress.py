@@ -18,6 +18,12 @@ from pipeline_defs.cli.progress import RunProgress, progress_wanted
 from tests.support.autodo_tree import write_sample_tree
 
 
+@pytest.fixture(autouse=True)
+def _a_wide_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole progress line, whatever terminal runs the tests (an 80-column one would clip it)."""
+    monkeypatch.setenv("COLUMNS", "200")
+
+
 def test_the_progress_line_counts_what_the_run_finished_with_rate_and_time_left(sqlite_url: str) -> None:
     migrate(sqlite_url)
     with session_scope(sqlite_url) as session:  # finished before the run: not counted
