@@ -8,6 +8,7 @@ where they fail.
 from __future__ import annotations
 
 import os
+import signal
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,6 +33,16 @@ REQUIRE_POSTGRES = os.environ.get("PIPELINE_REQUIRE_POSTGRES") == "1"
 TEST_DATABASE_PREFIX = os.environ.get("PIPELINE_TEST_DATABASE_PREFIX", "pipeline_test")
 # `live_pipeline`: one real `dagster dev` per session, shared by the daemon and browser tests
 pytest_plugins = ["tests.support.live_pipeline"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A suite started in the background (`nohup`, `&`, some CI runners) inherits SIGINT ignored. Each
+    in-process Dagster run copies SIGINT's handler onto SIGTERM (`dagster._utils.interrupts`), so SIGTERM
+    would be ignored too, in this process and in the `tail` processes of Dagster's compute-log capture,
+    which then take 30 s each to stop: a minute per in-process run on a Dagster home. A background job
+    gets no Ctrl-C from the terminal, so Python's own SIGINT handler changes nothing else."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _postgres_unavailable_reason() -> str | None:
