@@ -13,7 +13,7 @@ _ports_given: set[int] = set()  # handed out in this process, perhaps not bound 
 
 def free_port() -> int:
     first, _, last = os.environ.get(PORT_RANGE_VARIABLE, "").partition("-")
-    candidates = range(int(first), int(last or first) + 1) if first else [0]
+    candidates = _this_process_share(range(int(first), int(last or first) + 1)) if first else [0]
     found = free_port_in(candidates, _ports_given)
     if found is None:
         raise RuntimeError(f"no free port in {PORT_RANGE_VARIABLE}={os.environ[PORT_RANGE_VARIABLE]}")
@@ -34,3 +34,12 @@ def free_port_in(candidates: Iterable[int], given: set[int]) -> int | None:
         given.add(found)
         return found
     return None
+
+
+def _this_process_share(ports: range) -> range:
+    """Under pytest-xdist each test process takes every n-th port of the range, so two of them never
+    hand out the same port before either server has bound it."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if not (worker.startswith("gw") and worker[2:].isdigit() and count and count.isdigit()):
+        return ports
+    return ports[int(worker[2:]) :: max(1, int(count))]

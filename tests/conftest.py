@@ -45,6 +45,14 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (`make test` runs two test processes) the tests of the shared `dagster dev`
+    go to one process, so it is started once, not once per process."""
+    for item in items:
+        if "live_pipeline" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("live_pipeline"))
+
+
 def _postgres_unavailable_reason() -> str | None:
     try:
         psycopg2.connect(POSTGRES_ADMIN_URL, connect_timeout=3).close()
