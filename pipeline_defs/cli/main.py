@@ -36,7 +36,9 @@ Exit codes: 0 done, 1 the command ran and something failed, 2 usage (bad argumen
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Sequence
 from importlib import import_module
@@ -170,10 +172,26 @@ def main(argv: list[str] | None = None) -> int:
     streams = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = SafeStream(sys.stdout), SafeStream(sys.stderr)
     sys.excepthook = _safe_excepthook  # a traceback that ends the command goes through it too
+    sigint_ignored = _sigint_heard()
     try:
         return _run_command(argv)
     finally:
         sys.stdout, sys.stderr = streams
+        if sigint_ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _sigint_heard() -> bool:
+    """Started in the background (`cmd &`, a script) a command gets SIGINT ignored, and each in-process
+    Dagster run copies SIGINT's handler onto SIGTERM, so after its first run `kill` would no longer stop
+    it (nor the processes it starts). Python's own SIGINT handler for the command's length, as in the
+    foreground (a background job gets no Ctrl-C from a terminal); True when SIGINT was ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        return False
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    return True
 
 
 def _safe_excepthook(kind: type[BaseException], error: BaseException, trace: TracebackType | None) -> None:

@@ -5,6 +5,7 @@ sensor), and `pipeline autodo scope` stores each item's scope, traced like every
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -166,6 +167,29 @@ def test_scope_from_the_cli_with_the_default_domains(
     # The item shows what its scope cost: 120 prompt and 20 completion tokens at 1.0 and 2.0 per 1,000.
     assert main(["autodo", "show", "WI-042"]) == 0
     assert "autodo_scope cost: 1 LLM call, 140 tokens, 0.1600" in capsys.readouterr().out
+
+
+def test_a_command_started_in_the_background_still_stops_on_sigterm_after_its_runs(
+    app_db_url: str,
+    scanned: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`pipeline autodo scope ... &` gets SIGINT ignored; Dagster's in-process run copies SIGINT's
+    handler onto SIGTERM, which must not leave the command (or what it starts) deaf to `kill`."""
+    monkeypatch.setenv("PIPELINE_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("PIPELINE_DATABASE_URL", app_db_url)
+    monkeypatch.setattr("pipeline_defs.cli.autodo_scope.build_definitions", _with_fake_llm)
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN), signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        assert main(["autodo", "scope", "WI-042"]) == 0
+        assert "WI-042: effort S" in capsys.readouterr().out  # a Dagster run did happen in process
+        assert signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # the caller's own handler back
+    finally:
+        signal.signal(signal.SIGINT, before[0])
+        signal.signal(signal.SIGTERM, before[1])
 
 
 class PaidScoper(FakeScoper):
