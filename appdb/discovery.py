@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, exists, func, or_, select, text
+from sqlalchemy import ColumnElement, Select, and_, case, exists, func, or_, select, text
 from sqlalchemy.orm import Session, aliased
 
 from appdb import planner_statistics
@@ -250,16 +250,18 @@ def subjects_with_output(session: Session, use_case: str, keys: Sequence[str]) -
     return found
 
 
-def work_held(session: Session, spec: WorkSpec) -> bool:
-    """Whether a live claim holds a subject of this use case (a running run is writing it). With
-    `work_unclaimed`, what a reader's sensor reads before it starts a part-filled batch
-    (`sensors/discovery_sensor.py`)."""
-    held = select(WorkItem.subject_key).where(
+def _held_query(spec: WorkSpec) -> Select:
+    """Subjects of this use case under a live claim (a running run is writing them)."""
+    return select(WorkItem.subject_key).where(
         WorkItem.use_case == spec.use_case,
         WorkItem.status == "claimed",
         WorkItem.lease_expires_at >= utcnow(),
     )
-    return session.scalar(held.limit(1)) is not None
+
+
+def work_held(session: Session, spec: WorkSpec) -> bool:
+    """Whether a live claim holds a subject of this use case (a running run is writing it)."""
+    return session.scalar(_held_query(spec).limit(1)) is not None
 
 
 def work_unclaimed(session: Session, spec: WorkSpec) -> bool:
@@ -270,10 +272,18 @@ def work_unclaimed(session: Session, spec: WorkSpec) -> bool:
 def upstream_work(session: Session, specs: Iterable[WorkSpec]) -> tuple[bool, bool]:
     """Whether any of these use cases has subjects being made (a live claim), and whether any has
     subjects being made or still to make: what a reader's sensor and its waiting run ask of their
-    upstream (`sensors/discovery_sensor.py`, `assets/batch_run.py`)."""
+    upstream (`sensors/discovery_sensor.py`, `assets/batch_run.py`).
+
+    One statement, so one snapshot: asked in two, a claim taken between them (or given back) showed
+    neither held nor unclaimed work, and a run waiting for its inputs ended with them on the way.
+    The unclaimed ones are only looked for when none is held."""
     specs = list(specs)
-    being_made = any(work_held(session, spec) for spec in specs)
-    return being_made, being_made or any(work_unclaimed(session, spec) for spec in specs)
+    if not specs:
+        return False, False
+    held = or_(*(_held_query(spec).exists() for spec in specs))
+    unclaimed = or_(*(pending_work_query(spec).exists() for spec in specs))
+    being_made, coming = session.execute(select(held, case((held, True), else_=unclaimed))).one()
+    return bool(being_made), bool(coming)
 
 
 def _keys_joining_as_written(session: Session, query: Select) -> list[str]:

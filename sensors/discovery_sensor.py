@@ -218,10 +218,12 @@ def more_input_coming(
     if not any_run_active(instance, jobs):
         return False
     with app_db.session() as session:
-        if any(discovery.work_unclaimed(session, spec) for spec in specs):
-            return True
-        last_inputs_under_way = any(discovery.work_held(session, spec) for spec in specs)
-    return last_inputs_under_way and any_run_active(instance, [own_job])
+        last_inputs_under_way, left_to_write = discovery.upstream_work(session, specs)
+        if not left_to_write:
+            return False
+        if not last_inputs_under_way or any(discovery.work_unclaimed(session, spec) for spec in specs):
+            return True  # some not taken up by a run yet
+    return any_run_active(instance, [own_job])
 
 
 @dataclass(frozen=True)

@@ -6,10 +6,10 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select, text, update
+from sqlalchemy import event, select, text, update
 
 from appdb import claims, discovery, retry_policy, subjects
-from appdb.database import session_scope
+from appdb.database import get_engine, session_scope
 from appdb.models import WorkItem, utcnow
 from plugins.autodo.autodo_kind import AUTODO
 from plugins.postings.store.postings_kind import POSTINGS_TABLE
@@ -187,3 +187,31 @@ def test_a_discovery_condition_names_the_subject_in_any_kind(app_db_url: str, tm
             subjects=AUTODO.table,
         )
         assert discovery.find_pending_work(session, other) == ["a/1"]
+
+
+def test_a_claim_taken_while_a_reader_asks_about_its_upstream_still_shows_work_coming(
+    app_db_url: str, tmp_path: Path
+) -> None:
+    """A run waiting for its inputs asks whether its upstream is being made or still to make; a run
+    claiming that upstream at that moment must not make it look done (the waiting run would end with
+    its inputs on the way)."""
+    seed_postings(app_db_url, tmp_path)
+    engine = get_engine(app_db_url)
+    claimed: list[str] = []
+
+    def claim_in_another_run(*_: object) -> None:  # after the reader's first statement, once
+        if not claimed:
+            claimed.append("run-a")
+            with session_scope(app_db_url) as other:
+                assert claims.claim_items(other, SPEC.use_case, KEYS, "run-a") == KEYS
+
+    event.listen(engine, "after_cursor_execute", claim_in_another_run)
+    try:
+        with session_scope(app_db_url) as session:
+            _, coming = discovery.upstream_work(session, [SPEC])
+    finally:
+        event.remove(engine, "after_cursor_execute", claim_in_another_run)
+    assert claimed  # the claim did land between the reader's look and its end
+    assert coming  # unclaimed when asked, or held: either way on the way
+    with session_scope(app_db_url) as session:  # and asked again: being made
+        assert discovery.upstream_work(session, [SPEC]) == (True, True)
