@@ -274,13 +274,17 @@ def upstream_work(session: Session, specs: Iterable[WorkSpec]) -> tuple[bool, bo
     subjects being made or still to make: what a reader's sensor and its waiting run ask of their
     upstream (`sensors/discovery_sensor.py`, `assets/batch_run.py`).
 
-    One statement, so one snapshot: asked in two, a claim taken between them (or given back) showed
-    neither held nor unclaimed work, and a run waiting for its inputs ended with them on the way.
-    The unclaimed ones are only looked for when none is held."""
+    Each answer comes from one statement, so from one snapshot: asked in two, a claim taken between
+    them (or given back) showed neither held nor unclaimed work, and a run waiting for its inputs
+    ended with them on the way. A held subject answers alone (the common case while an upstream run
+    goes: the costlier query for unclaimed work is not even built); otherwise both are asked again
+    together."""
     specs = list(specs)
     if not specs:
         return False, False
     held = or_(*(_held_query(spec).exists() for spec in specs))
+    if session.scalar(select(held)):
+        return True, True
     unclaimed = or_(*(pending_work_query(spec).exists() for spec in specs))
     being_made, coming = session.execute(select(held, case((held, True), else_=unclaimed))).one()
     return bool(being_made), bool(coming)
