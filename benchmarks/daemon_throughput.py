@@ -3,7 +3,7 @@
     python -m benchmarks.daemon_throughput [--postings 1000] [--latency-ms 100] [--parallel 4]
         [--hosts 1] [--dagster-storage sqlite,postgres] [--kill-host-after SECONDS]
         [--project-root DIR] [--label NAME] [--no-floor | --floor-postings N] [--retire]
-        [--idle-seconds N]
+        [--idle-seconds N] [--own-server]
 
 What users run: `pipeline ui` (dagster dev: the daemon's sensors, its run queue, runs launched as
 subprocesses) against `benchmarks.simulated_ollama` servers (one process each, `--latency-ms` per
@@ -37,6 +37,15 @@ process over N seconds once the start-up runs are over, the sensors ticking on a
 
 `--retire` runs `pipeline retire` over every finished posting once `pipeline ui` has stopped (what
 an operator does at a large partition count): its time, CPU and the partitions it deleted.
+
+`--own-server` measures against the model server this shell configures instead of a simulated one
+(`OLLAMA_HOST` or `PIPELINE_LLM_HOSTS`, `PIPELINE_OPENAI_BASE_URL`, the models: docs/configuration.md):
+the shell's `PIPELINE_*` and `OLLAMA_*` variables go to `pipeline ui`, except its databases, data and
+Dagster home, which stay the benchmark's own; no config file is read in either mode (its databases
+would not be the benchmark's), so give the server by environment. The same postings, path and CPU
+accounting; the calls' times are read from the interactions the pipeline records, and the server's
+own time is their summed latencies over `--hosts` x `--parallel` slots (say what the server has).
+The floor calls the server again for `--floor-postings` postings.
 
 `--project-root` runs another checkout (e.g. a `git worktree` of an older commit) with this
 benchmark and this simulated server, so before and after are measured by the same command.
@@ -156,21 +165,30 @@ def simulated_hosts(
 
 
 def ui_env(
-    project_root: Path, work: Path, app_url: str, dagster_url: str | None, host_url: str, parallel: int
+    project_root: Path,
+    work: Path,
+    app_url: str,
+    dagster_url: str | None,
+    host_url: str | None,
+    parallel: int,
 ) -> dict[str, str]:
-    """The environment of a benchmark's `pipeline ui`: this shell's, without its pipeline, Dagster and
-    Ollama settings, pointed at the work folder, the databases and one simulated host."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIPELINE_", "DAGSTER_", "OLLAMA_"))}
+    """The environment of a benchmark's `pipeline ui`, pointed at the work folder and the databases:
+    with `host_url`, this shell's without its pipeline, Dagster and Ollama settings, and one simulated
+    host; without (`--own-server`), this shell's model server and pipeline settings kept."""
+    dropped = ("PIPELINE_", "DAGSTER_", "OLLAMA_") if host_url else ("DAGSTER_", "PIPELINE_DAGSTER_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(dropped)}
+    no_config = work / "pipeline.toml"  # a config file's databases would not be the benchmark's
+    no_config.touch()
     env.update(
         PYTHONPATH=str(project_root),
+        PIPELINE_CONFIG=str(no_config),
         PIPELINE_DATA_DIR=str(work / "data"),
         PIPELINE_DATABASE_URL=app_url,
         DAGSTER_HOME=str(work / "dagster_home"),
-        PIPELINE_LLM_BACKEND="ollama",
-        OLLAMA_HOST=host_url,
-        OLLAMA_NUM_PARALLEL=str(parallel),
         PIPELINE_JUDGE_SAMPLE="0",
     )
+    if host_url:
+        env.update(PIPELINE_LLM_BACKEND="ollama", OLLAMA_HOST=host_url, OLLAMA_NUM_PARALLEL=str(parallel))
     if dagster_url:
         env["PIPELINE_DAGSTER_POSTGRES_URL"] = dagster_url.replace("postgresql://", "postgresql+psycopg2://")
     return env
@@ -403,13 +421,19 @@ def measure(args: argparse.Namespace, storage: str) -> dict[str, Any]:
     """One `pipeline ui` from start to every output current; the figures of that run."""
     with ExitStack() as stack:
         work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="daemon-bench-")))
-        hosts = stack.enter_context(simulated_hosts(args.hosts, args.latency_ms, args.parallel))
+        hosts = (
+            []
+            if args.own_server
+            else stack.enter_context(simulated_hosts(args.hosts, args.latency_ms, args.parallel))
+        )
         if storage == "postgres":
             app_url, dagster_url = stack.enter_context(postgres_databases(args.postgres_admin_url, 2))
         else:
             app_url, dagster_url = f"sqlite:///{work / 'app.db'}", None
-        env = ui_env(args.project_root, work, app_url, dagster_url, hosts[0].url, args.parallel)
-        if args.hosts > 1:
+        env = ui_env(
+            args.project_root, work, app_url, dagster_url, hosts[0].url if hosts else None, args.parallel
+        )
+        if len(hosts) > 1:
             env["PIPELINE_LLM_HOSTS"] = "; ".join(f"{h.url} parallel={args.parallel}" for h in hosts)
         for pair in args.env:
             name, _, value = pair.partition("=")
@@ -446,7 +470,7 @@ def measure(args: argparse.Namespace, storage: str) -> dict[str, Any]:
             tree.stop_window()
             server_after = server_cpu_seconds() if server_before is not None else None
             all_runs = ui.runs()
-            result["runs"] = _runs_summary(all_runs, ingested)
+            result["runs"] = _runs_summary(all_runs, ingested, llm_run_ids(app_url))
             result["asset_page"] = asset_page_timing(ui, "posting_summary")
             result["storage_growth_mb"] = {
                 name: round((size - storage_before[name]) / 2**20, 1)
@@ -470,8 +494,12 @@ def measure(args: argparse.Namespace, storage: str) -> dict[str, Any]:
             args.keep_log.mkdir(parents=True, exist_ok=True)
             kept = args.keep_log / f"dagster_dev-{storage}-{int(ingested)}.log"
             kept.write_text((work / "dagster_dev.log").read_text(errors="replace"))
-        servers = [_get(f"{h.url}/stats/timeline")["generations"] for h in hosts if h.poll() is None]
-        stats = [_get(f"{h.url}/stats") for h in hosts if h.poll() is None]
+        if args.own_server:  # the calls as the pipeline recorded them: their start and end
+            servers = [llm_call_timeline(app_url)]
+            stats = [{"peak_concurrent_generations": peak_overlap(servers[0])}]
+        else:
+            servers = [_get(f"{h.url}/stats/timeline")["generations"] for h in hosts if h.poll() is None]
+            stats = [_get(f"{h.url}/stats") for h in hosts if h.poll() is None]
         result.update(_integrity(app_url, len(rows)))
         result.update(_server_figures(args, servers, stats, ingested, result))
         llm_firsts = [
@@ -481,6 +509,12 @@ def measure(args: argparse.Namespace, storage: str) -> dict[str, Any]:
         ]
         result["first_llm_output_seconds"] = min(llm_firsts, default=None)
         result.update(storage=storage, hosts=args.hosts, latency_ms=args.latency_ms, parallel=args.parallel)
+        if args.own_server:
+            calls = servers[0]
+            result["server"] = "own"
+            result["latency_ms"] = round(
+                1000 * sum(end - start for start, end in calls) / max(len(calls), 1), 1
+            )
         result["postings"] = args.postings
         result.update(_output_latencies(app_url, ingested))
         # a run cut short by --timeout: its CPU over the postings it finished (runs in flight add a little)
@@ -602,7 +636,9 @@ def _watch(
     }
 
 
-def _runs_summary(runs: list[dict[str, Any]], ingested: float) -> dict[str, Any]:
+def _runs_summary(runs: list[dict[str, Any]], ingested: float, llm_runs_ids: set[str]) -> dict[str, Any]:
+    """The runs after ingest by job and status, when they started and ended; `llm_runs_ids`: the runs
+    that made an LLM call (a model's group is named after its model, so the name cannot tell)."""
     runs = [run for run in runs if run.get("startTime") is None or run["startTime"] >= ingested]
     by_job: dict[str, int] = {}
     statuses: dict[str, int] = {}
@@ -610,7 +646,7 @@ def _runs_summary(runs: list[dict[str, Any]], ingested: float) -> dict[str, Any]
         by_job[run["jobName"]] = by_job.get(run["jobName"], 0) + 1
         statuses[run["status"]] = statuses.get(run["status"], 0) + 1
     starts = [run["startTime"] for run in runs if run.get("startTime")]
-    llm_runs = [run for run in runs if "gemma3" in run["jobName"] and run.get("startTime")]
+    llm_runs = [run for run in runs if run["runId"] in llm_runs_ids and run.get("startTime")]
     script_starts = [
         run["startTime"] for run in runs if "skill_entities" in run["jobName"] and run.get("startTime")
     ]
@@ -657,7 +693,11 @@ def _server_figures(
     intervals = [(start, end) for timeline in timelines for start, end in timeline]
     calls = len(intervals)
     llm_calls = result["llm_calls_needed"]
-    capacity_seconds = llm_calls * args.latency_ms / 1000 / (args.parallel * args.hosts)
+    slots = args.parallel * args.hosts
+    if args.own_server:  # the server's own time: the calls' measured latencies over its slots
+        capacity_seconds = sum(end - start for start, end in intervals) / slots
+    else:
+        capacity_seconds = llm_calls * args.latency_ms / 1000 / slots
     figures: dict[str, Any] = {
         "generations": calls,
         "peak_in_flight_per_host": [s.get("peak_concurrent_generations") for s in stats],
@@ -672,7 +712,7 @@ def _server_figures(
         figures.update(
             first_generation_seconds=round(first - ingested, 2),
             llm_window_seconds=round(last - first, 2),
-            slot_busy_share=round(busy / ((last - first) * args.parallel * args.hosts), 3),
+            slot_busy_share=round(busy / ((last - first) * slots), 3),
             llm_efficiency_in_window=round(capacity_seconds / (last - first), 3),
             max_gap_seconds=round(max(gaps, default=0.0), 2),
             gaps_over_1s=sum(1 for gap in gaps if gap > GAP_SECONDS),
@@ -715,6 +755,47 @@ def _integrity(app_url: str, postings: int) -> dict[str, Any]:
         "llm_use_cases": sorted(llm_use_cases),
         "llm_calls_needed": len(llm_keys),
     }
+
+
+def llm_call_timeline(app_url: str) -> list[tuple[float, float]]:
+    """Every answered LLM call's start and end (seconds since the epoch), as the pipeline recorded it:
+    the timeline of a server the benchmark did not start (`--own-server`)."""
+    with _connected(app_url) as conn:
+        calls = conn.execute(
+            select(Interaction.started_at, Interaction.finished_at).where(
+                Interaction.backend != SCRIPT_BACKEND,
+                Interaction.status == "ok",
+                Interaction.finished_at.is_not(None),
+            )
+        ).all()
+    return sorted((_epoch(start), _epoch(end)) for start, end in calls)
+
+
+def _epoch(moment: datetime) -> float:
+    """A stored timestamp (UTC, naive) in seconds since the epoch, as `time.time()` counts."""
+    return moment.replace(tzinfo=UTC).timestamp() if moment.tzinfo is None else moment.timestamp()
+
+
+def peak_overlap(intervals: list[tuple[float, float]]) -> int:
+    """The most calls in flight at once."""
+    edges = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
+    peak = current = 0
+    for _, change in edges:  # at a tie an end (-1) sorts first: back to back is not overlapping
+        current += change
+        peak = max(peak, current)
+    return peak
+
+
+def llm_run_ids(app_url: str) -> set[str]:
+    """The runs that made an LLM call (a script's answers name the script as their backend)."""
+    with _connected(app_url) as conn:
+        return set(
+            conn.execute(
+                select(Interaction.run_id)
+                .where(Interaction.backend != SCRIPT_BACKEND, Interaction.run_id.is_not(None))
+                .distinct()
+            ).scalars()
+        )
 
 
 def _children_cpu_seconds() -> float:
@@ -1110,7 +1191,7 @@ def _floor_llm_step(
 
 def markdown(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "# Daemon-path throughput (`pipeline ui`, simulated Ollama)",
+        "# Daemon-path throughput (`pipeline ui`; a simulated server, or the user's own: `server own`)",
         "",
         "| label | storage | postings | hosts x slots x ms | LLM calls | all current s | tables made s "
         "| first output s "
@@ -1126,7 +1207,8 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             row["label"],
             row["storage"],
             row["postings"],
-            f"{row['hosts']} x {row['parallel']} x {row['latency_ms']:g}",
+            f"{row['hosts']} x {row['parallel']} x {row['latency_ms']:g}"
+            + (" (own server, mean)" if row.get("server") == "own" else ""),
             row.get("llm_calls_needed"),
             row.get("all_current_seconds"),
             row.get("tables_made_seconds"),
@@ -1300,6 +1382,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hosts", type=int, default=1)
     parser.add_argument("--dagster-storage", default="sqlite,postgres")
     parser.add_argument("--kill-host-after", type=float, default=None)
+    parser.add_argument(
+        "--own-server",
+        action="store_true",
+        help="the model server this shell's OLLAMA_*/PIPELINE_* variables configure, not a simulated "
+        "one; --hosts and --parallel say how many hosts and slots it has",
+    )
     parser.add_argument("--project-root", type=Path, default=PROJECT_ROOT)
     parser.add_argument("--label", default="this checkout")
     parser.add_argument("--timeout", type=float, default=900)
@@ -1335,6 +1423,8 @@ def main(argv: list[str] | None = None) -> int:
         help="measure the floor on the first N postings only (its figure is per posting)",
     )
     args = parser.parse_args(argv)
+    if args.own_server and args.kill_host_after is not None:
+        parser.error("--kill-host-after kills a simulated host: not with --own-server")
     args.project_root = args.project_root.resolve()
     _byte_compile(args.project_root)
     rows = []
@@ -1343,7 +1433,8 @@ def main(argv: list[str] | None = None) -> int:
     if existing.exists():  # several invocations (before, after, hosts) add to one table
         rows = json.loads(existing.read_text())["results"]["rows"]
     for storage in [s.strip() for s in args.dagster_storage.split(",") if s.strip()]:
-        print(f"{args.label}: {storage}, {args.postings} postings, {args.hosts} host(s) ...", flush=True)
+        server = "own server" if args.own_server else f"{args.hosts} simulated host(s)"
+        print(f"{args.label}: {storage}, {args.postings} postings, {server} ...", flush=True)
         row = {"label": args.label, **measure(args, storage)}
         print(json.dumps(row, indent=1), flush=True)
         rows.append(row)

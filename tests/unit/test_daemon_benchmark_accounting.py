@@ -18,7 +18,11 @@ from benchmarks.daemon_throughput import (
     _integrity,
     _output_latencies,
     _partial_ratio,
+    llm_call_timeline,
+    llm_run_ids,
+    peak_overlap,
     run_worker_cpu_by_job,
+    ui_env,
 )
 
 
@@ -195,3 +199,87 @@ def test_the_idle_cost_is_reported_per_minute_for_each_kind_of_process() -> None
     table = _idle_table(rows).splitlines()
     assert "| code server | daemon | whole tree |" in table[3]
     assert table[5:] == ["| head | postgres | 120.0 | 3.0 | 1.5 | 4.5 | 0.075 |"]
+
+
+def test_a_users_own_server_is_timed_from_the_calls_the_pipeline_recorded(tmp_path: Path) -> None:
+    """`--own-server`: no simulated server to ask, so the calls' timeline, the runs that called the
+    model (whatever the model's job is named) and the most calls in flight come from the interactions."""
+    url = f"sqlite:///{tmp_path / 'app.db'}"
+    migrate(url)
+    start = datetime(2026, 12, 6, 3, 0, 0)  # stored naive, in UTC
+    calls = [
+        ("a", 0.0, 2.0, "run-1"),
+        ("b", 1.0, 3.0, "run-1"),
+        ("c", 2.5, 4.0, "run-2"),
+        ("d", 4.0, 5.0, "run-2"),
+    ]
+    with session_scope(url) as session:
+        for key, begin, end, run_id in calls:
+            record_interaction(
+                session,
+                use_case="posting_summary",
+                use_case_version="v1",
+                subject_key=key,
+                backend="openai",
+                model="llama3.1:8b",
+                prompt="p",
+                system_prompt="",
+                options={},
+                raw_response="{}",
+                status="ok",
+                source="sensor",
+                run_id=run_id,
+                started_at=start + timedelta(seconds=begin),
+                finished_at=start + timedelta(seconds=end),
+            )
+        record_interaction(  # the tagger's answer: no model call, not on the server's timeline
+            session,
+            use_case="posting_skills",
+            use_case_version="v1",
+            subject_key="a",
+            backend="script",
+            model="tagger",
+            prompt="p",
+            system_prompt="",
+            options={},
+            raw_response="{}",
+            status="ok",
+            source="sensor",
+            run_id="run-3",
+            started_at=start,
+            finished_at=start + timedelta(seconds=9),
+        )
+    try:
+        timeline = llm_call_timeline(url)
+        runs = llm_run_ids(url)
+    finally:
+        dispose(url)
+    epoch = start.replace(tzinfo=UTC).timestamp()
+    assert [(round(b - epoch, 3), round(e - epoch, 3)) for b, e in timeline] == [
+        (0.0, 2.0),
+        (1.0, 3.0),
+        (2.5, 4.0),
+        (4.0, 5.0),
+    ]
+    assert runs == {"run-1", "run-2"}
+    assert peak_overlap(timeline) == 2  # a and b, then b and c, in flight together; d starts as c ends
+
+
+def test_own_server_mode_passes_the_shells_server_settings_but_keeps_the_benchmarks_databases(
+    tmp_path: Path, monkeypatch
+) -> None:  # noqa: ANN001
+    monkeypatch.setenv("OLLAMA_HOST", "http://gpu-box:11434")
+    monkeypatch.setenv("PIPELINE_MODEL", "llama3.1:8b")
+    monkeypatch.setenv("PIPELINE_DATABASE_URL", "postgresql://prod/app")
+    monkeypatch.setenv("PIPELINE_DAGSTER_POSTGRES_URL", "postgresql://prod/dagster")
+    monkeypatch.setenv("DAGSTER_HOME", "/srv/dagster")
+    own = ui_env(tmp_path, tmp_path, "sqlite:///bench.db", None, None, 16)
+    simulated = ui_env(tmp_path, tmp_path, "sqlite:///bench.db", None, "http://127.0.0.1:9", 16)
+    assert own["OLLAMA_HOST"] == "http://gpu-box:11434" and own["PIPELINE_MODEL"] == "llama3.1:8b"
+    assert "PIPELINE_LLM_BACKEND" not in own  # the shell's server decides its backend
+    assert simulated["OLLAMA_HOST"] == "http://127.0.0.1:9" and "PIPELINE_MODEL" not in simulated
+    for env in (own, simulated):
+        assert env["PIPELINE_DATABASE_URL"] == "sqlite:///bench.db"
+        assert "PIPELINE_DAGSTER_POSTGRES_URL" not in env
+        assert env["DAGSTER_HOME"] == str(tmp_path / "dagster_home")
+        assert Path(env["PIPELINE_CONFIG"]).read_text() == ""  # no user config file's databases
