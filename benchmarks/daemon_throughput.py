@@ -43,9 +43,11 @@ an operator does at a large partition count): its time, CPU and the partitions i
 the shell's `PIPELINE_*` and `OLLAMA_*` variables go to `pipeline ui`, except its databases, data and
 Dagster home, which stay the benchmark's own; no config file is read in either mode (its databases
 would not be the benchmark's), so give the server by environment. The same postings, path and CPU
-accounting; the calls' times are read from the interactions the pipeline records, and the server's
-own time is their summed latencies over `--hosts` x `--parallel` slots (say what the server has).
-The floor calls the server again for `--floor-postings` postings.
+accounting; the calls' times are read from the interactions the pipeline records (calls a second,
+the LLM window, gaps with no call in flight, the most calls in flight). `--hosts` x `--parallel` say
+the slots the server has; its own time a call is known only to you: give it as `--latency-ms` for an
+efficiency (the runs' latencies include the wait in its queue). The floor calls the server again for
+`--floor-postings` postings.
 
 `--project-root` runs another checkout (e.g. a `git worktree` of an older commit) with this
 benchmark and this simulated server, so before and after are measured by the same command.
@@ -509,10 +511,10 @@ def measure(args: argparse.Namespace, storage: str) -> dict[str, Any]:
         ]
         result["first_llm_output_seconds"] = min(llm_firsts, default=None)
         result.update(storage=storage, hosts=args.hosts, latency_ms=args.latency_ms, parallel=args.parallel)
-        if args.own_server:
+        if args.own_server:  # as the runs saw it: the server's time and the wait in its queue
             calls = servers[0]
             result["server"] = "own"
-            result["latency_ms"] = round(
+            result["mean_call_latency_ms"] = round(
                 1000 * sum(end - start for start, end in calls) / max(len(calls), 1), 1
             )
         result["postings"] = args.postings
@@ -694,26 +696,28 @@ def _server_figures(
     calls = len(intervals)
     llm_calls = result["llm_calls_needed"]
     slots = args.parallel * args.hosts
-    if args.own_server:  # the server's own time: the calls' measured latencies over its slots
-        capacity_seconds = sum(end - start for start, end in intervals) / slots
-    else:
-        capacity_seconds = llm_calls * args.latency_ms / 1000 / slots
+    # the server's own time for the calls: known for a simulated server, or given by --latency-ms for
+    # one's own (a client's latencies include the wait in the server's queue: runs keep more calls in
+    # flight than it has slots, so their sum is no measure of its work)
+    capacity_seconds = llm_calls * args.latency_ms / 1000 / slots if args.latency_ms else None
     figures: dict[str, Any] = {
         "generations": calls,
         "peak_in_flight_per_host": [s.get("peak_concurrent_generations") for s in stats],
-        "backend_capacity_seconds": round(capacity_seconds, 2),
+        "backend_capacity_seconds": round(capacity_seconds, 2) if capacity_seconds else None,
     }
-    if result.get("all_current_seconds"):
+    if result.get("all_current_seconds") and capacity_seconds:
         figures["efficiency"] = round(capacity_seconds / result["all_current_seconds"], 3)
     if intervals and args.kill_host_after is None:
         first, last = min(s for s, _ in intervals), max(e for _, e in intervals)
         busy = sum(end - start for start, end in intervals)
         gaps = idle_gaps(intervals)
+        if capacity_seconds and not args.own_server:
+            figures["slot_busy_share"] = round(busy / ((last - first) * slots), 3)
+        if capacity_seconds:
+            figures["llm_efficiency_in_window"] = round(capacity_seconds / (last - first), 3)
         figures.update(
             first_generation_seconds=round(first - ingested, 2),
             llm_window_seconds=round(last - first, 2),
-            slot_busy_share=round(busy / ((last - first) * slots), 3),
-            llm_efficiency_in_window=round(capacity_seconds / (last - first), 3),
             max_gap_seconds=round(max(gaps, default=0.0), 2),
             gaps_over_1s=sum(1 for gap in gaps if gap > GAP_SECONDS),
             throughput_calls_per_second=round(calls / (last - first), 2),
@@ -759,16 +763,18 @@ def _integrity(app_url: str, postings: int) -> dict[str, Any]:
 
 def llm_call_timeline(app_url: str) -> list[tuple[float, float]]:
     """Every answered LLM call's start and end (seconds since the epoch), as the pipeline recorded it:
-    the timeline of a server the benchmark did not start (`--own-server`)."""
+    the timeline of a server the benchmark did not start (`--own-server`). A call is recorded as its
+    answer comes (`finished_at`) with its own latency; `started_at` is when the row was stored."""
     with _connected(app_url) as conn:
         calls = conn.execute(
-            select(Interaction.started_at, Interaction.finished_at).where(
+            select(Interaction.finished_at, Interaction.latency_ms).where(
                 Interaction.backend != SCRIPT_BACKEND,
                 Interaction.status == "ok",
                 Interaction.finished_at.is_not(None),
+                Interaction.latency_ms.is_not(None),
             )
         ).all()
-    return sorted((_epoch(start), _epoch(end)) for start, end in calls)
+    return sorted((_epoch(end) - latency / 1000, _epoch(end)) for end, latency in calls)
 
 
 def _epoch(moment: datetime) -> float:
@@ -1191,7 +1197,7 @@ def _floor_llm_step(
 
 def markdown(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "# Daemon-path throughput (`pipeline ui`; a simulated server, or the user's own: `server own`)",
+        "# Daemon-path throughput (`pipeline ui`; a simulated server, or your own with `--own-server`)",
         "",
         "| label | storage | postings | hosts x slots x ms | LLM calls | all current s | tables made s "
         "| first output s "
@@ -1207,8 +1213,12 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             row["label"],
             row["storage"],
             row["postings"],
-            f"{row['hosts']} x {row['parallel']} x {row['latency_ms']:g}"
-            + (" (own server, mean)" if row.get("server") == "own" else ""),
+            f"{row['hosts']} x {row['parallel']} x {row['latency_ms'] or '?'}"
+            + (
+                f" (own server; a call {row.get('mean_call_latency_ms')} ms)"
+                if row.get("server") == "own"
+                else ""
+            ),
             row.get("llm_calls_needed"),
             row.get("all_current_seconds"),
             row.get("tables_made_seconds"),
@@ -1377,7 +1387,13 @@ def _retire_cell(retire: dict[str, Any] | None) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--postings", type=int, default=1000)
-    parser.add_argument("--latency-ms", type=float, default=100.0)
+    parser.add_argument(
+        "--latency-ms",
+        type=float,
+        default=None,
+        help="a call's time at the server: the simulated server's (default 100); with --own-server, "
+        "your server's own time a call if you know it (for the efficiency), else none is computed",
+    )
     parser.add_argument("--parallel", type=int, default=4, help="slots per simulated host")
     parser.add_argument("--hosts", type=int, default=1)
     parser.add_argument("--dagster-storage", default="sqlite,postgres")
@@ -1425,6 +1441,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.own_server and args.kill_host_after is not None:
         parser.error("--kill-host-after kills a simulated host: not with --own-server")
+    if args.latency_ms is None and not args.own_server:
+        args.latency_ms = 100.0
     args.project_root = args.project_root.resolve()
     _byte_compile(args.project_root)
     rows = []

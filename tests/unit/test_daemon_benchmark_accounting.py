@@ -229,8 +229,8 @@ def test_a_users_own_server_is_timed_from_the_calls_the_pipeline_recorded(tmp_pa
                 status="ok",
                 source="sensor",
                 run_id=run_id,
-                started_at=start + timedelta(seconds=begin),
-                finished_at=start + timedelta(seconds=end),
+                latency_ms=(end - begin) * 1000,
+                finished_at=start + timedelta(seconds=end),  # as the answer came; the row is stored later
             )
         record_interaction(  # the tagger's answer: no model call, not on the server's timeline
             session,
@@ -246,7 +246,7 @@ def test_a_users_own_server_is_timed_from_the_calls_the_pipeline_recorded(tmp_pa
             status="ok",
             source="sensor",
             run_id="run-3",
-            started_at=start,
+            latency_ms=9000.0,
             finished_at=start + timedelta(seconds=9),
         )
     try:
