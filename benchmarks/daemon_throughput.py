@@ -764,12 +764,13 @@ def _integrity(app_url: str, postings: int) -> dict[str, Any]:
 def llm_call_timeline(app_url: str) -> list[tuple[float, float]]:
     """Every answered LLM call's start and end (seconds since the epoch), as the pipeline recorded it:
     the timeline of a server the benchmark did not start (`--own-server`). A call is recorded as its
-    answer comes (`finished_at`) with its own latency; `started_at` is when the row was stored."""
+    answer comes (`finished_at`) with its own latency; `started_at` is when the row was stored. An
+    answer the use case refused (an item error: a check blocked it) was the server's work all the same."""
     with _connected(app_url) as conn:
         calls = conn.execute(
             select(Interaction.finished_at, Interaction.latency_ms).where(
                 Interaction.backend != SCRIPT_BACKEND,
-                Interaction.status == "ok",
+                Interaction.status.in_(("ok", "item_error")),
                 Interaction.finished_at.is_not(None),
                 Interaction.latency_ms.is_not(None),
             )

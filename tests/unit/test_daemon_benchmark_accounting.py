@@ -208,13 +208,13 @@ def test_a_users_own_server_is_timed_from_the_calls_the_pipeline_recorded(tmp_pa
     migrate(url)
     start = datetime(2026, 12, 6, 3, 0, 0)  # stored naive, in UTC
     calls = [
-        ("a", 0.0, 2.0, "run-1"),
-        ("b", 1.0, 3.0, "run-1"),
-        ("c", 2.5, 4.0, "run-2"),
-        ("d", 4.0, 5.0, "run-2"),
+        ("a", 0.0, 2.0, "run-1", "ok"),
+        ("b", 1.0, 3.0, "run-1", "ok"),
+        ("c", 2.5, 4.0, "run-2", "item_error"),  # answered, then blocked by a check: the server's work
+        ("d", 4.0, 5.0, "run-2", "ok"),
     ]
     with session_scope(url) as session:
-        for key, begin, end, run_id in calls:
+        for key, begin, end, run_id, status in calls:
             record_interaction(
                 session,
                 use_case="posting_summary",
@@ -226,7 +226,7 @@ def test_a_users_own_server_is_timed_from_the_calls_the_pipeline_recorded(tmp_pa
                 system_prompt="",
                 options={},
                 raw_response="{}",
-                status="ok",
+                status=status,
                 source="sensor",
                 run_id=run_id,
                 latency_ms=(end - begin) * 1000,
