@@ -26,20 +26,31 @@ from benchmarks.daemon_throughput import (
 )
 
 
-def _call(session, use_case: str, key: str, backend: str, step: str | None = None, visit: int = 1) -> None:  # noqa: ANN001
+def _call(
+    session,  # noqa: ANN001
+    use_case: str,
+    key: str,
+    backend: str,
+    step: str | None = None,
+    visit: int = 1,
+    **fields: object,
+) -> None:
     record_interaction(
         session,
-        use_case=use_case,
-        use_case_version="v1",
-        subject_key=key,
-        backend=backend,
-        model="gemma3:270m" if backend != "script" else "tagger",
-        prompt="p",
-        system_prompt="",
-        options={"chain": {"step": step, "visit": visit}} if step else {},
-        raw_response="{}",
-        status="ok",
-        source="test",
+        **{
+            "use_case": use_case,
+            "use_case_version": "v1",
+            "subject_key": key,
+            "backend": backend,
+            "model": "gemma3:270m" if backend != "script" else "tagger",
+            "prompt": "p",
+            "system_prompt": "",
+            "options": {"chain": {"step": step, "visit": visit}} if step else {},
+            "raw_response": "{}",
+            "status": "ok",
+            "source": "test",
+            **fields,
+        },
     )
 
 
@@ -215,40 +226,18 @@ def test_a_users_own_server_is_timed_from_the_calls_the_pipeline_recorded(tmp_pa
     ]
     with session_scope(url) as session:
         for key, begin, end, run_id, status in calls:
-            record_interaction(
+            _call(
                 session,
-                use_case="posting_summary",
-                use_case_version="v1",
-                subject_key=key,
-                backend="openai",
-                model="llama3.1:8b",
-                prompt="p",
-                system_prompt="",
-                options={},
-                raw_response="{}",
+                "posting_summary",
+                key,
+                "openai",
                 status=status,
-                source="sensor",
                 run_id=run_id,
                 latency_ms=(end - begin) * 1000,
                 finished_at=start + timedelta(seconds=end),  # as the answer came; the row is stored later
             )
-        record_interaction(  # the tagger's answer: no model call, not on the server's timeline
-            session,
-            use_case="posting_skills",
-            use_case_version="v1",
-            subject_key="a",
-            backend="script",
-            model="tagger",
-            prompt="p",
-            system_prompt="",
-            options={},
-            raw_response="{}",
-            status="ok",
-            source="sensor",
-            run_id="run-3",
-            latency_ms=9000.0,
-            finished_at=start + timedelta(seconds=9),
-        )
+        # the tagger's answer: no model call, not on the server's timeline
+        _call(session, "posting_skills", "a", "script", run_id="run-3", latency_ms=9000.0, finished_at=start)
     try:
         timeline = llm_call_timeline(url)
         runs = llm_run_ids(url)
