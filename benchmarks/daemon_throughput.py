@@ -511,12 +511,8 @@ def measure(args: argparse.Namespace, storage: str) -> dict[str, Any]:
         ]
         result["first_llm_output_seconds"] = min(llm_firsts, default=None)
         result.update(storage=storage, hosts=args.hosts, latency_ms=args.latency_ms, parallel=args.parallel)
-        if args.own_server:  # as the runs saw it: the server's time and the wait in its queue
-            calls = servers[0]
+        if args.own_server:
             result["server"] = "own"
-            result["mean_call_latency_ms"] = round(
-                1000 * sum(end - start for start, end in calls) / max(len(calls), 1), 1
-            )
         result["postings"] = args.postings
         result.update(_output_latencies(app_url, ingested))
         # a run cut short by --timeout: its CPU over the postings it finished (runs in flight add a little)
@@ -700,16 +696,18 @@ def _server_figures(
     # one's own (a client's latencies include the wait in the server's queue: runs keep more calls in
     # flight than it has slots, so their sum is no measure of its work)
     capacity_seconds = llm_calls * args.latency_ms / 1000 / slots if args.latency_ms else None
+    busy = sum(end - start for start, end in intervals)
     figures: dict[str, Any] = {
         "generations": calls,
         "peak_in_flight_per_host": [s.get("peak_concurrent_generations") for s in stats],
         "backend_capacity_seconds": round(capacity_seconds, 2) if capacity_seconds else None,
     }
+    if args.own_server:  # as the runs saw it: the server's time and the wait in its queue
+        figures["mean_call_latency_ms"] = round(1000 * busy / max(calls, 1), 1)
     if result.get("all_current_seconds") and capacity_seconds:
         figures["efficiency"] = round(capacity_seconds / result["all_current_seconds"], 3)
     if intervals and args.kill_host_after is None:
         first, last = min(s for s, _ in intervals), max(e for _, e in intervals)
-        busy = sum(end - start for start, end in intervals)
         gaps = idle_gaps(intervals)
         if capacity_seconds and not args.own_server:
             figures["slot_busy_share"] = round(busy / ((last - first) * slots), 3)
@@ -901,7 +899,7 @@ def _output_latencies(app_url: str, ingested: float) -> dict[str, Any]:
         ).all()
     at: dict[str, dict[str, float]] = {}
     for use_case, key, created in stored:
-        at.setdefault(use_case, {})[key] = created.replace(tzinfo=UTC).timestamp() - ingested
+        at.setdefault(use_case, {})[key] = _epoch(created) - ingested
     spans = {
         name: {"first_s": round(min(times.values()), 2), "last_s": round(max(times.values()), 2)}
         for name, times in at.items()
