@@ -10,7 +10,8 @@
    the posting): ...") and the retry samples at temperature 0.5 with seed = attempt (at
    temperature 0 a new seed alone changes nothing). Counted: summaries with unsupported facts.
 2. Planted summaries (`plugins/postings/quality/planted.py`): from each real summary, one invented fact
-   per kind (headcount, founding year, certification, other company, place, role) and two loops;
+   per kind (headcount, founding year, certification, other company, place, role), one term of the
+   job per kind (work arrangement, hours, contract, pay, benefit, puffery: `plant_terms`) and two loops;
    plus the demo postings with a few-shot record injected into their description (issue 20).
 3. Judges: the deterministic judge (`quality_signals`; with MiniLM, without the detail claims as
    before them, and exact-only), and the
@@ -60,7 +61,7 @@ from plugins.postings.quality.faithfulness import (
     default_checker,
 )
 from plugins.postings.quality.judge_calibration import calibrate_judge
-from plugins.postings.quality.planted import plant_detail, plant_invented, plant_looping
+from plugins.postings.quality.planted import plant_detail, plant_invented, plant_looping, plant_terms
 from plugins.postings.quality.postings_rubric import POSTINGS_RUBRIC
 from plugins.postings.quality.quality_signals import quality_grade
 from plugins.postings.store.postings_kind import describe_posting
@@ -421,6 +422,8 @@ def main(argv: list[str] | None = None) -> int:
         detail = plant_detail(first, posting, others)
         if detail:
             cases.append(("invented: other_detail", posting, detail))
+        terms = plant_terms(first, posting)
+        cases += [(f"invented: term {kind}", posting, text) for kind, text in terms.items()]
         cases += [(f"looping: {kind}", posting, text) for kind, text in plant_looping(first, posting).items()]
     for posting in injected:
         summary = injected_runs[posting["key"]]["after"][0]["summary"]

@@ -17,7 +17,14 @@ from plugins.postings.quality.judge_calibration import (
     calibration_cases,
     require_calibrated,
 )
-from plugins.postings.quality.planted import INVENTED_KINDS, plant_detail, plant_invented, plant_looping
+from plugins.postings.quality.planted import (
+    INVENTED_KINDS,
+    TERM_KINDS,
+    plant_detail,
+    plant_invented,
+    plant_looping,
+    plant_terms,
+)
 from plugins.postings.quality.postings_rubric import POSTINGS_RUBRIC
 from plugins.postings.quality.quality_signals import deterministic_judge, quality_grade
 from plugins.postings.store.postings_kind import describe_posting
@@ -333,3 +340,54 @@ def test_praise_the_posting_does_not_give_is_named_and_praise_it_gives_passes() 
     assert EXACT.unsupported("Brightwave Energy is a leading data company.", leads) == ["'leading'"]
     assert EXACT.unsupported("Brightwave Energy is an award winning company.", praised) == []
     assert quality_grade(summary, POSTING, checker=EXACT).flagged
+
+
+@pytest.mark.parametrize(
+    "invented",
+    [
+        "The role is fully remote.",
+        "It is a part-time job.",
+        "It is a hybrid role.",
+        "The contract is permanent.",
+        "It is a fixed-term contract.",
+        "The job is freelance.",
+        "It is an internship.",
+        "It offers a good salary.",
+        "Benefits include a pension scheme and private health insurance.",
+        "The company is the market leader in wind energy.",
+        "It has been named a top employer.",
+    ],
+)
+def test_terms_of_the_job_the_posting_does_not_state_are_named(invented: str) -> None:
+    """Issue 64: "fully remote", "part-time" and "market leader" passed the check."""
+    unsupported = FaithfulnessChecker(None).unsupported(f"{FAITHFUL} {invented}", POSTING)
+    assert unsupported and all("not in the posting" in phrase for phrase in unsupported), unsupported
+
+
+@pytest.mark.parametrize(
+    ("stated", "faithful", "invented"),
+    [
+        ("You can work from home.", "The role is remote.", "The role is permanent."),
+        ("Remote-friendly.", "The job is remote.", "The job is on-site."),
+        ("Full time, permanent contract.", "It is a full-time, permanent position.", "It is part-time."),
+        ("We offer a pension plan and a yearly bonus.", "Benefits include a pension.", "Equity is offered."),
+        ("Hybrid: three days a week in the office.", "The job is partly remote.", "It is fully remote."),
+        ("This is not a remote role.", "The job is not remote.", "The role is remote."),
+        ("We are the market leader in wind data.", "It is a market leader.", "It is a top employer."),
+    ],
+)
+def test_the_postings_own_terms_in_other_words_pass_and_other_terms_do_not(
+    stated: str, faithful: str, invented: str
+) -> None:
+    posting = {**POSTING, "description": f"{POSTING['description']} {stated}"}
+    checker = FaithfulnessChecker(None)
+    assert checker.unsupported(f"{FAITHFUL} {faithful}", posting) == []
+    assert checker.unsupported(f"{FAITHFUL} {invented}", posting) != []
+
+
+def test_planted_terms_are_never_stated_by_their_posting() -> None:
+    planted = plant_terms(FAITHFUL, POSTING)
+    assert set(planted) == set(TERM_KINDS)
+    checker = FaithfulnessChecker(None)
+    for kind, text in planted.items():
+        assert checker.unsupported(text, POSTING), kind

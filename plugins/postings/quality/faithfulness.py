@@ -16,7 +16,11 @@ A claim is a phrase of the summary that states a checkable fact:
 - praise: a word that sells the employer or the offer ("a leading provider", "award-winning",
   "well-established", "growing", "competitive salary"; `PRAISE_WORDS`). Job postings praise
   themselves freely, so a summary may repeat their praise, but praise the posting does not give
-  is invented all the same.
+  is invented all the same;
+- a term of the job: a work arrangement, hours, contract type, pay, a benefit or employer puffery
+  ("fully remote", "part-time", "permanent", "pension scheme", "market leader";
+  `employment_terms.py`), supported only when the posting states the same term in any of its
+  wordings ("remote" for "work from home"), never by a neighbouring one ("part-time" for "full-time").
 
 Support is looked up in the posting's title, company, location and description after
 normalization (case, accents, punctuation, "40,000" = "40000", "5+" = "5", "five" = "5", light
@@ -52,6 +56,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import snowballstemmer
+
+from plugins.postings.quality.employment_terms import BY_VALUE, PostingTerms
+from plugins.postings.quality.employment_terms import mentions as term_mentions
 
 SIMILARITY_THRESHOLD = 0.94
 """MiniLM cosine above which a posting unit supports a name or role: the lowest that lets at most 5%
@@ -171,7 +178,7 @@ _DETAIL_WORD = re.compile(r"[^\W\d_][\w'’-]*")
 
 @dataclass(frozen=True)
 class Claim:
-    """A factual phrase of a summary: `kind` is number, code, name, role, praise or detail."""
+    """A factual phrase of a summary: `kind` is term, number, code, name, role, praise or detail."""
 
     text: str
     kind: str
@@ -339,6 +346,11 @@ class Evidence:
         return {detail_stem(word) for word in self.words} | set(self.stems)
 
     @cached_property
+    def terms(self) -> PostingTerms:
+        """The terms of the job the posting states (`employment_terms.py`)."""
+        return PostingTerms.of(self.text)
+
+    @cached_property
     def joined(self) -> str:
         return "".join(self.words)
 
@@ -395,10 +407,12 @@ def split_layout_imitation(posting: Mapping[str, Any]) -> tuple[str, str]:
 # --- claims -------------------------------------------------------------------------------------
 
 
-def extract_claims(summary: str, vocabulary: frozenset[str] | None = None) -> list[Claim]:
-    """The numbers, codes, names, lower-case role, praise and details of a summary, without repeats.
+def extract_claims(summary: str, vocabulary: frozenset[str] | None = None, terms: bool = True) -> list[Claim]:
+    """The terms, numbers, codes, names, lower-case role, praise and details of a summary, without
+    repeats.
 
-    vocabulary: stems a detail may use freely (default: `shared_vocabulary()`)."""
+    vocabulary: stems a detail may use freely (default: `shared_vocabulary()`).
+    terms: False leaves the terms of the job out (the check before them, for benchmarks that compare)."""
     claims: list[Claim] = []
     covered: list[tuple[int, int]] = []
 
@@ -422,6 +436,8 @@ def extract_claims(summary: str, vocabulary: frozenset[str] | None = None) -> li
     for word_match in re.finditer(r"\b(" + "|".join(NUMBER_WORDS) + r")\s+([a-z][\w-]*)", summary, re.I):
         if word_match.group(1).lower() != "one" and word_match.group(2).lower() not in STOPWORDS:
             add(word_match.start(), word_match.end(), "number")
+    for mention in term_mentions(summary) if terms else ():  # before names: "Full-time" is a term, not a name
+        add(mention.start, mention.end, "term")
     for start, end in _name_spans(summary):
         add(start, end, "name")
     for match in HIRING_VERB.finditer(summary):
@@ -549,6 +565,7 @@ class FaithfulnessChecker:
     vocabulary: stems a detail may use freely (default: `shared_vocabulary()`, the shipped list).
     details: False checks numbers, codes, names and roles only (the check before details, for
         benchmarks that compare).
+    terms: False leaves the terms of the job out (the check before them, for benchmarks that compare).
     """
 
     def __init__(
@@ -558,12 +575,14 @@ class FaithfulnessChecker:
         vocabulary: frozenset[str] | None = None,
         details: bool = True,
         load_embedder: Callable[[], Embedder | None] | None = None,
+        terms: bool = True,
     ) -> None:
         self._embedder = embedder
         self._load_embedder = load_embedder
         self.threshold = threshold
         self.vocabulary = vocabulary
         self.details = details
+        self.terms = terms
         self._unit_vectors: OrderedDict[str, Any] = OrderedDict()  # a few postings' unit vectors
         self._lock = threading.Lock()
 
@@ -583,7 +602,7 @@ class FaithfulnessChecker:
         evidence = Evidence.of(posting)
         claims = [
             claim
-            for claim in extract_claims(summary, self.vocabulary)
+            for claim in extract_claims(summary, self.vocabulary, self.terms)
             if self.details or claim.kind != "detail"
         ]
         results = [self._judge(claim, evidence, self.vocabulary) for claim in claims]
@@ -637,6 +656,11 @@ class FaithfulnessChecker:
             if not any(char.isdigit() for char in claim.text) and evidence.has_initials(claim.text):
                 return Finding(claim, "initials")
             return Finding(claim, "")
+        if claim.kind == "term":  # the same term, in any of its wordings ("remote" = "work from home")
+            if evidence.terms.supports_claim(claim.text):
+                return Finding(claim, "exact")
+            categories = sorted({BY_VALUE[m.value].category for m in term_mentions(claim.text)})
+            return Finding(claim, "", note=f"{' and '.join(categories) or 'term'} not in the posting")
         if claim.kind == "praise":  # the posting's own word ("leads" does not make "leading")
             return Finding(claim, "exact" if evidence.has_sequence(words, stemmed=False) else "")
         if claim.kind == "detail":

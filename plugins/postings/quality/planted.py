@@ -128,3 +128,70 @@ def plant_looping(summary: str, posting: Mapping[str, Any]) -> dict[str, str]:
         "title_loop": " ".join([str(posting.get("title") or "job")] * 6),
         "opening_loop": " ".join(words[:6] * 4 + words[6:]),
     }
+
+
+# --- terms of the job (issue 64): what job seekers filter on --------------------------------------
+
+TERM_KINDS = ("arrangement", "hours", "contract", "salary", "benefit", "puffery")
+# Per kind, the sentences planted, each with the cues that mean a posting may state it already (then
+# another sentence of the kind is drawn). The cues are deliberately broader than the checker's wordings
+# (`employment_terms.py`): a planted term is invented by construction, or it is not planted.
+TERM_PLANTS: dict[str, tuple[tuple[str, str], ...]] = {
+    "arrangement": (
+        ("The role is fully remote.", r"remote|home|telecommut|telework|anywhere|distributed"),
+        ("It is a hybrid role, partly from home.", r"hybrid|remote|home|office"),
+        ("The work is entirely on-site.", r"on.?site|office|in.?person|premises"),
+    ),
+    "hours": (
+        ("The position is full-time.", r"full.?time|hours|per week|a week|fte"),
+        ("It is a part-time job.", r"part.?time|hours|per week|a week|fte"),
+    ),
+    "contract": (
+        ("It is a permanent position.", r"permanent|open.?ended|indefinite|unlimited"),
+        ("The contract is temporary.", r"temporary|temp\b|interim|seasonal|fixed|short.?term|cover"),
+        ("It is a fixed-term contract of one year.", r"fixed|temporary|interim|month|year contract"),
+        ("The job is offered on a freelance basis.", r"freelanc|self.?employ|contractor|b2b|consultan"),
+        ("The role is an internship.", r"intern\b|interns\b|internship|trainee|student|placement|graduate"),
+    ),
+    "salary": (
+        ("It pays a good salary.", r"salar|pay\b|wage|compensation|remuneration|[$€£]|\d+k\b"),
+        ("The salary is {figure} a year.", r"(?!x)x"),  # a figure the posting does not state
+    ),
+    "benefit": (
+        ("Benefits include a company pension scheme.", r"pension|retire|401"),
+        ("Staff get private health insurance.", r"health|medical|insurance|dental"),
+        ("There is an annual bonus.", r"bonus|incentive|profit"),
+        ("Employees receive stock options.", r"equity|stock|share|option"),
+        ("A company car is provided.", r"\bcar\b|vehicle|\bvan\b"),
+        ("Staff get a free gym membership.", r"\bgym|fitness|wellness|sport"),
+        ("Free lunch is provided every day.", r"lunch|meal|food|canteen|breakfast"),
+        ("Relocation support is offered.", r"relocat"),
+        ("Paid holidays are generous.", r"holiday|vacation|leave|time off|\bpto\b"),
+        ("Childcare support is offered.", r"child|daycare|kindergarten"),
+    ),
+    "puffery": (
+        ("The company is the market leader in its field.", r"leader|leading|number one|#1|no\. ?1"),
+        ("It has been named a top employer.", r"employer|place to work|award"),
+        ("It offers a best-in-class workplace.", r"best|class"),
+        ("The team works in a fast-paced environment.", r"fast|pace"),
+    ),
+}
+SALARY_FIGURES = ("€38,000", "€45,000", "£52,000", "$61,000", "€72,000", "£29,500")
+
+
+def plant_terms(summary: str, posting: Mapping[str, Any], seed: int = 0) -> dict[str, str]:
+    """One variant of `summary` per term kind with one sentence stating a term of the job `posting`
+    does not state (a kind is left out when every sentence of it might be stated)."""
+    rng = random.Random(f"{seed}/terms/{posting.get('key')}/{summary}")
+    text = " ".join(str(posting.get(name) or "") for name in ("title", "company", "location", "description"))
+    text = text.lower()
+    planted: dict[str, str] = {}
+    for kind in TERM_KINDS:
+        choices = [sentence for sentence, cues in TERM_PLANTS[kind] if not re.search(cues, text)]
+        if not choices:
+            continue
+        sentence = rng.choice(choices)
+        if "{figure}" in sentence:
+            sentence = sentence.format(figure=_draw(rng, SALARY_FIGURES, posting))
+        planted[kind] = f"{summary.rstrip()} {sentence}"
+    return planted
