@@ -32,6 +32,7 @@ from appdb.subject_tables import SubjectTable
 
 REVIEW_STATUSES = ("open", "accepted", "rejected", "corrected")
 REVIEW_BACKEND = "review"
+REVIEWER = "reviewer"  # the model column of an output a reviewer made (exports, views, interactions)
 _CHUNK = 500
 
 

@@ -31,7 +31,7 @@ from domain.language.declaration import UseCase, model_label
 from domain.language.output_parsing import first_blocking_failure
 from domain.quality.corrections import CorrectionContext, CorrectionError, Edits, edit_options, flags
 
-REVIEWER_MODEL = "reviewer"
+REVIEWER_MODEL = review.REVIEWER
 
 
 @dataclass(frozen=True)

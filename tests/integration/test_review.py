@@ -3,12 +3,13 @@ change nothing; stale counts for reprocessing; the gym's migration up and down o
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from alembic import command
 from dagster import DagsterInstance
-from sqlalchemy import func, inspect, select, update
+from sqlalchemy import func, inspect, select, text, update
 
 from appdb import review
 from appdb.database import alembic_config, dispose, get_engine, session_scope
@@ -296,3 +297,19 @@ def test_a_correction_may_name_the_postings_location(
     named = "Northgate Hospital in Utrecht seeks a nurse for critically ill patients at night."
     assert main(["review", "correct", str(nurse), "--summary", named]) == 0
     assert f"review item {nurse} (posting_summary, g-2): corrected" in capsys.readouterr().out
+
+
+def test_a_reviewers_correction_exports_as_the_reviewers_not_the_models(
+    reviewed: str, tmp_path: Path, capsys
+) -> None:  # noqa: ANN001
+    nurse = _item(reviewed, "g-2")
+    fixed = "Northgate Hospital seeks a nurse for critically ill patients at night, giving medication."
+    assert main(["review", "correct", str(nurse), "--summary", fixed]) == 0
+    out = tmp_path / "enriched.jsonl"
+    assert main(["export", "--format", "jsonl", "--out", str(out)]) == 0
+    rows = {row["key"]: row for row in map(json.loads, out.read_text().splitlines())}
+    assert rows["g-2"]["summary"] == fixed and rows["g-2"]["summary_model"] == "reviewer"
+    assert rows["g-1"]["summary_model"] not in (None, "reviewer")  # the model's own output says the model
+    with session_scope(reviewed) as session:
+        viewed = dict(session.execute(text("SELECT key, summary_model FROM enriched_postings")).all())
+    assert viewed["g-2"] == "reviewer" and viewed["g-1"] == rows["g-1"]["summary_model"]

@@ -51,7 +51,7 @@ ENTITIES = {
             "concept_uri": PYTHON,
             "concept_label": "Python (computer programming)",
             "confidence": 0.97,
-            "stage": "linker",
+            "stage": "learned",
         },
         {
             "mention": "SQL",

@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 from appdb import discovery
 from appdb.discovery import WorkSpec
 from appdb.models import UseCaseOutput
+from appdb.review import REVIEW_BACKEND, REVIEWER
 from plugins.postings.store.enriched_columns import OUTPUT_PREFIXES, SCHEMA_VERSION
 from plugins.postings.store.tables import Posting
 
@@ -94,6 +95,11 @@ CONCEPTS_SCHEMA = pa.schema(
 )
 """One row per (posting, resolved mention): the `concepts` column of ENRICHED_SCHEMA, long."""
 
+# The `stage` values skill_entities writes (its output schema's enum, which a test holds this to: the
+# store sits below the skill models and does not import them). `learned`: the learned linker's answer.
+CONCEPT_STAGES = ("exact", "alt_label", "fuzzy", "semantic", "learned", "referee", "review", "unmatched")
+_STAGES = "|".join(CONCEPT_STAGES)
+
 # What each column means, for docs/outputs.md and the schema file beside an export.
 COLUMN_DESCRIPTIONS: dict[str, str] = {
     "key": "the posting's key, as ingested",
@@ -105,15 +111,13 @@ COLUMN_DESCRIPTIONS: dict[str, str] = {
     "skills": "posting_skills: each mention with its kind (skill|knowledge) and its span: field "
     "(title|description) and character offsets start..end in that field",
     "concepts": "skill_entities: each mention resolved to a taxonomy concept: concept_uri and "
-    "concept_label (null when unmatched), stage (exact|alt_label|fuzzy|semantic|linker|referee|"
-    "review|unmatched) and confidence 0..1",
+    f"concept_label (null when unmatched), stage ({_STAGES}) and confidence 0..1",
     "updated_at": "the latest of the posting's and its outputs' update times (UTC)",
     "mention": "the skill mention as it reads in the posting",
     "kind": "skill or knowledge",
     "concept_uri": "the taxonomy concept's URI (null when unmatched)",
     "concept_label": "the concept's preferred label (null when unmatched)",
-    "stage": "how the concept was found (exact, alt_label, fuzzy, semantic, linker, referee, review, "
-    "unmatched)",
+    "stage": f"how the concept was found ({', '.join(CONCEPT_STAGES)})",
     "confidence": "0..1, how sure the resolution is",
 }
 for _use_case, _prefix in OUTPUT_PREFIXES.items():
@@ -279,6 +283,7 @@ def _outputs_of(
             UseCaseOutput.subject_key,
             UseCaseOutput.value,
             UseCaseOutput.model,
+            UseCaseOutput.backend,
             UseCaseOutput.use_case_version,
             UseCaseOutput.updated_at,
         )
@@ -292,6 +297,12 @@ def _outputs_of(
             for key in discovery.outdated_outputs(session, current_specs[use_case], keys):
                 found.pop((use_case, key), None)
     return found
+
+
+def shown_model(backend: str, model: str) -> str:
+    """The `*_model` column: who made the value. A reviewer's correction keeps the use case's model in
+    the outputs table (so discovery takes it as current) but was not made by it."""
+    return REVIEWER if backend == REVIEW_BACKEND else model
 
 
 def _utc(moment: datetime | None) -> datetime | None:
@@ -312,7 +323,7 @@ def _row(posting: Any, outputs: Mapping[tuple[str, str], Any]) -> dict[str, Any]
         value = output.value if output is not None else None
         row[prefix] = _VALUE_READERS[prefix](value) if isinstance(value, dict) else None
         row[f"{prefix}_version"] = output.use_case_version if output is not None else None
-        row[f"{prefix}_model"] = output.model if output is not None else None
+        row[f"{prefix}_model"] = shown_model(output.backend, output.model) if output is not None else None
         row[f"{prefix}_updated_at"] = _utc(output.updated_at) if output is not None else None
         if output is not None and output.updated_at > latest:
             latest = output.updated_at
