@@ -9,7 +9,7 @@ why an existing output is not current, for `pipeline reprocess --stale` and `pip
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlalchemy import ColumnElement, Select, and_, case, exists, func, or_, select, text
@@ -136,10 +136,12 @@ def _with_stale_conditions(
 
 @dataclass(frozen=True)
 class Outdated:
-    """Why a stored output is not current: `reason` is version, model, content or input."""
+    """Why a stored output is not current: `reason` is version, model, content or input; `waiting`, when
+    it cannot be redone now, why (`stale_outputs`; "" when a run may redo it now)."""
 
     reason: str
     made_by: str = ""  # the version or the model that made it
+    waiting: str = ""
 
     def describe(self, noun: str) -> str:
         """In a few words, as `pipeline reprocess --stale` counts them."""
@@ -209,6 +211,40 @@ def _join_inputs_current(
         reference = aliased(ReferenceData, name=f"{prefix}__reference_{name}")
         query = query.join(reference, and_(reference.name == name, reference.updated_at <= output.updated_at))
     return query
+
+
+def stale_outputs(session: Session, spec: WorkSpec, keys: Sequence[str] | None = None) -> dict[str, Outdated]:
+    """The one answer to "is this output stale?" for `pipeline trace` and `pipeline reprocess --stale`:
+    every output `outdated_outputs` finds, each with why a run cannot redo it now, if it cannot
+    (parked, backing off, held by a run, or waiting for an upstream output to be redone first)."""
+    outdated = outdated_outputs(session, spec, keys)
+    if not outdated:
+        return outdated
+    now = utcnow()
+    redoable = set(find_pending_work(session, spec, within=list(outdated)))
+    waiting = [key for key in outdated if key not in redoable]
+    items = {}
+    for start in range(0, len(waiting), CHUNK):
+        chunk = waiting[start : start + CHUNK]
+        query = select(WorkItem).where(WorkItem.use_case == spec.use_case, WorkItem.subject_key.in_(chunk))
+        items.update({item.subject_key: item for item in session.scalars(query)})
+    found = {}
+    for key, why in outdated.items():
+        item = items.get(key)
+        if key in redoable:
+            found[key] = why
+        elif item is not None and item.status == "failed":
+            found[key] = replace(why, waiting=f"parked after {item.attempts} attempts (`pipeline retry`)")
+        elif item is not None and item.status == "claimed" and item.lease_expires_at >= now:
+            found[key] = replace(why, waiting="a run is redoing it")
+        elif item is not None and item.next_attempt_at is not None and item.next_attempt_at > now:
+            found[key] = replace(why, waiting=f"retried after {item.next_attempt_at:%Y-%m-%d %H:%M:%S} UTC")
+        else:
+            found[key] = replace(
+                why,
+                waiting="it waits for its inputs (an upstream output to redo, reference data to load)",
+            )
+    return found
 
 
 def find_pending_work(

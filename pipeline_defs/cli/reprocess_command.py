@@ -49,10 +49,12 @@ def cmd_reprocess(settings: Settings, args: argparse.Namespace) -> int:
     for item in selected:
         stale = found[item.use_case.name]
         why = ", ".join(f"{count} {reason}" for reason, count in stale.reasons.most_common())
+        waiting = ", ".join(f"{count} {reason}" for reason, count in stale.waiting.most_common())
         print(
             f"{item.use_case.name} (version {item.use_case.version}, {item.spec.model}): "
-            f"{len(stale.keys)} stale outputs"
+            f"{len(stale.keys) + sum(stale.waiting.values())} stale outputs"
             + (f" ({why})" if why else "")
+            + (f"; not redone now: {waiting}" if waiting else "")
             + (
                 f"; {len(stale.missing)} {item.use_case.subject.plural} without an output "
                 "are left to `pipeline run`"

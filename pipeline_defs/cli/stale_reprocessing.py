@@ -35,20 +35,24 @@ class StaleOutputs:
     """The stale outputs of one use case, why they are stale, and the other pending postings."""
 
     use_case: str
-    keys: list[str]
+    keys: list[str]  # stale and redone by a run now
     reasons: Counter
     missing: list[str]  # pending subjects without any output: not this command's business
+    waiting: Counter = field(default_factory=Counter)  # stale but not redone now: how many, by why
 
 
 def find_stale(session: Session, item: UseCaseDefinitions) -> StaleOutputs:
-    """The outputs of this use case that are stale and can be redone now, and why."""
+    """The outputs of this use case that are stale (`discovery.stale_outputs`, as `pipeline trace`
+    says), and why; those a run can redo now in discovery's order."""
     spec = item.spec
     pending = discovery.find_pending_work(session, spec)
-    outdated = discovery.outdated_outputs(session, spec, pending)
+    outdated = discovery.stale_outputs(session, spec)
     reasons: Counter = Counter(why.describe(item.use_case.subject.noun) for why in outdated.values())
-    stale = [key for key in pending if key in outdated]
+    waiting: Counter = Counter(why.waiting for why in outdated.values() if why.waiting)
+    stale = [key for key in pending if key in outdated and not outdated[key].waiting]
     with_output = set(discovery.subjects_with_output(session, spec.use_case, pending))
-    return StaleOutputs(spec.use_case, stale, reasons, [key for key in pending if key not in with_output])
+    missing = [key for key in pending if key not in with_output]
+    return StaleOutputs(spec.use_case, stale, reasons, missing, waiting)
 
 
 def plan_batches(

@@ -35,21 +35,25 @@ LONG_FIELD_CHARS = 120  # a field this long (or with line breaks) is shown verba
 
 
 def output_state(session: Session, output: UseCaseOutput | None, spec: WorkSpec | None, noun: str) -> str:
-    """Whether the output is current, by the rule discovery applies (`discovery.outdated_outputs`)."""
+    """Whether the output is current, by the rule `pipeline reprocess --stale` counts with
+    (`discovery.stale_outputs`), and when stale why it is not redone yet, if it is not."""
     if output is None:
         return "no output yet"
     if spec is None:
         return "use case no longer declared"
-    outdated = discovery.outdated_outputs(session, spec, [output.subject_key]).get(output.subject_key)
+    outdated = discovery.stale_outputs(session, spec, [output.subject_key]).get(output.subject_key)
     if outdated is None:
         return "current"
+    waiting = f"; not redone yet: {outdated.waiting}" if outdated.waiting else ""
     if outdated.reason == "version":
-        return f"stale: made by version {output.use_case_version}, current version is {spec.version}"
-    if outdated.reason == "model":
-        return f"stale: made by {output.model}, the use case now uses {spec.model}"
-    if outdated.reason == "content":
-        return f"stale: the {noun} changed since"
-    return "stale: an input it read changed since (an upstream output or reference data)"
+        why = f"made by version {output.use_case_version}, current version is {spec.version}"
+    elif outdated.reason == "model":
+        why = f"made by {output.model}, the use case now uses {spec.model}"
+    elif outdated.reason == "content":
+        why = f"the {noun} changed since"
+    else:
+        why = "an input it read changed since (an upstream output or reference data)"
+    return f"stale: {why}{waiting}"
 
 
 def _subject_header(

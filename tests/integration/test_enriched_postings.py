@@ -157,7 +157,7 @@ def test_chunked_reading_gives_the_same_rows_and_the_long_table_has_one_row_per_
         ("p-1", "SQL", "(unmatched)"),
     ]
     assert pd.isna(concepts.loc[1, "concept_label"])
-    assert concepts.loc[0, "stage"] == "linker" and concepts.loc[0, "confidence"] == 0.97
+    assert concepts.loc[0, "stage"] == "learned" and concepts.loc[0, "confidence"] == 0.97
     assert concepts.loc[0, "title"] == "Data Engineer"
 
 
@@ -223,6 +223,29 @@ def test_the_sql_views_show_the_same_table(enriched_db: dict[str, Any]) -> None:
     assert json.loads(rows[0].concepts)[0]["concept_uri"] == PYTHON
     assert json.loads(rows[0].skills)[1]["start"] == 17 and rows[2].skills is None
     assert [tuple(row) for row in long] == [
-        ("p-1", "Python", PYTHON, "linker", 0.97),
+        ("p-1", "Python", PYTHON, "learned", 0.97),
         ("p-1", "SQL", None, "unmatched", 0.0),
     ]
+
+
+def test_trace_and_reprocess_agree_that_an_output_is_stale_and_say_why_it_waits(
+    enriched_db: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 64: `pipeline trace` called a skill_entities output stale while `reprocess --stale
+    --dry-run` counted 0 (the output could not be redone yet: its taxonomy is not loaded)."""
+    with session_scope(enriched_db["url"]) as session:
+        session.execute(
+            UseCaseOutput.__table__.update()
+            .where(UseCaseOutput.use_case == "skill_entities", UseCaseOutput.subject_key == "p-1")
+            .values(use_case_version="2020-01-01.1")
+        )
+    assert main(["trace", "p-1"]) == 0
+    traced = capsys.readouterr().out
+    [state] = [line for line in traced.splitlines() if "made by version 2020-01-01.1" in line]
+    assert "stale" in state and "not redone yet: it waits for its inputs" in state
+    assert main(["reprocess", "--stale", "--use-case", "skill_entities", "--dry-run"]) == 0
+    counted = capsys.readouterr().out
+    assert (
+        "skill_entities (version" in counted and "1 stale outputs (1 made by version 2020-01-01.1)" in counted
+    )
+    assert "not redone now: 1 it waits for its inputs" in counted
