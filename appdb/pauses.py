@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -79,6 +79,31 @@ def pause_use_cases(
             detail={"resume_at": f"{resume_at:%Y-%m-%d %H:%M:%S}"},
         )
     return latest
+
+
+OUTAGE = " backend unavailable: "
+
+
+def outage_reason(backend: str, detail: object) -> str:
+    """A pause's reason when a backend failed: it names the backend, so a pause set by one backend does
+    not hold a use case another one now serves (`end_pauses_of_other_backends`)."""
+    return f"{backend}{OUTAGE}{detail}"
+
+
+def end_pauses_of_other_backends(session: Session, backends: Mapping[str, str]) -> list[str]:
+    """End the active pauses that another backend's outage set on these use cases (use case -> the
+    backend serving it now): the embedded backend missing says nothing of the Ollama server the
+    configuration names since. The use cases resumed."""
+    ended = [
+        pause.use_case
+        for pause in active_pauses(session).values()
+        if pause.use_case in backends
+        and OUTAGE in pause.reason
+        and pause.reason.split(OUTAGE, 1)[0] != backends[pause.use_case]
+    ]
+    if ended:
+        resume_use_cases(session, ended, reason="its backend changed since the pause")
+    return ended
 
 
 def active_pauses(session: Session, now: datetime | None = None) -> dict[str, Pause]:

@@ -232,7 +232,7 @@ def _trip_breaker(run: BatchRun, exc: BackendUnavailable) -> Failure:
     with run.app_db.session() as session:
         released = claims.release_items(session, name, sorted(run.remaining), run.run_id)
         resume_at = pauses.pause_use_cases(
-            session, [paused], f"{run.backend} backend unavailable: {exc}", policy=run.use_case.retry
+            session, [paused], pauses.outage_reason(run.backend, exc), policy=run.use_case.retry
         )
     return Failure(
         description=(

@@ -86,6 +86,7 @@ def engine_definitions(
                     settings.runs_per_host,
                     settings.script_runs,
                     settings.run_step_continue_seconds,
+                    serving_backends(settings, built, llm),
                 )
                 for group in groups
             ),
@@ -106,6 +107,16 @@ def engine_definitions(
             "gym": build_gym_resource(settings),
         },
     )
+
+
+def serving_backends(
+    settings: Settings, built: Sequence[UseCaseDefinitions], llm: LLMResource | None = None
+) -> dict[str, str]:
+    """The backend each LLM use case is served by under these settings (its own, or the deployment's)."""
+    deployment = llm.backend_name if llm is not None else settings.llm_backend
+    return {
+        item.use_case.name: item.use_case.backend or deployment for item in built if item.use_case.uses_llm
+    }
 
 
 def plugin_definitions(

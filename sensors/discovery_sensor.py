@@ -15,8 +15,8 @@ tick where nothing changed skips the queries. Freeing dead runs' work is the liv
 import json
 import time
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from dagster import (
@@ -231,7 +231,8 @@ class DiscoveryScope:
     """What one group's sensor looks at: the group, the hosts its LLM runs go to, (a script group)
     the jobs and use cases of other groups that write what it reads, and how long its runs keep
     claiming more work after their own batch (0: they do not; `continue_seconds`) with how many of
-    them at once (`runs_per_host` per host for a model's group, `script_runs` for a script's)."""
+    them at once (`runs_per_host` per host for a model's group, `script_runs` for a script's), and the
+    backend serving each of its use cases now (`backends`: a pause another backend set ends)."""
 
     group: WorkGroup
     hosts: Sequence[LLMHost]
@@ -240,6 +241,7 @@ class DiscoveryScope:
     continue_seconds: int = 0
     runs_per_host: int = 1
     script_runs: int = 1
+    backends: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def of(
@@ -251,6 +253,7 @@ class DiscoveryScope:
         runs_per_host: int = 1,
         script_runs: int = 1,
         step_continue_seconds: int = 0,
+        backends: Mapping[str, str] | None = None,
     ) -> "DiscoveryScope":
         feeders = feeding_jobs(group, groups) if group.model is None else []
         return cls(
@@ -263,6 +266,7 @@ class DiscoveryScope:
             continue_seconds if len(group.members) == 1 else min(continue_seconds, step_continue_seconds),
             runs_per_host,
             script_runs,
+            {name: backends[name] for name in group.use_case_names if name in backends} if backends else {},
         )
 
     @property
@@ -284,6 +288,8 @@ def discover(context: SensorEvaluationContext, app_db: AppDatabase, scope: Disco
     group = scope.group
     noun = group.subject.plural
     with app_db.session() as session:
+        if scope.backends:
+            pauses.end_pauses_of_other_backends(session, scope.backends)
         versions = ",".join(member.use_case.version for member in group.members)
         marker = f"{versions}|{discovery.change_marker(session, group.subject.table)}"
         previous = json.loads(context.cursor) if context.cursor else {}
@@ -485,6 +491,7 @@ def build_discovery_sensor(
     runs_per_host: int = 1,
     script_runs: int = 1,
     step_continue_seconds: int = 0,
+    backends: Mapping[str, str] | None = None,
 ) -> SensorDefinition:
     """The group's sensor; it ticks at most every `interval_seconds` (PIPELINE_SENSOR_INTERVAL_SECONDS): at
     the daemon's 5 s look, or sooner when subjects arrive (`pipeline_defs/daemon.py`). With
@@ -501,7 +508,7 @@ def build_discovery_sensor(
     group's run follows its upstream's outputs as they come; the sensor then requests no more runs
     than may work at once (`DiscoveryScope.runs_at_once`): fewer, longer runs."""
     scope = DiscoveryScope.of(
-        group, hosts, groups, continue_seconds, runs_per_host, script_runs, step_continue_seconds
+        group, hosts, groups, continue_seconds, runs_per_host, script_runs, step_continue_seconds, backends
     )
     members = ", ".join(group.use_case_names)
 

