@@ -90,7 +90,8 @@ class EmbeddedLLMResource(LLMResource):
             known = sorted({*BUNDLED_MODELS, *self.model_paths})
             raise BackendUnavailable(
                 f"the embedded backend has no model {model!r} (it has: {', '.join(known)}); "
-                "add its GGUF file under model_paths, or configure OLLAMA_HOST to serve it from Ollama"
+                f"add its GGUF file to PIPELINE_EMBEDDED_MODELS ({model}=/path/model.gguf), "
+                "or configure OLLAMA_HOST to serve it from Ollama"
             )
         if not os.path.isfile(path):
             raise BackendUnavailable(f"GGUF file for model {model!r} not found at {path}")

@@ -174,6 +174,18 @@ def test_config_check_says_which_models_the_server_serves_and_how_to_get_the_oth
     assert "posting_summary" in missing and "NO" in missing and "ollama pull llama3.1:8b" in missing
 
 
+def test_config_check_names_the_setting_that_adds_a_model_to_the_embedded_backend(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("OLLAMA_HOST", raising=False)
+    monkeypatch.setenv("PIPELINE_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("PIPELINE_DOMAINS", "postings")
+    monkeypatch.setenv("PIPELINE_MODELS", "posting_summary=qwen2.5:7b")
+    assert main(["config", "--check"]) == 1
+    [missing] = [line for line in capsys.readouterr().out.splitlines() if "qwen2.5:7b" in line]
+    assert "PIPELINE_EMBEDDED_MODELS" in missing and "model_paths" not in missing
+
+
 @pytest.mark.parametrize(
     ("variable", "value", "named"),
     [
