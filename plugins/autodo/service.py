@@ -4,6 +4,7 @@ item commands, with their rules (known priorities, no dependency cycles)."""
 from __future__ import annotations
 
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Sequence
@@ -108,7 +109,7 @@ def _write_anchors(matches: Sequence[Match], root: Path, problems: list[Problem]
         anchored: list[str] = []
         for match in file_matches:
             index = match.item.line - 1
-            if index >= len(lines) or match.item.text[:40] not in lines[index]:
+            if index >= len(lines) or _words(match.item.text)[:40] not in _words(lines[index]):
                 problems.append(Problem(file, match.item.line, "the line changed since the scan: no anchor"))
                 continue
             body = lines[index].rstrip("\r\n")
@@ -127,6 +128,12 @@ def _write_anchors(matches: Sequence[Match], root: Path, problems: list[Problem]
             continue
         written += anchored
     return written
+
+
+def _words(text: str) -> str:
+    """The text's words alone: an item's text is the line without its Markdown (`- **Merge**: x` is
+    the item "Merge: x"), so the two are compared word for word."""
+    return " ".join(re.findall(r"\w+", text))
 
 
 def _replace_text(path: Path, text: str) -> None:

@@ -85,11 +85,17 @@ def test_edits_keep_identity_and_unseen_items_go_stale_after_three_scans(tree: P
     assert by_text(app_db_url)["Write the plugin guide"].status == "open"
 
 
-def test_anchors_are_written_back_on_request_and_then_identify_the_items(tree: Path, app_db_url: str) -> None:
+def test_anchors_are_written_back_on_request_and_then_identify_the_items(
+    tree: Path, app_db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["autodo", "scan", "--write-anchors", "docs/ROADMAP.md", "src/reader.py"]) == 0
+    assert "changed since the scan" not in capsys.readouterr().err
     roadmap = (tree / "docs" / "ROADMAP.md").read_text()
     key = by_text(app_db_url)["Stream large JSONL files instead of reading them whole"].key
     assert f"- [ ] Stream large JSONL files instead of reading them whole <!-- TODO:{key} -->" in roadmap
+    bold = by_text(app_db_url)["Merge postings from two boards: keep the longest description"].key
+    [merge] = [line for line in roadmap.splitlines() if "**Merge postings" in line]
+    assert merge.endswith(f"<!-- TODO:{bold} -->")
     assert (
         "# TODO: handle a BOM at the start of the file <!-- TODO:" in (tree / "src" / "reader.py").read_text()
     )
