@@ -5,6 +5,7 @@ found by concept; a changed taxonomy makes resolutions stale."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -68,7 +69,29 @@ class FakeModel(LLMResource):
 
 
 @pytest.fixture
+def two_runs_at_once_instance(tmp_path: Path) -> Iterator[DagsterInstance]:
+    """A Dagster instance on SQLite files, for tests that run two in-process runs at once (a run in a
+    thread, another in the test). The ephemeral instance keeps its runs in in-memory SQLite in shared-cache
+    mode, where a write meeting another thread's write fails at once with "database table is locked:
+    runs" (SQLITE_LOCKED gets no busy wait): seen under load (issue 64); file SQLite waits its turn."""
+    noop_logs = {"module": "dagster._core.storage.noop_compute_log_manager", "class": "NoOpComputeLogManager"}
+    home = tmp_path / "dagster"
+    home.mkdir()
+    with DagsterInstance.local_temp(str(home), overrides={"compute_logs": noop_logs}) as instance:
+        yield instance
+
+
+@pytest.fixture
+def pipeline_of_concurrent_runs(app_db_url: str, tmp_path: Path, two_runs_at_once_instance: DagsterInstance):  # noqa: ANN201
+    return _pipeline(app_db_url, tmp_path, two_runs_at_once_instance)
+
+
+@pytest.fixture
 def pipeline(app_db_url: str, tmp_path: Path, dagster_instance: DagsterInstance):  # noqa: ANN201
+    return _pipeline(app_db_url, tmp_path, dagster_instance)
+
+
+def _pipeline(app_db_url: str, tmp_path: Path, dagster_instance: DagsterInstance):  # noqa: ANN202
     FakeModel.loads.clear()
     seed_postings(app_db_url, tmp_path)
     # the fake model extracts skills by title: the prompt style (the CPU tagger has its own tests)
@@ -463,7 +486,7 @@ def _resolved_by(url: str) -> dict[str, str]:
 
 
 def test_a_resolution_run_started_ahead_of_the_skills_resolves_them_as_they_are_written(
-    pipeline, monkeypatch: pytest.MonkeyPatch
+    pipeline_of_concurrent_runs, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The run the sensor starts before any skills exist waits for them, past its idle limit while a
     running run holds them, loads the resolver meanwhile, and resolves every posting as the skills come;
@@ -472,15 +495,15 @@ def test_a_resolution_run_started_ahead_of_the_skills_resolves_them_as_they_are_
 
     from assets import batch_run
 
-    _, _, instance, url = pipeline
+    _, _, instance, url = pipeline_of_concurrent_runs
     monkeypatch.setattr(batch_run, "CONTINUE_IDLE_SECONDS", 0.5)
     monkeypatch.setattr(batch_run, "CONTINUE_POLL_SECONDS", 0.1)
-    follower, keys, outcome = _resolution_run_ahead_of_held_skills(pipeline)
+    follower, keys, outcome = _resolution_run_ahead_of_held_skills(pipeline_of_concurrent_runs)
     time.sleep(3)  # six times its idle limit, the skills still held
     assert follower.is_alive()
     # released, they wait unclaimed for the next upstream run: its usual limit covers that run's start
     monkeypatch.setattr(batch_run, "CONTINUE_IDLE_SECONDS", 60.0)
-    _skills_written_after_the_hold(pipeline, keys)
+    _skills_written_after_the_hold(pipeline_of_concurrent_runs, keys)
     follower.join(timeout=120)
     assert not follower.is_alive()
     result = outcome["result"]
@@ -491,7 +514,7 @@ def test_a_resolution_run_started_ahead_of_the_skills_resolves_them_as_they_are_
 
 
 def test_a_run_ahead_of_its_inputs_looks_once_more_when_they_are_done_even_if_the_marker_stayed(
-    pipeline, monkeypatch: pytest.MonkeyPatch
+    pipeline_of_concurrent_runs, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Discovery's change marker may stay put across a write (a transaction that stamped its rows
     before another, and committed after it): the run waiting for skills still finds them when it sees
@@ -510,12 +533,12 @@ def test_a_run_ahead_of_its_inputs_looks_once_more_when_they_are_done_even_if_th
         return "unchanged"
 
     monkeypatch.setattr(discovery_module, "change_marker", marker_that_never_moves)
-    follower, keys, outcome = _resolution_run_ahead_of_held_skills(pipeline)
+    follower, keys, outcome = _resolution_run_ahead_of_held_skills(pipeline_of_concurrent_runs)
     assert looked.wait(timeout=120)  # it has looked once, found nothing: the skills are still held
-    _skills_written_after_the_hold(pipeline, keys)
+    _skills_written_after_the_hold(pipeline_of_concurrent_runs, keys)
     follower.join(timeout=120)
     assert not follower.is_alive()
-    assert _resolved_by(pipeline[3]) == dict.fromkeys(keys, outcome["result"].run_id)
+    assert _resolved_by(pipeline_of_concurrent_runs[3]) == dict.fromkeys(keys, outcome["result"].run_id)
 
 
 def test_a_run_ahead_of_its_inputs_ends_at_once_when_none_are_coming(pipeline) -> None:
