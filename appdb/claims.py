@@ -18,15 +18,17 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import ColumnElement, Select, and_, or_, select, tuple_, update
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.orm import Session
 
+from appdb.clock import database_now
 from appdb.dialects import CHUNK, insert_for, is_postgres, rows_by_columns
 from appdb.discovery import WorkSpec, pending_work_query
+from appdb.heartbeats import held_by_live_run
 from appdb.models import UseCaseOutput, WorkItem, utcnow
 from appdb.redaction import redact
 from appdb.retry_policy import DEFAULT_RETRY_POLICY, RetryPolicy
@@ -46,7 +48,9 @@ def claim_items(
 
     With `spec`, discovery is asked again as the claim is taken, so an item another run
     finished since this run's discovery is not claimed (and generated) a second time.
-    Commit right after, so other runs see the claim.
+    A claim passes from another run only once that run is declared dead (`heartbeats.held_by_live_run`;
+    a holder without a heartbeat, of an older version, once its lease ran out). Leases and backoffs are
+    on the database's clock (`appdb.clock`). Commit right after, so other runs see the claim.
     """
     if not keys:
         return []
@@ -67,7 +71,7 @@ def claim_items(
     session.execute(insert_for(session)(WorkItem).on_conflict_do_nothing(), rows)
 
     def still_pending(discovery: WorkSpec, candidates: Sequence[str]) -> Select:
-        query = pending_work_query(discovery, now=now, include_current=include_parked)
+        query = pending_work_query(discovery, include_current=include_parked)
         return query.where(discovery.subjects.model.key.in_(list(candidates)))
 
     held: list[str] = []
@@ -76,13 +80,16 @@ def claim_items(
         claimable = and_(
             WorkItem.use_case == use_case,
             WorkItem.subject_key.in_(chunk),
-            or_(WorkItem.status != "claimed", WorkItem.lease_expires_at < now),
+            or_(
+                WorkItem.status != "claimed",
+                and_(WorkItem.lease_expires_at < database_now(), ~held_by_live_run(WorkItem.claimed_by)),
+            ),
         )
         if not include_parked:
             claimable = and_(
                 claimable,
                 WorkItem.status != "failed",
-                or_(WorkItem.next_attempt_at.is_(None), WorkItem.next_attempt_at <= now),
+                or_(WorkItem.next_attempt_at.is_(None), WorkItem.next_attempt_at <= database_now()),
             )
         if is_postgres(session) and spec is not None:
             # Lock first, then ask discovery in a new statement: it sees every run that finished one of
@@ -110,7 +117,7 @@ def claim_items(
             .values(
                 status="claimed",
                 claimed_by=run_id,
-                lease_expires_at=now + timedelta(seconds=policy.lease_seconds),
+                lease_expires_at=database_now(policy.lease_seconds),
                 updated_at=now,
             )
             .returning(WorkItem.subject_key)
@@ -128,6 +135,12 @@ def _held_by(use_case: str, key: str, run_id: str) -> ColumnElement[bool]:
         WorkItem.status == "claimed",
         WorkItem.claimed_by == run_id,
     )
+
+
+def still_held(session: Session, use_case: str, key: str, run_id: str) -> bool:
+    """Whether `run_id` still holds the claim on `key`: asked before each model call, so a run declared
+    dead (its claims given to another) calls the model for none of them, not only stores none."""
+    return session.scalar(select(WorkItem.subject_key).where(_held_by(use_case, key, run_id))) is not None
 
 
 def complete_item(session: Session, use_case: str, key: str, run_id: str, output: dict[str, Any]) -> bool:
@@ -216,7 +229,6 @@ def fail_item(
 
     Returns the new status, or None if this run no longer held the claim.
     """
-    now = utcnow()
     attempts = session.scalar(
         select(WorkItem.attempts).where(_held_by(use_case, key, run_id)).with_for_update()
     )
@@ -234,8 +246,8 @@ def fail_item(
             status=status,
             claimed_by=None,
             lease_expires_at=None,
-            next_attempt_at=None if parked else now + timedelta(seconds=policy.backoff_seconds(attempts)),
-            updated_at=now,
+            next_attempt_at=None if parked else database_now(policy.backoff_seconds(attempts)),
+            updated_at=utcnow(),
         )
         .execution_options(synchronize_session=False)
     )
@@ -250,9 +262,7 @@ def renew_claims(
     policy: RetryPolicy = DEFAULT_RETRY_POLICY,
 ) -> int:
     """Extend the lease on the items this run still holds (a long batch must not lose them)."""
-    return _update_held(
-        session, use_case, keys, run_id, lease_expires_at=utcnow() + timedelta(seconds=policy.lease_seconds)
-    )
+    return _update_held(session, use_case, keys, run_id, lease_expires_at=database_now(policy.lease_seconds))
 
 
 def _given_back() -> dict[str, Any]:
@@ -303,7 +313,7 @@ def expired_claim_holders(session: Session) -> list[str]:
     return list(
         session.scalars(
             select(WorkItem.claimed_by)
-            .where(WorkItem.status == "claimed", WorkItem.lease_expires_at < utcnow())
+            .where(WorkItem.status == "claimed", WorkItem.lease_expires_at < database_now())
             .distinct()
         )
     )
@@ -313,9 +323,7 @@ def release_expired_claims(session: Session, keep: Sequence[str] = ()) -> int:
     """Free claims whose lease ran out (their run died), but those of the runs in `keep` (known alive
     by their heartbeat: one model call can outlast a lease); returns how many were freed."""
     values = _given_back()
-    query = update(WorkItem).where(
-        WorkItem.status == "claimed", WorkItem.lease_expires_at < values["updated_at"]
-    )
+    query = update(WorkItem).where(WorkItem.status == "claimed", WorkItem.lease_expires_at < database_now())
     if keep:
         query = query.where(WorkItem.claimed_by.not_in(list(keep)))
     result = session.execute(query.values(**values).execution_options(synchronize_session=False))

@@ -16,7 +16,9 @@ from sqlalchemy import ColumnElement, Select, and_, case, exists, func, or_, sel
 from sqlalchemy.orm import Session, aliased
 
 from appdb import planner_statistics
+from appdb.clock import database_now
 from appdb.dialects import CHUNK, is_postgres
+from appdb.heartbeats import held_by_live_run
 from appdb.models import (
     Event,
     ReferenceData,
@@ -24,7 +26,6 @@ from appdb.models import (
     UseCaseOutput,
     UseCasePause,
     WorkItem,
-    utcnow,
 )
 from appdb.subject_tables import SubjectTable
 
@@ -56,7 +57,8 @@ def pending_work_query(spec: WorkSpec, *, now: Any = None, include_current: bool
     waits for them; an upstream output older than its own inputs (`upstream_specs`) is
     stale too, so a fan-in synthesizer never runs on an expert about to be redone.
     """
-    now = now or utcnow()
+    if now is None:
+        now = database_now()
     table = spec.subjects
     subjects = table.model
     own = aliased(UseCaseOutput, name="own_output")
@@ -68,7 +70,10 @@ def pending_work_query(spec: WorkSpec, *, now: Any = None, include_current: bool
         .where(*table.of_kind())
     )
     query, stale = _with_stale_conditions(query, spec, own, subjects, inputs_ready=True)
-    not_held = or_(work.status != "claimed", work.lease_expires_at < now)
+    # held: claimed by a run with a live heartbeat, or (a holder without one) within the lease
+    not_held = or_(
+        work.status != "claimed", and_(work.lease_expires_at < now, ~held_by_live_run(work.claimed_by))
+    )
     if include_current:  # forced: everything not held by a live claim, parked and backing-off items too
         query = query.where(or_(work.subject_key.is_(None), not_held))
     else:
@@ -291,7 +296,7 @@ def _held_query(spec: WorkSpec) -> Select:
     return select(WorkItem.subject_key).where(
         WorkItem.use_case == spec.use_case,
         WorkItem.status == "claimed",
-        WorkItem.lease_expires_at >= utcnow(),
+        or_(WorkItem.lease_expires_at >= database_now(), held_by_live_run(WorkItem.claimed_by)),
     )
 
 
@@ -350,7 +355,7 @@ def change_marker(session: Session, table: SubjectTable) -> str:
     It includes the next retry, lease expiry or pause end still ahead, so the marker
     also changes when a waiting item or a paused use case comes due.
     """
-    now = utcnow()
+    now = database_now()
     return _fingerprint(
         session,
         *table.change_columns(),

@@ -11,95 +11,162 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import ColumnElement, Select, delete, exists, func, select, update
 from sqlalchemy.orm import Session
 
+from appdb.clock import database_now
 from appdb.dialects import CHUNK, insert_for
-from appdb.models import Interaction, RunHeartbeat, UseCaseOutput, WorkItem, utcnow
+from appdb.models import Interaction, RunHeartbeat, UseCaseOutput, WorkItem
+from appdb.process_identity import ProcessIdentity, this_process
 
 DEAD_ROWS_KEPT_DAYS = 7  # reaped runs stay visible (`pipeline status`) this long
 
 
 @dataclass(frozen=True)
 class Heartbeat:
-    """One run's last sign of life."""
+    """One run's last sign of life, read at `seen_at` on the database's clock (every time here is)."""
 
     run_id: str
     job: str
     source: str | None
-    host: str
-    pid: int
+    process: ProcessIdentity
     state: str
     started_at: datetime
     beat_at: datetime
     ended_reason: str | None
+    seen_at: datetime
 
-    def age_seconds(self, now: datetime | None = None) -> float:
-        return ((now or utcnow()) - self.beat_at).total_seconds()
+    @property
+    def host(self) -> str:
+        return self.process.host
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def age_seconds(self) -> float:
+        """How long ago the run last beat, on the database's clock (no host's clock is asked)."""
+        return (self.seen_at - self.beat_at).total_seconds()
 
 
-def _heartbeat(row: RunHeartbeat) -> Heartbeat:
-    return Heartbeat(
-        row.run_id,
-        row.job,
-        row.source,
-        row.host,
-        row.pid,
-        row.state,
-        row.started_at,
-        row.beat_at,
-        row.ended_reason,
-    )
+def _heartbeats(session: Session, query: Select) -> list[Heartbeat]:
+    """The rows of `query` (a select of RunHeartbeat and `database_now()`) as heartbeats."""
+    return [
+        Heartbeat(
+            row.run_id,
+            row.job,
+            row.source,
+            ProcessIdentity(
+                row.instance_id, row.host, row.pid, row.boot_id, row.pid_namespace, row.process_started
+            ),
+            row.state,
+            row.started_at,
+            row.beat_at,
+            row.ended_reason,
+            seen_at,
+        )
+        for row, seen_at in session.execute(query)
+    ]
+
+
+def _read_heartbeats() -> Select:
+    return select(RunHeartbeat, database_now())
 
 
 def start_heartbeat(
-    session: Session, run_id: str, *, job: str, source: str | None, host: str, pid: int
+    session: Session,
+    run_id: str,
+    *,
+    job: str,
+    source: str | None,
+    host: str | None = None,
+    pid: int | None = None,
+    process: ProcessIdentity | None = None,
 ) -> None:
-    """The run's first beat (a run already reaped as dead stays dead)."""
-    now = utcnow()
+    """The run's first beat (a run already reaped as dead stays dead), by this process unless `process`
+    says which (or `host` and `pid`: a process elsewhere, judged by its heartbeat's age alone)."""
+    if process is None:
+        process = this_process() if host is None else ProcessIdentity.elsewhere(host, pid or 0)
     session.execute(
         insert_for(session)(RunHeartbeat)
         .values(
             run_id=run_id,
             job=job,
             source=source,
-            host=host[:255],
-            pid=pid,
+            host=process.host[:255],
+            pid=process.pid,
+            instance_id=process.instance_id,
+            boot_id=process.boot_id,
+            pid_namespace=process.pid_namespace,
+            process_started=process.started,
             state="alive",
-            started_at=now,
-            beat_at=now,
+            started_at=database_now(),
+            beat_at=database_now(),
         )
         .on_conflict_do_nothing()
     )
 
 
-def beat(session: Session, run_id: str) -> bool:
-    """Renew the heartbeat; False when the run was declared dead meanwhile (or never started one)."""
+def beat(session: Session, run_id: str, *, lease_seconds: float | None = None) -> bool:
+    """Renew the heartbeat; False when the run was declared dead meanwhile (or never started one).
+
+    With `lease_seconds`, the claims the run holds whose lease ends within half of it get a full lease
+    again: a live run keeps its claims however long its calls take (a batch whose calls outlasted the
+    lease lost them to a second run, which answered the same postings again)."""
     result = session.execute(
         update(RunHeartbeat)
         .where(RunHeartbeat.run_id == run_id, RunHeartbeat.state == "alive")
-        .values(beat_at=utcnow())
+        .values(beat_at=database_now())
         .execution_options(synchronize_session=False)
     )
-    return result.rowcount == 1
+    alive = result.rowcount == 1
+    if alive and lease_seconds:
+        session.execute(
+            update(WorkItem)
+            .where(
+                WorkItem.status == "claimed",
+                WorkItem.claimed_by == run_id,
+                WorkItem.lease_expires_at <= database_now(lease_seconds / 2),
+            )
+            .values(lease_expires_at=database_now(lease_seconds))
+            .execution_options(synchronize_session=False)
+        )
+    return alive
 
 
-def end_heartbeat(session: Session, run_id: str) -> None:
+def held_by_live_run(claimed_by: ColumnElement[str | None]) -> ColumnElement[bool]:
+    """Whether the run named by `claimed_by` has a live heartbeat: its claims pass to no other run until
+    it is declared dead (`mark_dead`, by the rules of `sensors/run_liveness.py`), whatever their lease
+    says. A holder without a heartbeat row (an older version) is judged by the lease alone."""
+    return exists().where(RunHeartbeat.run_id == claimed_by, RunHeartbeat.state == "alive")
+
+
+def end_heartbeat(session: Session, run_id: str) -> int:
     """The run ended in its own process: nothing to reap. The row stays (state `ended`), so a run with
-    no row at all is one that never began to beat (`record_silent_death`)."""
-    session.execute(
+    no row at all is one that never began to beat (`record_silent_death`). Claims it still holds (its
+    step failed before giving them back, the database away at that moment) go back, no attempt spent;
+    returns how many."""
+    result = session.execute(
         update(RunHeartbeat)
         .where(RunHeartbeat.run_id == run_id, RunHeartbeat.state == "alive")
-        .values(state="ended", beat_at=utcnow())
+        .values(state="ended", beat_at=database_now())
         .execution_options(synchronize_session=False)
     )
+    if result.rowcount != 1:
+        return 0
+    released = session.execute(
+        update(WorkItem)
+        .where(WorkItem.status == "claimed", WorkItem.claimed_by == run_id)
+        .values(status="pending", claimed_by=None, lease_expires_at=None, updated_at=database_now())
+        .execution_options(synchronize_session=False)
+    )
+    return released.rowcount
 
 
 def record_silent_death(session: Session, run_id: str, job: str, reason: str) -> bool:
     """A run that died before its first beat: recorded dead; True for the one caller that recorded it."""
-    now = utcnow()
     result = session.execute(
         insert_for(session)(RunHeartbeat)
         .values(
@@ -109,8 +176,8 @@ def record_silent_death(session: Session, run_id: str, job: str, reason: str) ->
             host="",
             pid=0,
             state="dead",
-            started_at=now,
-            beat_at=now,
+            started_at=database_now(),
+            beat_at=database_now(),
             ended_reason=reason,
         )
         .on_conflict_do_nothing()
@@ -120,10 +187,9 @@ def record_silent_death(session: Session, run_id: str, job: str, reason: str) ->
 
 def alive_heartbeats(session: Session) -> list[Heartbeat]:
     """Every run still called alive, the oldest beat first (the reaper decides which died)."""
-    rows = session.scalars(
-        select(RunHeartbeat).where(RunHeartbeat.state == "alive").order_by(RunHeartbeat.beat_at)
+    return _heartbeats(
+        session, _read_heartbeats().where(RunHeartbeat.state == "alive").order_by(RunHeartbeat.beat_at)
     )
-    return [_heartbeat(row) for row in rows]
 
 
 def mark_dead(session: Session, run_id: str, reason: str) -> bool:
@@ -140,25 +206,25 @@ def mark_dead(session: Session, run_id: str, reason: str) -> bool:
 def died_since(session: Session, since: datetime, jobs: Collection[str] = ()) -> list[Heartbeat]:
     """Runs declared dead whose last beat is at or after `since` (of these jobs, when given), newest
     first: what the stuck-work detector names when nothing holds the work any more."""
-    query = select(RunHeartbeat).where(RunHeartbeat.state == "dead", RunHeartbeat.beat_at >= since)
+    query = _read_heartbeats().where(RunHeartbeat.state == "dead", RunHeartbeat.beat_at >= since)
     if jobs:
         query = query.where(RunHeartbeat.job.in_(list(jobs)))
-    return [_heartbeat(row) for row in session.scalars(query.order_by(RunHeartbeat.beat_at.desc()).limit(3))]
+    return _heartbeats(session, query.order_by(RunHeartbeat.beat_at.desc()).limit(3))
 
 
 def heartbeats_of(session: Session, run_ids: Collection[str] | None = None) -> dict[str, Heartbeat]:
     """The heartbeats of these runs (all, without `run_ids`), alive or reaped."""
-    query = select(RunHeartbeat)
+    query = _read_heartbeats()
     if run_ids is not None:
         if not run_ids:
             return {}
         query = query.where(RunHeartbeat.run_id.in_(list(run_ids)[:CHUNK]))
-    return {row.run_id: _heartbeat(row) for row in session.scalars(query)}
+    return {beat.run_id: beat for beat in _heartbeats(session, query)}
 
 
 def prune_dead(session: Session, days: int = DEAD_ROWS_KEPT_DAYS) -> int:
     """Forget ended and reaped runs older than `days`."""
-    cutoff = utcnow() - timedelta(days=days)
+    cutoff = database_now(-days * 86400)
     result = session.execute(
         delete(RunHeartbeat).where(RunHeartbeat.state != "alive", RunHeartbeat.beat_at < cutoff)
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, DateTime, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 KEY_LENGTH = 255
@@ -287,3 +287,9 @@ class RunHeartbeat(Base):
     started_at: Mapped[datetime] = mapped_column(default=utcnow)
     beat_at: Mapped[datetime] = mapped_column(default=utcnow)
     ended_reason: Mapped[str | None] = mapped_column(Text)
+    # Which process beats, and where its pid means something (migration 0011; null: an older version or
+    # no /proc, judged by the heartbeat's age alone): `sensors/run_liveness.local_process`.
+    instance_id: Mapped[str | None] = mapped_column(String(32))
+    boot_id: Mapped[str | None] = mapped_column(String(40))
+    pid_namespace: Mapped[str | None] = mapped_column(String(40))
+    process_started: Mapped[int | None] = mapped_column(BigInteger)  # clock ticks since boot

@@ -18,7 +18,13 @@ from domain.language.llm_types import Generation
 from resources.app_database import AppDatabase
 from resources.llm import LLMResource
 
-CLAIM_LOST = "claim lost (lease expired and taken by another run); output not written"
+CLAIM_LOST = "claim lost (the run was declared dead and its claims given back); output not written"
+
+
+class ClaimLost(Exception):
+    """The run no longer holds the subject's claim: the model is not called for it, nothing is stored."""
+
+
 PARKED_NOTE = "(parked after repeated failures)"
 
 
@@ -108,6 +114,22 @@ class BatchRun:
                     session, self.use_case.name, sorted(self.remaining), self.run_id, self.use_case.retry
                 )
             self.last_renewal = time.monotonic()
+
+    def fence(self, key: str) -> ClaimLost | None:
+        """Asked right before each model call for `key`: a run declared dead (its claims given to another
+        run) calls the model for none of them. Fails open when the database cannot be asked: the store
+        is fenced as well (`claims.complete_items`), so at worst a call is wasted, never stored twice."""
+        try:
+            with self.app_db.session() as session:
+                held = claims.still_held(session, self.use_case.name, key, self.run_id)
+        except Exception:  # noqa: BLE001 - see above
+            return None
+        return None if held else ClaimLost(CLAIM_LOST)
+
+    def drop_lost_claim(self, key: str) -> None:
+        """A fenced subject: counted failed (no attempt spent: the claim is another run's), nothing stored."""
+        self.outcome.failed[key] = CLAIM_LOST
+        self.finished(key)
 
     def note_served(self) -> None:
         """After the run's first stored output the backend serves again: reset the breaker's trip count."""

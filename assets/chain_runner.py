@@ -28,7 +28,7 @@ import jsonschema
 from dagster import AssetMaterialization
 
 from appdb import inputs, interactions
-from assets.batch_state import BatchRun
+from assets.batch_state import BatchRun, ClaimLost
 from assets.event_batches import asset_events_in_batches
 from assets.llm_calls import LLMRequest, generate_in_ready_groups
 from assets.outputs import (
@@ -145,7 +145,10 @@ def _wave(
     started = time.perf_counter()
     if not step.is_script:
         run.load_model(step.model)
-    for group in _step_groups(run, step, batch, values, script_context):
+    for answered in _step_groups(run, step, batch, values, script_context):
+        group = [(subject, call) for subject, call in answered if not _fenced(run, subject, call, active)]
+        if not group:
+            continue
         if isinstance(group[0][1].error, BackendUnavailable):
             raise group[0][1].error  # it comes alone: what was answered before it is stored already
         run.renew_claims_if_due()  # between transactions: the renewal must not wait on this run's own
@@ -211,7 +214,8 @@ def _step_groups(
         request = LLMRequest(step.model, prompt, system_prompt, step.output_schema, step.options, messages)
         ready.append(((subject, _StepCall(prompt, system_prompt, truncated, chat=chat)), request))
     yield from in_write_groups(unrendered)
-    for group in generate_in_ready_groups(run.llm, ready, WRITES_PER_TRANSACTION):
+    fence = lambda item: run.fence(item[0].key)  # noqa: E731 - (subject, call) -> the subject's claim
+    for group in generate_in_ready_groups(run.llm, ready, WRITES_PER_TRANSACTION, fence=fence):
         yield [
             (
                 subject,
@@ -221,6 +225,15 @@ def _step_groups(
             )
             for (subject, call), result in group
         ]
+
+
+def _fenced(run: BatchRun, subject: SubjectChain, call: _StepCall, active: dict[str, SubjectChain]) -> bool:
+    """Whether the step was not called because the claim is lost: the subject leaves the chain."""
+    if not isinstance(call.error, ClaimLost):
+        return False
+    active.pop(subject.key, None)
+    run.drop_lost_claim(subject.key)
+    return True
 
 
 def _inputs(values: Mapping[str, Any], subject: SubjectChain) -> dict[str, Any]:

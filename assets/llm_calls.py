@@ -22,6 +22,10 @@ from resources.llm import LLMResource
 
 Item = TypeVar("Item")
 
+Fence = Callable[[Item], Exception | None]
+"""Asked on the request's thread right before the call: an exception stands for the call, which is not
+made (the run no longer holds the subject's claim: `assets/batch_state.ClaimLost`)."""
+
 REQUEST_HANDOFF_SECONDS = 0.002
 """Let the request thread put its request on the wire before the caller's bookkeeping holds the GIL:
 CPU-bound Python keeps it in 5 ms slices, which delayed each send by ~10 ms."""
@@ -64,14 +68,17 @@ def generate_in_order(
 
 
 def generate_in_ready_groups(
-    llm: LLMResource, requests: Iterable[tuple[Item, LLMRequest]], most: int
+    llm: LLMResource,
+    requests: Iterable[tuple[Item, LLMRequest]],
+    most: int,
+    fence: Fence | None = None,
 ) -> Iterator[list[tuple[Item, Generation | Exception]]]:
     """The outcomes in the order given, in groups: the next outcome and those after it that are answered
     already (up to `most`), so a busy server's answers are stored a transaction at a time and a slow
     one's as each comes. A `BackendUnavailable` comes alone: the caller stops on it, and what was
-    answered before it is stored first."""
+    answered before it is stored first. `fence` is asked right before each call (see `Fence`)."""
     group: list[tuple[Item, Generation | Exception]] = []
-    for item, result, next_is_ready in _outcomes_in_order(llm, requests):
+    for item, result, next_is_ready in _outcomes_in_order(llm, requests, fence):
         if isinstance(result, BackendUnavailable):
             if group:
                 yield group
@@ -87,14 +94,20 @@ def generate_in_ready_groups(
 
 
 def _outcomes_in_order(
-    llm: LLMResource, requests: Iterable[tuple[Item, LLMRequest]]
+    llm: LLMResource, requests: Iterable[tuple[Item, LLMRequest]], fence: Fence | None = None
 ) -> Iterator[tuple[Item, Generation | Exception, Callable[[], bool]]]:
     """Each item's outcome in order, and whether the next one is answered already."""
     slots = llm.in_flight_limit
+
+    def fenced_call(item: Item, request: LLMRequest) -> Generation | Exception:
+        stopped = fence(item) if fence is not None else None
+        return stopped if stopped is not None else call_llm(llm, request)
+
     with ThreadPoolExecutor(max_workers=slots) as pool:
         pending = iter(requests)
         window: deque[tuple[Item, Future]] = deque(
-            (item, pool.submit(call_llm, llm, request)) for item, request in itertools.islice(pending, slots)
+            (item, pool.submit(fenced_call, item, request))
+            for item, request in itertools.islice(pending, slots)
         )
 
         def next_is_ready() -> bool:
@@ -106,6 +119,6 @@ def _outcomes_in_order(
             if not isinstance(result, BackendUnavailable):
                 following = next(pending, None)
                 if following is not None:
-                    window.append((following[0], pool.submit(call_llm, llm, following[1])))
+                    window.append((following[0], pool.submit(fenced_call, *following)))
                     time.sleep(REQUEST_HANDOFF_SECONDS)
             yield item, result, next_is_ready

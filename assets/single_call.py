@@ -23,7 +23,7 @@ from typing import Any
 from dagster import AssetMaterialization
 
 from appdb import claims, inputs, interactions
-from assets.batch_state import BatchRun
+from assets.batch_state import BatchRun, ClaimLost
 from assets.event_batches import asset_events_in_batches
 from assets.llm_calls import LLMRequest, generate_in_ready_groups
 from assets.outputs import (
@@ -106,7 +106,10 @@ def run_single_calls(run: BatchRun, held: Sequence[str]) -> Iterator[AssetMateri
     else:
         groups = _generate_all(run, prepared)
     with asset_events_in_batches(run.context.instance) as flush:
-        for group in groups:
+        for answered in groups:
+            group = [pair for pair in answered if not _fenced(run, *pair)]
+            if not group:
+                continue
             run.renew_claims_if_due()  # between transactions: the renewal must not wait on this run's own
             llm_ms = run.outcome.llm_ms
             try:
@@ -123,6 +126,14 @@ def run_single_calls(run: BatchRun, held: Sequence[str]) -> Iterator[AssetMateri
                 continue
             yield from _announce(run, written, progress)
             flush()  # the group's materializations, in one write
+
+
+def _fenced(run: BatchRun, item: PreparedCall, result: Generation | Exception) -> bool:
+    """Whether the call was not made because the claim is lost (the subject is then counted failed)."""
+    if isinstance(result, ClaimLost):
+        run.drop_lost_claim(item.key)
+        return True
+    return False
 
 
 def _store_group(
@@ -189,7 +200,9 @@ def _generate_all(
         )
         for item in prepared
     )
-    return generate_in_ready_groups(run.llm, requests, WRITES_PER_TRANSACTION)
+    return generate_in_ready_groups(
+        run.llm, requests, WRITES_PER_TRANSACTION, fence=lambda item: run.fence(item.key)
+    )
 
 
 def _generation_options(options: dict[str, Any]) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from pipeline_defs.wiring import (
 )
 from resources.app_database import AppDatabase
 from resources.llm import LLMResource
+from resources.run_heartbeat import DEFAULT_LEASE_SECONDS
 from sensors.discovery_sensor import build_discovery_sensor
 from sensors.gym_sensor import build_gym_sensor
 from sensors.liveness_sensor import build_liveness_sensor
@@ -97,6 +98,7 @@ def engine_definitions(
             "app_db": AppDatabase(
                 url=configured(settings, "database_url"),
                 heartbeat_seconds=settings.heartbeat_seconds,
+                lease_seconds=settings.lease_seconds or DEFAULT_LEASE_SECONDS,
             ),
             "llm": llm or build_llm_resource(settings, env_vars=True),
             **{

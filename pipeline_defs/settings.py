@@ -365,6 +365,14 @@ class Settings:
         None,
         parse=positive_int,
     )
+    database_retry_seconds: int = setting(
+        "PIPELINE_DATABASE_RETRY_SECONDS",
+        "how long `pipeline run` waits for an unreachable application database to come back (retrying "
+        "with backoff, one line while it waits) before it stops with a one-line error "
+        "([liveness](liveness.md)); 0: stop at once",
+        120,
+        parse=whole_number,
+    )
     retire_after_days: int = setting(
         "PIPELINE_RETIRE_AFTER_DAYS",
         "the `retire_finished_<kind>` schedules (stopped until you switch them on) retire subjects finished "

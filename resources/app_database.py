@@ -14,7 +14,7 @@ from pydantic import PrivateAttr
 from sqlalchemy.orm import Session
 
 from appdb.database import migrate, session_scope
-from resources.run_heartbeat import DEFAULT_HEARTBEAT_SECONDS, RunHeartbeat
+from resources.run_heartbeat import DEFAULT_HEARTBEAT_SECONDS, DEFAULT_LEASE_SECONDS, RunHeartbeat
 
 
 def _source(tags: dict[str, str]) -> str:
@@ -26,10 +26,12 @@ def _source(tags: dict[str, str]) -> str:
 
 class AppDatabase(ConfigurableResource):
     """Postings, outputs, interactions and work state; migrated to the newest schema on first use.
-    heartbeat_seconds: how often a run shows it is alive (PIPELINE_HEARTBEAT_SECONDS)."""
+    heartbeat_seconds: how often a run shows it is alive (PIPELINE_HEARTBEAT_SECONDS); lease_seconds: the
+    lease each beat renews on the claims the run holds (PIPELINE_LEASE_SECONDS, else 600)."""
 
     url: str
     heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
     _heartbeat: RunHeartbeat | None = PrivateAttr(default=None)
 
     def ensure_ready(self) -> None:
@@ -49,5 +51,10 @@ class AppDatabase(ConfigurableResource):
         # could then only open with `with`. The heartbeat ends itself when Dagster reports the run
         # finished, or when the process exits.
         self._heartbeat = RunHeartbeat(
-            self.url, run.run_id, run.job_name, _source(dict(run.tags)), self.heartbeat_seconds
+            self.url,
+            run.run_id,
+            run.job_name,
+            _source(dict(run.tags)),
+            self.heartbeat_seconds,
+            self.lease_seconds,
         ).start(context.instance)

@@ -10,11 +10,9 @@ died while waiting on the pool and held no claims.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import logging
-import os
-import socket
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -26,8 +24,13 @@ from appdb.database import get_engine, session_scope
 
 DEFAULT_HEARTBEAT_SECONDS = 10.0
 DEAD_AFTER_BEATS = 5  # a run whose last beat is older than this many intervals is dead (50 s by default)
+DEFAULT_LEASE_SECONDS = 600.0  # `appdb.retry_policy.RetryPolicy.lease_seconds`, unless PIPELINE_LEASE_SECONDS
 
 log = logging.getLogger(__name__)
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
 
 
 def dead_after_seconds(heartbeat_seconds: float) -> float:
@@ -42,7 +45,7 @@ _running: set[RunHeartbeat] = set()
 def _end_on_exit() -> None:
     """A run worker exits right after its run: end its heartbeat rather than leave it to be reaped."""
     for heartbeat in list(_running):
-        heartbeat.stop()
+        heartbeat.stop(timeout=0.0)
 
 
 @contextmanager
@@ -55,11 +58,24 @@ def _beat_session(url: str) -> Iterator[Session]:
 
 class RunHeartbeat:
     """Beats for one run every `interval` seconds on a daemon thread, until the run is finished
-    (Dagster says so), its row was ended or reaped, `stop()`, or the process exits."""
+    (Dagster says so), its row was ended or reaped, `stop()`, or the process exits. Each beat also
+    renews the leases of the claims the run holds (`lease_seconds`), so a live run keeps them however
+    long its calls take."""
 
-    def __init__(self, url: str, run_id: str, job: str, source: str | None, interval: float) -> None:
+    def __init__(
+        self,
+        url: str,
+        run_id: str,
+        job: str,
+        source: str | None,
+        interval: float,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    ) -> None:
         self.url, self.run_id, self.job, self.source, self.interval = url, run_id, job, source, interval
+        self.lease_seconds = lease_seconds
         self._stop = threading.Event()
+        self._ended = threading.Event()
+        self._end_failed = False
         self._thread = threading.Thread(target=self._loop, name=f"heartbeat-{run_id[:8]}", daemon=True)
         self._instance: Any = None
 
@@ -68,14 +84,7 @@ class RunHeartbeat:
         With Dagster's `instance`, the thread ends itself once the run is finished."""
         self._instance = instance
         with session_scope(self.url) as session:
-            heartbeats.start_heartbeat(
-                session,
-                self.run_id,
-                job=self.job,
-                source=self.source,
-                host=socket.gethostname(),
-                pid=os.getpid(),
-            )
+            heartbeats.start_heartbeat(session, self.run_id, job=self.job, source=self.source)
         _running.add(self)
         self._thread.start()
         return self
@@ -90,13 +99,14 @@ class RunHeartbeat:
         return run is not None and run.is_finished
 
     def _loop(self) -> None:
+        failing = False
         while not self._stop.wait(self.interval):
             if self._run_finished():
-                self.stop()
-                return
+                self._stop.set()
+                break
             try:
                 with _beat_session(self.url) as session:
-                    alive = heartbeats.beat(session, self.run_id)
+                    alive = heartbeats.beat(session, self.run_id, lease_seconds=self.lease_seconds)
                     state = (
                         None
                         if alive
@@ -105,21 +115,63 @@ class RunHeartbeat:
                         )
                     )
             except Exception as exc:  # noqa: BLE001 - a missed beat is retried; the run goes on
-                log.warning("run %s: heartbeat not written (%s); retrying", self.run_id, exc)
+                if not failing:  # one line per outage
+                    log.warning("run %s: heartbeat not written (%s); retrying", self.run_id, _first_line(exc))
+                failing = True
                 continue
+            failing = False
             if not alive:
                 if state == "dead":
                     log.error(
                         "run %s was declared dead (its heartbeat stopped for too long): its claims went "
-                        "back and its outputs will not be stored",
+                        "back and it calls the model for none of them and stores none",
                         self.run_id,
                     )
+                self._ended.set()
                 _running.discard(self)
                 return
+        # Finished: end the row, retrying while the database is away (a blip must not leave it "alive"
+        # for the reaper's patience, with the claims it still holds).
+        while not self._end_once():
+            time.sleep(min(self.interval, 5.0))
 
-    def stop(self) -> None:
-        """The run ended in this process: stop beating and mark the row ended (nothing to reap)."""
-        self._stop.set()
+    def _end_once(self) -> bool:
+        """End the row and give back what the run still holds; whether that is done (or was)."""
+        if self._ended.is_set():
+            return True
+        try:
+            with _beat_session(self.url) as session:
+                heartbeats.end_heartbeat(session, self.run_id)
+        except Exception as exc:  # noqa: BLE001 - the caller retries
+            if not self._end_failed:
+                log.warning("run %s: heartbeat not ended (%s); retrying", self.run_id, _first_line(exc))
+            self._end_failed = True
+            return False
+        self._ended.set()
         _running.discard(self)
-        with contextlib.suppress(Exception), _beat_session(self.url) as session:
-            heartbeats.end_heartbeat(session, self.run_id)
+        return True
+
+    def stop(self, timeout: float = 0.0) -> bool:
+        """The run ended in this process: stop beating and mark the row ended (nothing to reap), giving
+        back the claims it still holds. If the database is away, the beat thread keeps trying; wait up to
+        `timeout` seconds for that. Returns whether the row is ended."""
+        self._stop.set()
+        if self._end_once():
+            return True
+        if not self._thread.is_alive():  # never started, or already gone: retry here
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                time.sleep(min(self.interval, 1.0, max(0.0, deadline - time.monotonic())))
+                if self._end_once():
+                    return True
+            return False
+        return self._ended.wait(timeout)
+
+
+def end_run_heartbeat(run_id: str, timeout: float) -> bool:
+    """End the heartbeat of `run_id` kept by this process now, waiting up to `timeout` seconds for the
+    database; True when it is ended (or none is kept here)."""
+    for heartbeat in list(_running):
+        if heartbeat.run_id == run_id:
+            return heartbeat.stop(timeout)
+    return True

@@ -20,17 +20,14 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from pathlib import Path
 
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
-from appdb import claims, heartbeats
-from appdb.models import utcnow
+from appdb import claims, heartbeats, process_identity
+from appdb.clock import now_on_database
 from assets.factory import LLM_POOL
 from resources.app_database import AppDatabase
 
@@ -63,7 +60,7 @@ def reap_dead_runs(
         beats = heartbeats.alive_heartbeats(session)
     reaped = []
     for beat in beats:
-        age = beat.age_seconds()
+        age = beat.age_seconds()  # on the database's clock
         process = local_process(beat)
         if process == GONE:
             reason = f"its process (pid {beat.pid} on {beat.host}) is gone"
@@ -89,54 +86,44 @@ def reap_dead_runs(
     return reaped
 
 
-THIS_HOST = socket.gethostname()
 PROCESS_CHECK_AFTER_SECONDS = 2.0  # a beat this young is trusted: its process wrote it a moment ago
-# A run whose process on this host is alive is not dead because its heartbeat is late: on a loaded
-# machine (or behind a long SQLite write lock) the beat thread can stall past the minute, and reaping
-# a working run gave its claims to another run while it went on calling the model (the same posting
-# answered twice). Only a silence this long (the default claim lease) reaps a live process: it is hung.
+# A run whose process is provably alive is not dead because its heartbeat is late: on a loaded machine
+# (or behind a long SQLite write lock) the beat thread can stall past the minute, and reaping a working
+# run gave its claims to another run while it went on calling the model (the same posting answered
+# twice). Only a silence this long (the default claim lease) reaps a live process: it is hung.
 LIVE_PROCESS_PATIENCE_SECONDS = 600.0
 ALIVE, GONE, UNKNOWN = "alive", "gone", "unknown"
-# A process that started this long after its heartbeat is another process with the same pid. The slack
-# covers the boot time's rounding and a wall clock stepped forward since (which moves /proc's start times).
-PID_START_SLACK_SECONDS = 30.0
+ZOMBIE_STATES = ("Z", "X")
 
 
 def local_process(beat: heartbeats.Heartbeat) -> str:
-    """Whether the run's process is ALIVE (on this host, and the same process that started the heartbeat),
-    GONE (on this host, and its pid no longer exists or now names a process started after the heartbeat),
-    or UNKNOWN (another host, a heartbeat too young to judge, or no /proc to read)."""
-    if beat.host != THIS_HOST or beat.pid <= 0 or beat.age_seconds() < PROCESS_CHECK_AFTER_SECONDS:
+    """Whether the run's process is ALIVE (this very process, or provably the same process in this PID
+    namespace on this boot), GONE (in this PID namespace on this boot, and its pid no longer exists, is a
+    zombie, or names a process started at another moment: a reused pid), or UNKNOWN (anywhere else: another
+    host or container, another boot, no /proc, an older version's row; or a beat too young to judge).
+    Host names are not trusted: containers and `unshare --pid` share them."""
+    me = process_identity.this_process()
+    if beat.process.instance_id is not None and beat.process.instance_id == me.instance_id:
+        return ALIVE
+    if (
+        beat.pid <= 0
+        or beat.age_seconds() < PROCESS_CHECK_AFTER_SECONDS
+        or not process_identity.same_pid_space(beat.process)
+    ):
         return UNKNOWN
     try:
         os.kill(beat.pid, 0)
     except ProcessLookupError:
         return GONE
-    except PermissionError:  # another user's process (a run of theirs, or a reused pid): the age decides
-        return UNKNOWN
-    found = process_state_and_start(beat.pid)
-    if found is None:
+    except PermissionError:  # another user's process: /proc still tells whether it is the same one
+        pass
+    found = process_identity.state_and_start(beat.pid)
+    if found is None:  # hidden from this user (a /proc mounted with hidepid): the age decides
         return UNKNOWN
     state, started = found
     if state in ZOMBIE_STATES:  # killed, not yet waited for by its parent
         return GONE
-    heartbeat_started = beat.started_at.replace(tzinfo=UTC).timestamp()
-    return GONE if started > heartbeat_started + PID_START_SLACK_SECONDS else ALIVE
-
-
-ZOMBIE_STATES = ("Z", "X")
-
-
-def process_state_and_start(pid: int) -> tuple[str, float] | None:
-    """The process's state letter and when it started (seconds since the epoch), from /proc; None where
-    there is no /proc (the heartbeat's age decides there, as everywhere off this host)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        stat = Path("/proc/stat").read_text().splitlines()
-        boot = next(float(line.split()[1]) for line in stat if line.startswith("btime"))
-        return fields[0], boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")  # fields 3 and 22 of stat
-    except (OSError, IndexError, StopIteration, ValueError):
-        return None
+    return ALIVE if started == beat.process.started else GONE
 
 
 def sweep_expired_leases(instance: DagsterInstance, app_db: AppDatabase) -> tuple[int, list[str]]:
@@ -257,10 +244,10 @@ def pool_holders(instance: DagsterInstance, app_db: AppDatabase, pool: str = LLM
     return holders
 
 
-def describe_age(beat: heartbeats.Heartbeat | None, now: datetime | None = None) -> str:
+def describe_age(beat: heartbeats.Heartbeat | None) -> str:
     if beat is None:
         return "no heartbeat"
-    age = beat.age_seconds(now)
+    age = beat.age_seconds()
     text = f"{age / 60:.0f} min" if age >= 120 else f"{age:.0f} s"
     return f"heartbeat {text} old" + (" (declared dead)" if beat.state == "dead" else "")
 
@@ -282,9 +269,9 @@ def stuck_work(
     function that counts it); both are asked only when nothing moved for longer than a lease. With
     nothing holding the work, the line names the run of `jobs` that died last, and asks about the
     daemon only where it is not the daemon asking (`in_daemon`: the liveness sensor)."""
-    now = utcnow()
     with app_db.session() as session:
         since = heartbeats.last_progress(session, use_cases)
+        now = now_on_database(session)
     if since is None or (now - since).total_seconds() <= lease_seconds:
         return None
     pending = pending() if callable(pending) else pending
@@ -301,13 +288,11 @@ def stuck_work(
             what = "waiting for" if holder.waiting else "held by"
             blockers.append(
                 f"pool {LLM_POOL} {what} run {holder.run_id[:8]} "
-                f"({holder.dagster_status or 'unknown to Dagster'}, {describe_age(holder.heartbeat, now)})"
+                f"({holder.dagster_status or 'unknown to Dagster'}, {describe_age(holder.heartbeat)})"
             )
     for run_id, (count, expires) in held.items():
         lease = f", lease ends {expires:%H:%M:%S} UTC" if expires else ""
-        blockers.append(
-            f"{count} claims held by run {run_id[:8]} ({describe_age(beats.get(run_id), now)}{lease})"
-        )
+        blockers.append(f"{count} claims held by run {run_id[:8]} ({describe_age(beats.get(run_id))}{lease})")
     if instance is not None:
         queued = instance.get_runs_count(RunsFilter(statuses=[DagsterRunStatus.QUEUED]))
         if queued:

@@ -22,6 +22,7 @@ from appdb.models import utcnow
 from assets.factory import WorkGroup, build_work_groups, llm_resource_key
 from assets.partitions import add_partitions
 from assets.run_tags import SOURCE_TAG
+from pipeline_defs.cli.database_blips import DatabaseBlips, is_connection_error_name
 from pipeline_defs.cli.run_watch import RunWatch
 from pipeline_defs.dagster_home import ensure_dagster_home, ensure_pools
 from pipeline_defs.definitions import build_definitions
@@ -29,6 +30,7 @@ from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import build_use_cases
 from resources.app_database import AppDatabase
 from resources.llm_hosts import HOST_PAUSE_PREFIX
+from resources.run_heartbeat import DEFAULT_LEASE_SECONDS, end_run_heartbeat
 from sensors.discovery_sensor import plan_runs
 
 REPLANS_AFTER_REAPING = 3
@@ -51,6 +53,8 @@ class RunReport:
     paused: dict[str, str] = field(default_factory=dict)
     stopped: str = ""  # why the remaining batches were not run (the circuit breaker tripped)
     failures: list[str] = field(default_factory=list)  # per failed run: its run id and first error line
+    retried_runs: list[str] = field(default_factory=list)  # failed on the database's connection, redone
+    blip: str = ""  # the connection error that stopped this pass (the group is planned again)
 
 
 def single_use_case_groups(groups: Sequence[WorkGroup], names: Sequence[str]) -> list[WorkGroup]:
@@ -65,15 +69,22 @@ def single_use_case_groups(groups: Sequence[WorkGroup], names: Sequence[str]) ->
     return selected
 
 
-def load_reference_data(defs: Definitions, instance: DagsterInstance, source: str = "cli") -> bool:
-    """Materialize the skills taxonomy (a no-op when the file is unchanged); True when it succeeded."""
-    result = defs.resolve_job_def("skills_taxonomy_job").execute_in_process(
-        instance=instance,
-        tags={SOURCE_TAG: source},
-        run_config=QUIET_LOGS,
-        raise_on_error=False,
-    )
-    return result.success
+def load_reference_data(
+    defs: Definitions, instance: DagsterInstance, source: str = "cli", blips: DatabaseBlips | None = None
+) -> bool:
+    """Materialize the skills taxonomy (a no-op when the file is unchanged); True when it succeeded.
+    With `blips`, a load that failed on the database's connection is tried again once it answers."""
+    while True:
+        result = defs.resolve_job_def("skills_taxonomy_job").execute_in_process(
+            instance=instance,
+            tags={SOURCE_TAG: source},
+            run_config=QUIET_LOGS,
+            raise_on_error=False,
+        )
+        blip = _connection_failure(result) if blips is not None and not result.success else ""
+        if not blip:
+            return result.success
+        blips.wait_for_database(blip)
 
 
 def run_pending(
@@ -87,26 +98,44 @@ def run_pending(
     on_run: Callable[[str, int, int], None] | None = None,
     watch: RunWatch | None = None,
     track: GroupTracker | None = None,
+    blips: DatabaseBlips | None = None,
 ) -> list[RunReport]:
     """Discover and process every pending posting of the given work groups, in order.
 
     Runs whose heartbeat stopped are failed and their pool slots freed before and while this works
     (`RunWatch`); a group is done only when no run that stopped beating still holds its work (waited
-    for, reaped, planned again); after a run tripped the circuit breaker nothing more is started.
+    for, reaped, planned again); after a run tripped the circuit breaker nothing more is started. With
+    `blips`, an application database that stops answering is waited for (`database_blips`) and the
+    group planned again, the runs that failed on it not counted as failed.
     """
     reports: list[RunReport] = []
     with contextlib.ExitStack() as stack:
         watch = watch or stack.enter_context(RunWatch(instance, app_db))
         for group in groups:
-            for _ in range(REPLANS_AFTER_REAPING + 1):
+            replans = 0
+            while True:
                 reaped_before = len(watch.reaped)
-                report = _run_group(defs, group, instance, app_db, watch, source, verbose, on_run, track)
+                try:
+                    report = _run_group(
+                        defs, group, instance, app_db, watch, source, verbose, on_run, track, blips
+                    )
+                    if not report.stopped and not report.blip:
+                        # a run that died moments ago may still hold some of the work
+                        watch.wait_for_silent_holders(group.use_case_names, report.runs)
+                except Exception as exc:
+                    if blips is None:
+                        raise
+                    blips.wait_out(exc)  # a connection error: waited out, then the group planned again
+                    continue
                 reports.append(report)
-                if not report.stopped:  # a run that died moments ago may still hold some of the work
-                    watch.wait_for_silent_holders(group.use_case_names, report.runs)
+                if report.blip:  # a run failed on the database's connection: plan the rest again
+                    continue
+                if blips is not None:
+                    blips.made_progress()
                 # A dead run's claims came back while this group ran: its postings were not in the plan.
-                if report.stopped or len(watch.reaped) == reaped_before:
+                if report.stopped or len(watch.reaped) == reaped_before or replans >= REPLANS_AFTER_REAPING:
                     break
+                replans += 1
             if report.stopped:
                 break
     return reports
@@ -122,6 +151,7 @@ def _run_group(
     verbose: bool,
     on_run: Callable[[str, int, int], None] | None,
     track: GroupTracker | None = None,
+    blips: DatabaseBlips | None = None,
 ) -> RunReport:
     started = time.perf_counter()
     with app_db.session() as session:
@@ -135,7 +165,7 @@ def _run_group(
     planned = {name: plan.pending_by_use_case.get(name) or len(plan.pending) for name in group.use_case_names}
     tracking = track(group.name, planned, group.subject.plural) if track and requests else None
     with tracking or contextlib.nullcontext():
-        _run_requests(job, instance, app_db, group, watch, requests, report, verbose, on_run)
+        _run_requests(job, instance, app_db, group, watch, requests, report, verbose, on_run, blips)
     report.seconds = time.perf_counter() - started
     return report
 
@@ -150,8 +180,11 @@ def _run_requests(
     report: RunReport,
     verbose: bool,
     on_run: Callable[[str, int, int], None] | None,
+    blips: DatabaseBlips | None = None,
 ) -> None:
-    """Execute the group's run requests one after another; stop when the circuit breaker tripped."""
+    """Execute the group's run requests one after another; stop when the circuit breaker tripped, or
+    (with `blips`) when a run failed on the database's connection: the database is waited for, and the
+    caller plans the rest again."""
     for index, request in enumerate(requests, start=1):
         if on_run:
             on_run(group.name, index, len(requests))
@@ -166,14 +199,38 @@ def _run_requests(
                 run_id=run_id,
             )
         finally:
-            watch.current_run_id = None  # its heartbeat ended with the app_db resource's teardown
+            watch.current_run_id = None
         report.runs.append(result.run_id)
+        blip = _connection_failure(result) if blips is not None and not result.success else ""
+        if blip:
+            blips.wait_for_database(blip)
+        # Ended here, not a beat later by its thread: the claims it still holds go back before the next
+        # plan (a run that failed on the database could not give them back itself).
+        end_run_heartbeat(run_id, timeout=blips.budget_seconds if blips is not None else 0.0)
+        if blip:
+            report.retried_runs.append(result.run_id)
+            report.blip = blip
+            break
         if not result.success:
             report.failed_runs.append(result.run_id)
             report.failures.append(_failure_line(result))
             report.stopped = _breaker_tripped(app_db, group, run_started)
             if report.stopped:
                 break
+
+
+def _connection_failure(result: Any) -> str:
+    """The first line of a failed run's error when a step failed on the database's connection, else ""."""
+    for event in result.all_events:
+        if event.is_step_failure and event.step_failure_data.error is not None:
+            error, names = event.step_failure_data.error, []
+            while error is not None:
+                names.append(error.cls_name or "")
+                last, error = error, error.cause or error.context
+            if is_connection_error_name(names):
+                lines = last.message.strip().splitlines() or [""]
+                return lines[0][:200]
+    return ""
 
 
 def _failure_line(result: Any) -> str:
@@ -221,7 +278,11 @@ def dagster_for(settings: Settings) -> tuple[DagsterInstance, Definitions, list[
     built = build_use_cases(settings)
     groups = build_work_groups(built)
     defs = build_definitions(settings, built=built, groups=groups)
-    app_db = AppDatabase(url=settings.database_url, heartbeat_seconds=settings.heartbeat_seconds)
+    app_db = AppDatabase(
+        url=settings.database_url,
+        heartbeat_seconds=settings.heartbeat_seconds,
+        lease_seconds=settings.lease_seconds or DEFAULT_LEASE_SECONDS,
+    )
     instance = DagsterInstance.get()
     ensure_pools(settings, instance)  # before any run: runs starting at once raced to create it
     return instance, defs, groups, app_db

@@ -41,6 +41,7 @@ def _run_all(
 
     With a progress line (a terminal, or `--progress always`) each group shows its counts, rate and
     time left as it goes; without, a line per run started."""
+    from pipeline_defs.cli.database_blips import DatabaseBlips
     from pipeline_defs.cli.in_process_runs import (
         dagster_for,
         load_reference_data,
@@ -52,8 +53,9 @@ def _run_all(
     shown = RunProgress(settings.database_url, enabled=progress_wanted(progress, terminal_stream()))
     instance, defs, groups, app_db = dagster_for(settings)
     selected = single_use_case_groups(groups, only) if only else groups
+    blips = DatabaseBlips(app_db, settings.database_retry_seconds)  # the database away a while: waited for
     with RunWatch(instance, app_db, handle_signals=True) as watch:  # Ctrl-C, SIGTERM: stop at once
-        taxonomy_ok = watch.call(lambda: load_reference_data(defs, instance))
+        taxonomy_ok = watch.call(lambda: load_reference_data(defs, instance, blips=blips))
         if not taxonomy_ok:
             print(
                 "error: loading the skills taxonomy failed; skill_entities will wait for it", file=sys.stderr
@@ -68,6 +70,7 @@ def _run_all(
                 on_run=None if shown.enabled else _print_run_started,
                 watch=watch,
                 track=shown.track,
+                blips=blips,
             )
         )
     for report in run_reports:
@@ -105,7 +108,13 @@ def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
         print(f"error: no use case {unknown[0]!r} (declared: {', '.join(sorted(known))})", file=sys.stderr)
         return EXIT_ERROR
     print(f"LLM backend: {settings.llm_backend}; app database: {redact(settings.database_url)}")
-    _, ok = _run_all(settings, args.use_cases, args.verbose, args.progress)
+    from pipeline_defs.cli.database_blips import DatabaseUnreachable
+
+    try:
+        _, ok = _run_all(settings, args.use_cases, args.verbose, args.progress)
+    except DatabaseUnreachable as exc:
+        print(f"error: {one_line(str(exc))}; the pending work waits for the next run", file=sys.stderr)
+        return 1
     return 0 if ok else 1
 
 

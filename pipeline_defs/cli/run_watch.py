@@ -54,6 +54,7 @@ class RunWatch:
         self.current_run_id: str | None = None
         self.reaped: list[str] = []
         self._announced: set[str] = set()
+        self._reap_failing = False
         self._handle_signals = handle_signals and threading.current_thread() is threading.main_thread()
         self._previous: dict[int, object] = {}
         self._stop = threading.Event()
@@ -101,8 +102,14 @@ class RunWatch:
         try:
             reaped = reap_dead_runs(self.instance, self.app_db, self.dead_after)
         except Exception as exc:  # noqa: BLE001 - the next round tries again; the run goes on
-            print(f"warning: could not check other runs' heartbeats: {exc}", file=sys.stderr, flush=True)
+            if not self._reap_failing:  # one line per outage, not one per beat
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+                print(
+                    f"warning: could not check other runs' heartbeats: {first}", file=sys.stderr, flush=True
+                )
+            self._reap_failing = True
             return
+        self._reap_failing = False
         for dead in reaped:
             self.reaped.append(dead.run_id)
             print(

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from sqlalchemy import func, select, update
 
 from appdb.database import dispose, session_scope
 from appdb.models import UseCaseOutput, WorkItem, utcnow
+from appdb.process_identity import ProcessIdentity, state_and_start, this_process
 from assets.factory import build_work_groups
 from pipeline_defs.cli.in_process_runs import run_pending
 from pipeline_defs.cli.main import main
@@ -408,20 +410,22 @@ def test_the_lease_sweep_leaves_the_claims_of_a_run_whose_heartbeat_is_alive(
     dispose(app_db_url)
 
 
-def _beating(url: str, run_id: str, pid: int, *, silent_for: timedelta, started_before: timedelta) -> None:
-    """A heartbeat row of `run_id` for `pid` on this host, started `started_before` ago and silent since."""
+def _beating(url: str, run_id: str, process: ProcessIdentity, *, silent_for: timedelta) -> None:
+    """A heartbeat row of `run_id` for `process`, silent for `silent_for`."""
     from appdb import heartbeats
     from appdb.models import RunHeartbeat
-    from sensors.run_liveness import THIS_HOST
 
     with session_scope(url) as session:
-        heartbeats.start_heartbeat(session, run_id, job="j", source="sensor", host=THIS_HOST, pid=pid)
+        heartbeats.start_heartbeat(session, run_id, job="j", source="sensor", process=process)
     with session_scope(url) as session:
         session.execute(
-            update(RunHeartbeat)
-            .where(RunHeartbeat.run_id == run_id)
-            .values(beat_at=utcnow() - silent_for, started_at=utcnow() - started_before)
+            update(RunHeartbeat).where(RunHeartbeat.run_id == run_id).values(beat_at=utcnow() - silent_for)
         )
+
+
+def _another_process_here(pid: int, started: int | None) -> ProcessIdentity:
+    """`pid` as a process in this PID namespace on this boot would name itself (its own instance id)."""
+    return replace(this_process(), instance_id=f"other-{pid}", pid=pid, started=started)
 
 
 @pytest.mark.parametrize("app_db_url", ["sqlite"], indirect=True)
@@ -438,8 +442,8 @@ def test_a_working_run_whose_heartbeat_is_late_keeps_its_claims_while_its_proces
     seed_postings(app_db_url, tmp_path)
     with session_scope(app_db_url) as session:
         assert claims.claim_items(session, "posting_summary", ["p-1"], "late-run") == ["p-1"]
-    # this test's own process stands for the run's: alive, started before the heartbeat
-    _beating(app_db_url, "late-run", os.getpid(), silent_for=timedelta(minutes=3), started_before=timedelta())
+    # this test's own process stands for the run's: alive
+    _beating(app_db_url, "late-run", this_process(), silent_for=timedelta(minutes=3))
     app_db = AppDatabase(url=app_db_url)
     with DagsterInstance.ephemeral() as instance:
         assert reap_dead_runs(instance, app_db, dead_after_seconds=60) == []
@@ -473,10 +477,12 @@ def test_a_run_whose_pid_now_names_another_process_or_a_zombie_is_reaped_at_once
         with session_scope(app_db_url) as session:
             assert claims.claim_items(session, "posting_summary", ["p-1"], "reused-run") == ["p-1"]
             assert claims.claim_items(session, "posting_summary", ["p-2"], "zombie-run") == ["p-2"]
-        # the heartbeats began an hour ago; the process now at `newer.pid` started a moment ago
-        hour = timedelta(hours=1)
-        _beating(app_db_url, "reused-run", newer.pid, silent_for=timedelta(seconds=5), started_before=hour)
-        _beating(app_db_url, "zombie-run", zombie.pid, silent_for=timedelta(seconds=5), started_before=hour)
+        # the heartbeat's process started earlier than the one now at `newer.pid`
+        newer_started = state_and_start(newer.pid)[1]
+        reused = _another_process_here(newer.pid, newer_started - 1000)
+        _beating(app_db_url, "reused-run", reused, silent_for=timedelta(seconds=5))
+        zombie_itself = _another_process_here(zombie.pid, state_and_start(zombie.pid)[1])
+        _beating(app_db_url, "zombie-run", zombie_itself, silent_for=timedelta(seconds=5))
         with DagsterInstance.ephemeral() as instance:
             reaped = reap_dead_runs(instance, AppDatabase(url=app_db_url), dead_after_seconds=60)
     finally:
