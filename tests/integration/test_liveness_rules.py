@@ -201,9 +201,7 @@ def test_a_reaper_whose_clock_runs_ahead_does_not_reap_a_live_run(app_db_url: st
             heartbeats.start_heartbeat(session, run_id, job="j", source="sensor", host="gpu-2", pid=4242)
     with session_scope(app_db_url) as session:
         session.execute(
-            update(RunHeartbeat)
-            .where(RunHeartbeat.run_id == "dead-run")
-            .values(beat_at=database_now(-90))
+            update(RunHeartbeat).where(RunHeartbeat.run_id == "dead-run").values(beat_at=database_now(-90))
         )
     assert _reap_once(app_db_url, clock_ahead=120) == ["dead-run"]
     assert _holders(app_db_url) == {KEYS[0]: "live-run", KEYS[1]: None}
