@@ -217,7 +217,7 @@ def test_pipeline_run_waits_out_a_database_blip_and_finishes_the_work(
     behind. Now it says so in one line, waits, goes on: rc 0, every posting summarized, each output
     stored once, nothing left claimed or alive. (SQLite has no such blip: a lock held too long is waited
     for already, docs/sqlite-locks.md.)"""
-    from tests.support.tcp_proxy import CuttableProxy
+    from benchmarks.tcp_proxy import CuttableProxy
 
     rows = make_postings("blip", 12)
     seed_postings(app_db_url, tmp_path, rows)
