@@ -15,13 +15,15 @@ restored.
 Reported per cut: the command's exit code and wall time, whether every posting got both outputs, answers
 stored twice for one use case and posting, attempts spent, claims and "alive" heartbeats left after the
 command, the lines it printed about the database, whether a traceback was printed, and the CPU seconds of
-the command's process tree. Rows go to `results/database_blips.{json,md}`.
+the command (user + system, of it and the processes it waited for: `getrusage`). Rows go to
+`results/database_blips.{json,md}`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
 import subprocess
 import sys
 import tempfile
@@ -43,7 +45,6 @@ from benchmarks.daemon_throughput import (
     simulated_hosts,
     ui_env,
 )
-from benchmarks.process_tree_cpu import ProcessTreeCpu
 from benchmarks.report import write_report
 from benchmarks.tcp_proxy import CuttableProxy
 from pipeline_defs.settings import PROJECT_ROOT
@@ -90,13 +91,11 @@ def measure(args: argparse.Namespace, cut_seconds: float) -> dict[str, Any]:
         for name in USE_CASES:
             command += ["--use-case", name]
         started = time.monotonic()
+        cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
         with log.open("w") as out:
             process = subprocess.Popen(
                 command, cwd=args.project_root, env=env, stdout=out, stderr=subprocess.STDOUT
             )
-        tree = ProcessTreeCpu(process.pid)
-        tree.start_window()
-        tree.start()
         cut_at = None
         try:
             while process.poll() is None:
@@ -114,9 +113,9 @@ def measure(args: argparse.Namespace, cut_seconds: float) -> dict[str, Any]:
             if process.poll() is None:
                 process.kill()
                 process.wait()
-            tree.stop_window()
-            tree.stop()
         wall = time.monotonic() - started
+        cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the command's, once waited for
+        cpu = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime - cpu_before.ru_stime)
         printed = log.read_text(errors="replace")
         outputs = {
             name: _count(app_url, f"SELECT count(*) FROM outputs WHERE use_case = '{name}'")
@@ -136,10 +135,11 @@ def measure(args: argparse.Namespace, cut_seconds: float) -> dict[str, Any]:
             alive_heartbeats_left=_count(
                 app_url, "SELECT count(*) FROM run_heartbeats WHERE state = 'alive'"
             ),
-            database_lines=[line for line in printed.splitlines() if "database" in line.lower()][:6],
+            database_lines=[line for line in printed.splitlines() if "application database" in line][:6],
             traceback=("Traceback" in printed),
             printed_lines=len(printed.splitlines()),
-            cpu_seconds=tree.figures()["total_cpu_seconds"],
+            cpu_seconds=round(cpu, 1),
+            last_lines=printed.splitlines()[-12:],
         )
         if code != 0 or not result["all_current"]:
             kept = Path(tempfile.mkdtemp(prefix="db-blips-log-", dir=data_root)) / "run.log"

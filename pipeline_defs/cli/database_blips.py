@@ -85,6 +85,7 @@ class DatabaseBlips:
                     f"the application database answers, but the work failed on its connection "
                     f"{self._retries_while_reachable} times in a row: {why}"
                 )
+            self.say(f"pipeline run: the application database dropped the connection ({why}); going on")
             return
         self.waits += 1
         self.say(
