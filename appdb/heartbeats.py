@@ -1,10 +1,13 @@
 """Run heartbeats: which runs are alive, which died, and whether work is moving at all.
 
 A run that can hold the `llm` pool or claims writes a row before it waits on the pool and renews
-`beat_at` every few seconds until it ends (`resources/run_heartbeat.py`). A claim lease says "this
-item is taken" for up to ten minutes; a heartbeat says "this process is alive" within seconds, so a
-dead run is found long before its leases run out, including a run that died while *waiting* for the
-pool and held no claims at all. Reaping is `mark_dead` (one reaper wins) then `claims.release_claims_of_runs`.
+`beat_at` every few seconds until it ends (`resources/run_heartbeat.py`); each beat also renews the
+leases of the claims it holds, and no other run takes them while the row is alive
+(`held_by_live_run`). A heartbeat says "this process is alive" within seconds, so a dead run is found
+long before its leases run out, including a run that died while *waiting* for the pool and held no
+claims at all. The row names its process by more than a pid (`appdb/process_identity.py`), and every
+time in it is the database's (`appdb/clock.py`): a host's clock is never asked. Reaping is `mark_dead`
+(one reaper wins) then `claims.release_claims_of_runs`; the rules are in `sensors/run_liveness.py`.
 """
 
 from __future__ import annotations

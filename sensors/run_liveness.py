@@ -5,8 +5,9 @@ of `pipeline run` (`pipeline_defs/cli/run_watch.py`):
 
 - Every run that can hold the `llm` pool or claims beats in the application database
   (`resources/run_heartbeat.py`). `reap_dead_runs` takes the runs that are dead: whose beat is older
-  than `dead_after_seconds`, or whose process on this host is gone (a killed worker is seen at the next
-  look, not a minute later), and for each: marks it dead (one reaper wins), gives its claims back
+  than `dead_after_seconds` on the database's clock, or whose process is provably gone (in this PID
+  namespace on this boot: `local_process`; a killed worker is seen at the next look, not a minute
+  later), and for each: marks it dead (one reaper wins), gives its claims back
   without spending attempts, reports the Dagster run failed and frees its pool slots and pending pool
   claims, whatever Dagster already marked it. Freeing the pool matters for a run that died while
   *waiting* on it: it holds no claims, and a freed slot would otherwise be assigned to it forever.
