@@ -1,16 +1,21 @@
 """The application database cut off under `pipeline run` for a few seconds: does the work still finish?
 
     python -m benchmarks.database_blips [--cuts 2,15,30] [--postings 40] [--latency-ms 300] [--parallel 2]
-        [--batch 4] [--retry-seconds 120] [--project-root DIR] [--python PATH] [--label NAME]
+        [--batch 4] [--retry-seconds 120] [--how kill|proxy] [--project-root DIR] [--python PATH]
+        [--label NAME]
 
 Issue 66, item 4: 2 s of refused connections ended `pipeline run` with rc 1 and a 100-150-line
-traceback, its claims and an "alive" heartbeat left behind. For each cut length: a fresh PostgreSQL
-database reached through a TCP proxy that can be cut (`benchmarks/tcp_proxy.py`: new connections
-refused, open ones dropped, as a restarting server or a network blip does), `--postings` postings,
-one `benchmarks.simulated_ollama` server, and `pipeline run --use-case posting_summary --use-case
-posting_skills` through the proxy (Dagster's own storage in SQLite, so only the application database
-goes away). Once `--cut-after` summaries are stored the proxy is cut for that many seconds, then
-restored.
+traceback, its claims and an "alive" heartbeat left behind. For each cut length, the application
+database goes away for that many seconds while `pipeline run --use-case posting_summary --use-case
+posting_skills` works on `--postings` postings against one `benchmarks.simulated_ollama` server
+(Dagster's own storage in SQLite, so only the application database goes away), once `--cut-after`
+summaries are stored:
+
+- `--how kill` (the default): a throwaway PostgreSQL server (initdb and pg_ctl of the PostgreSQL on
+  PATH, on its own port in a temporary folder) killed with `pg_ctl stop -m immediate` (its processes
+  end at once, as with SIGKILL) and started again (crash recovery) after that many seconds;
+- `--how proxy`: a fresh database on the shared server behind a TCP proxy that is cut
+  (`benchmarks/tcp_proxy.py`: new connections refused, open ones dropped).
 
 Reported per cut: the command's exit code and wall time, whether every posting got both outputs, answers
 stored twice for one use case and posting, attempts spent, claims and "alive" heartbeats left after the
@@ -23,12 +28,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +59,48 @@ from pipeline_defs.settings import PROJECT_ROOT
 USE_CASES = ("posting_summary", "posting_skills")
 
 
+class ThrowawayPostgres:
+    """A PostgreSQL server of its own (initdb, pg_ctl) in a temporary folder on `port`, that can be killed
+    (`pg_ctl stop -m immediate`: the server processes end at once, as with SIGKILL; it recovers on start)
+    and started again. As root the server runs as the `postgres` user, as PostgreSQL demands."""
+
+    def __init__(self, folder: Path, port: int) -> None:
+        self.folder, self.port = folder, port
+        self.data = folder / "pgdata"
+        self.url = f"postgresql+psycopg2://postgres@127.0.0.1:{port}/blips"
+
+    def _as_server_user(self, *command: str) -> None:
+        prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        done = subprocess.run([*prefix, *command], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(command[:2])} failed: {done.stderr.strip()[-500:]}")
+
+    def __enter__(self) -> ThrowawayPostgres:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        if os.geteuid() == 0:
+            shutil.chown(self.folder, "postgres")
+        self._as_server_user("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8")
+        self.start()
+        engine = create_engine(f"postgresql+psycopg2://postgres@127.0.0.1:{self.port}/postgres")
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(text("CREATE DATABASE blips"))
+        engine.dispose()
+        return self
+
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1"
+        self._as_server_user(
+            "pg_ctl", "-D", str(self.data), "-o", options, "-l", str(self.folder / "log"), "-w", "start"
+        )
+
+    def kill(self) -> None:
+        self._as_server_user("pg_ctl", "-D", str(self.data), "-m", "immediate", "stop")
+
+    def __exit__(self, *exc: object) -> None:
+        with suppress(RuntimeError):
+            self._as_server_user("pg_ctl", "-D", str(self.data), "-m", "fast", "stop")
+
+
 def _count(url: str, sql: str) -> int:
     engine = create_engine(normalize_url(url))
     try:
@@ -71,12 +120,25 @@ def measure(args: argparse.Namespace, cut_seconds: float) -> dict[str, Any]:
         host = stack.enter_context(
             simulated_hosts(1, args.latency_ms, args.parallel, ports=[_free_port_in(ports, taken)])
         )[0]
-        [app_url] = stack.enter_context(postgres_databases(args.postgres_admin_url, 1, prefix=args.db_prefix))
-        direct = make_url(normalize_url(app_url))
-        proxy = stack.enter_context(
-            CuttableProxy(direct.host or "127.0.0.1", direct.port or 5432, port=_free_port_in(ports, taken))
-        )
-        through_proxy = direct.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+        if args.how == "kill":  # a server of its own, killed and started again
+            folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="db-blips-postgres-")))
+            server = stack.enter_context(ThrowawayPostgres(folder, _free_port_in(ports, taken)))
+            app_url = through_proxy = server.url
+            cut, restore = server.kill, server.start
+        else:  # the shared server through a proxy that is cut
+            [app_url] = stack.enter_context(
+                postgres_databases(args.postgres_admin_url, 1, prefix=args.db_prefix)
+            )
+            direct = make_url(normalize_url(app_url))
+            proxy = stack.enter_context(
+                CuttableProxy(
+                    direct.host or "127.0.0.1", direct.port or 5432, port=_free_port_in(ports, taken)
+                )
+            )
+            through_proxy = direct.set(host="127.0.0.1", port=proxy.port).render_as_string(
+                hide_password=False
+            )
+            cut, restore = proxy.cut, proxy.restore
         env = ui_env(args.project_root, work, app_url, None, host.url, args.parallel)  # type: ignore[attr-defined]
         env.update(
             PIPELINE_BATCH_SIZE=str(args.batch), PIPELINE_DATABASE_RETRY_SECONDS=str(args.retry_seconds)
@@ -105,9 +167,9 @@ def measure(args: argparse.Namespace, cut_seconds: float) -> dict[str, Any]:
                 time.sleep(0.2)
             if process.poll() is None:
                 cut_at = time.monotonic() - started
-                proxy.cut()
+                cut()
                 time.sleep(cut_seconds)
-                proxy.restore()
+                restore()
             code = process.wait(timeout=args.timeout)
         finally:
             if process.poll() is None:
@@ -124,6 +186,7 @@ def measure(args: argparse.Namespace, cut_seconds: float) -> dict[str, Any]:
         result = _integrity(app_url, args.postings)
         result.update(
             label=args.label,
+            how=args.how,
             cut_seconds=cut_seconds,
             cut_after_seconds=None if cut_at is None else round(cut_at, 1),
             postings=args.postings,
@@ -141,22 +204,22 @@ def measure(args: argparse.Namespace, cut_seconds: float) -> dict[str, Any]:
             cpu_seconds=round(cpu, 1),
             last_lines=printed.splitlines()[-12:],
         )
-        if code != 0 or not result["all_current"]:
-            kept = Path(tempfile.mkdtemp(prefix="db-blips-log-", dir=data_root)) / "run.log"
-            kept.write_text(printed)
-            result["log_kept"] = str(kept)
+        kept = Path(tempfile.mkdtemp(prefix="db-blips-log-", dir=data_root)) / "run.log"
+        kept.write_text(printed)
+        result["log_kept"] = str(kept)
         return result
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| checkout | cut | postings | rc | every posting current | stored twice | attempts spent "
+        "| checkout | how | cut | postings | rc | every posting current | stored twice | attempts spent "
         "| claims left | alive left | traceback | wall | CPU s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         lines.append(
-            f"| {row['label']} | {row['cut_seconds']:g} s | {row['postings']} | {row['rc']} "
+            f"| {row['label']} | {row.get('how', 'proxy')} | {row['cut_seconds']:g} s | {row['postings']} "
+            f"| {row['rc']} "
             f"| {'yes' if row['all_current'] else 'no: ' + json.dumps(row['outputs'])} "
             f"| {row['duplicate_outputs']} | {row['attempts_spent']} | {row['claims_left']} "
             f"| {row['alive_heartbeats_left']} | {'yes' if row['traceback'] else 'no'} "
@@ -174,6 +237,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--cut-after", type=int, default=8, help="summaries stored before the cut")
     parser.add_argument("--retry-seconds", type=int, default=120)
+    parser.add_argument(
+        "--how",
+        choices=("kill", "proxy"),
+        default="kill",
+        help="kill: a throwaway PostgreSQL of its own (initdb, pg_ctl), killed and started again; "
+        "proxy: the shared server behind a TCP proxy that is cut",
+    )
     parser.add_argument("--project-root", type=Path, default=PROJECT_ROOT)
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--label", default="this checkout")

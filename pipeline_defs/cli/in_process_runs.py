@@ -206,11 +206,15 @@ def _run_requests(
             blips.wait_for_database(blip)
         # Ended here, not a beat later by its thread: the claims it still holds go back before the next
         # plan (a run that failed on the database could not give them back itself).
-        end_run_heartbeat(run_id, timeout=blips.budget_seconds if blips is not None else 0.0)
+        if not end_run_heartbeat(run_id, timeout=0.0) and blips is not None:
+            blips.wait_for_database(f"run {run_id[:8]}'s heartbeat could not be ended")
+            end_run_heartbeat(run_id, timeout=blips.budget_seconds)
         if blip:
             report.retried_runs.append(result.run_id)
             report.blip = blip
             break
+        if blips is not None:
+            blips.made_progress()
         if not result.success:
             report.failed_runs.append(result.run_id)
             report.failures.append(_failure_line(result))
