@@ -287,7 +287,7 @@ class RunHeartbeat(Base):
     started_at: Mapped[datetime] = mapped_column(default=utcnow)
     beat_at: Mapped[datetime] = mapped_column(default=utcnow)
     ended_reason: Mapped[str | None] = mapped_column(Text)
-    # Which process beats, and where its pid means something (migration 0011; null: an older version or
+    # Which process beats, and where its pid means something (migration 0012; null: an older version or
     # no /proc, judged by the heartbeat's age alone): `sensors/run_liveness.local_process`.
     instance_id: Mapped[str | None] = mapped_column(String(32))
     boot_id: Mapped[str | None] = mapped_column(String(40))

@@ -7,16 +7,16 @@ means something (`boot_id`, `pid_namespace`, and `process_started`, its start in
 boot, so a reused pid is told apart without comparing clocks). All nullable: rows of older versions,
 and processes without /proc, are judged by their heartbeat's age alone.
 
-Revision ID: 0011
-Revises: 0010
+Revision ID: 0012
+Revises: 0011
 Create Date: 2026-12-07
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0011"
-down_revision = "0010"
+revision = "0012"
+down_revision = "0011"
 branch_labels = None
 depends_on = None
 
