@@ -16,7 +16,7 @@ from sqlalchemy import ColumnElement, Select, and_, case, exists, func, or_, sel
 from sqlalchemy.orm import Session, aliased
 
 from appdb import planner_statistics
-from appdb.clock import database_now
+from appdb.clock import database_now, now_on_database
 from appdb.dialects import CHUNK, is_postgres
 from appdb.heartbeats import held_by_live_run
 from appdb.models import (
@@ -225,7 +225,7 @@ def stale_outputs(session: Session, spec: WorkSpec, keys: Sequence[str] | None =
     outdated = outdated_outputs(session, spec, keys)
     if not outdated:
         return outdated
-    now = utcnow()
+    now = now_on_database(session)  # leases and backoffs are written on the database's clock
     redoable = set(find_pending_work(session, spec, within=list(outdated)))
     waiting = [key for key in outdated if key not in redoable]
     items = {}
@@ -240,7 +240,7 @@ def stale_outputs(session: Session, spec: WorkSpec, keys: Sequence[str] | None =
             found[key] = why
         elif item is not None and item.status == "failed":
             found[key] = replace(why, waiting=f"parked after {item.attempts} attempts (`pipeline retry`)")
-        elif item is not None and item.status == "claimed" and item.lease_expires_at >= now:
+        elif item is not None and item.status == "claimed":  # not redoable: held by a live run
             found[key] = replace(why, waiting="a run is redoing it")
         elif item is not None and item.next_attempt_at is not None and item.next_attempt_at > now:
             found[key] = replace(why, waiting=f"retried after {item.next_attempt_at:%Y-%m-%d %H:%M:%S} UTC")
