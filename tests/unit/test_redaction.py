@@ -7,6 +7,8 @@ import hashlib
 from pathlib import Path
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from appdb.redaction import redact
 from pipeline_defs.dagster_home import STORAGE_READY, ensure_dagster_home
@@ -56,3 +58,55 @@ def test_no_false_warning_that_dagster_yaml_holds_a_password(
         (home / STORAGE_READY).write_text(hashlib.sha256(config.read_bytes()).hexdigest())
         ensure_dagster_home(settings)
         assert ("holds a password in clear text" in capsys.readouterr().err) is warned, url
+
+
+# Every character the issue's passwords held that the old pattern stopped at, and more: an "@", a
+# "%", a ":", whitespace, a password that looks like the rest of a URL.
+HOSTILE_PASSWORDS = [
+    "Pw/slash123",
+    "Pw#hash1234",
+    "Pw?query123",
+    "Pw'quote123",
+    'Pw"dquote12',
+    "Pw<angle>12",
+    "a/#?'\"<>z",
+    "p@ss@w0rd",
+    "pct%2Fenc0ded",
+    "co:lon:pw",
+    "x@127.0.0.1:5432/y",
+    "pass word",
+    "ab",
+]
+
+
+@pytest.mark.parametrize("password", HOSTILE_PASSWORDS)
+def test_a_password_with_any_character_is_masked_in_a_database_url(password: str) -> None:
+    url = f"postgresql://postgres:{password}@127.0.0.1:5432/x"
+    environ = {"PIPELINE_DATABASE_URL": url}
+    masked = "postgresql://postgres:***@127.0.0.1:5432/x"
+    assert redact(url, environ) == masked  # as `pipeline status` prints the configured URL
+    assert redact(f"connecting to {url} failed", environ) == f"connecting to {masked} failed"
+    if " " not in password:  # a URL in any text, its password not configured anywhere
+        assert redact(f"'{url}' (tried twice, ask admin@example.org)", {}) == (
+            f"'{masked}' (tried twice, ask admin@example.org)"
+        )
+
+
+def test_what_a_connection_error_prints_of_a_password_with_an_at_is_masked() -> None:
+    """SQLAlchemy ends the password at its first "@" and takes the rest for the host name."""
+    environ = {"PIPELINE_DATABASE_URL": "postgresql://postgres:p@ss@w0rd@127.0.0.1:5432/x"}
+    error = 'could not translate host name "ss@w0rd@127.0.0.1" to address'
+    assert redact(error, environ) == 'could not translate host name "***@127.0.0.1" to address'
+
+
+def test_a_url_no_parser_reads_is_masked_from_its_scheme_to_its_last_at() -> None:
+    assert redact("postgresql://ad/min:pw@db/x", {}) == "postgresql://***@db/x"
+    assert redact("postgresql://us@er@db/x", {}) == "postgresql://***@db/x"
+
+
+@given(password=st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=30))
+@settings(max_examples=300, deadline=None)
+def test_any_configured_password_is_never_printed_in_its_url(password: str) -> None:
+    assume(password.strip() == password and password != "***" and "\n" not in password)
+    url = f"postgresql://postgres:{password}@127.0.0.1:5432/x"
+    assert redact(url, {"PIPELINE_DATABASE_URL": url}) == "postgresql://postgres:***@127.0.0.1:5432/x"
