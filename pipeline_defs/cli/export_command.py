@@ -23,7 +23,14 @@ from pipeline_defs.cli.progress import add_progress_argument
 from pipeline_defs.cli.terminal import EXIT_ERROR, EXIT_OK
 from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import build_use_cases
-from plugins.postings.store.enriched_export import FORMATS, ExportReport, write_tables
+from plugins.postings.store.enriched_export import (
+    FORMATS,
+    ExportReport,
+    NotARegularFileError,
+    refuse_unless_regular,
+    schema_path_for,
+    write_tables,
+)
 from plugins.postings.store.enriched_postings import (
     CONCEPTS_SCHEMA,
     DEFAULT_CHUNK_SIZE,
@@ -100,9 +107,13 @@ def cmd_export(settings: Settings, args: argparse.Namespace) -> int:
         return EXIT_ERROR
     path = args.out or default_export_path(settings, args.concepts, args.file_format)
     try:
+        refuse_unless_regular(path, schema_path_for(path))  # before the database is read
         report = export_enriched(
             settings.database_url, path, read, args.file_format, args.concepts, args.chunk_size
         )
+    except NotARegularFileError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     except OSError as exc:
         print(f"error: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_WRITE_FAILED

@@ -8,19 +8,25 @@ and JSONL with its schema beside it; bad input is a one-line error that writes n
 
 from __future__ import annotations
 
+import csv
 import json
+import os
 import re
+import socket
+import stat
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 from sqlalchemy import text
 
 from appdb.database import session_scope
 from appdb.models import UseCaseOutput
 from pipeline_defs.cli.main import main
+from plugins.postings.store.enriched_export import write_tables
 from plugins.postings.store.enriched_postings import (
     ReadFilter,
     enriched_postings_frame,
@@ -181,9 +187,9 @@ def test_export_round_trips_through_parquet_csv_and_jsonl_with_the_schema_beside
     assert records[0]["concepts"][0]["concept_uri"] == PYTHON and records[2]["summary"] is None
 
     assert main(["export", "--format", "csv", "--out", str(tmp_path / "e.csv")]) == 0
-    csv = pd.read_csv(tmp_path / "e.csv")
-    assert list(csv["key"]) == ["p-1", "p-2", "p-3"]
-    assert json.loads(csv.loc[0, "skills"])[1]["mention"] == "SQL"
+    table = pd.read_csv(tmp_path / "e.csv")
+    assert list(table["key"]) == ["p-1", "p-2", "p-3"]
+    assert json.loads(table.loc[0, "skills"])[1]["mention"] == "SQL"
 
     assert main(["export", "--concepts", "--out", str(tmp_path / "c.parquet")]) == 0
     assert list(pd.read_parquet(tmp_path / "c.parquet")["mention"]) == ["Python", "SQL"]
@@ -249,3 +255,101 @@ def test_trace_and_reprocess_agree_that_an_output_is_stale_and_say_why_it_waits(
         "skill_entities (version" in counted and "1 stale outputs (1 made by version 2020-01-01.1)" in counted
     )
     assert "not redone now: 1 it waits for its inputs" in counted
+
+
+def _not_regular_targets(directory: Path) -> dict[str, Path]:
+    """A FIFO, a directory, a socket, a symlink to the FIFO and, as root, a character device (the
+    kernel's /dev/full, made here: the real one is never touched)."""
+    targets = {
+        "a FIFO": directory / "fifo",
+        "a directory": directory / "folder",
+        "a socket": directory / "sock",
+    }
+    directory.mkdir()
+    os.mkfifo(targets["a FIFO"])
+    targets["a directory"].mkdir()
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(targets["a socket"]))
+    link = directory / "link-to-fifo"
+    link.symlink_to(targets["a FIFO"])
+    targets["a FIFO (through a symlink)"] = link
+    if os.geteuid() == 0:
+        device = directory / "full"
+        os.mknod(device, stat.S_IFCHR | 0o600, os.makedev(1, 7))
+        targets["a character device"] = device
+    return targets
+
+
+@pytest.mark.parametrize("file_format", ["csv", "parquet"])
+def test_export_refuses_to_replace_what_is_not_a_regular_file(
+    file_format: str, enriched_db: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As root, `--out /dev/full --format csv` replaced the device with a CSV file (rc 0)."""
+    targets = _not_regular_targets(tmp_path / "targets")
+    for kind, target in targets.items():
+        before = os.stat(target).st_mode
+        assert main(["export", "--format", file_format, "--out", str(target)]) == 2, kind
+        err = capsys.readouterr().err
+        expected_kind = kind.split(" (")[0]
+        assert err.splitlines() == [
+            f"error: {target} is {expected_kind}, not a regular file: an export replaces only a regular "
+            "file (name a new or a regular file)"
+        ], kind
+        assert os.stat(target).st_mode == before, f"{kind} was replaced"
+        assert not Path(f"{target}.schema.json").exists()
+    assert sorted(p.name for p in (tmp_path / "targets").iterdir()) == sorted(
+        t.name for t in targets.values()
+    )
+    out = tmp_path / "regular.csv"  # a regular file is still replaced, whole
+    out.write_text("old")
+    assert main(["export", "--format", "csv", "--out", str(out)]) == 0
+    assert out.read_text().startswith("key,")
+
+
+HOSTILE_TITLES = {  # as ingested (a title is stripped of surrounding whitespace) -> as written to CSV
+    '=HYPERLINK("http://x")': '\'=HYPERLINK("http://x")',
+    "+1 555 0100 sales": "'+1 555 0100 sales",
+    "-5 years experience": "'-5 years experience",
+    "@SUM(A1:A9)": "'@SUM(A1:A9)",
+    "Plain title = fine": "Plain title = fine",
+}
+
+
+def test_csv_export_escapes_cells_a_spreadsheet_would_run_as_formulas(
+    app_db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """OWASP's CSV-injection rule: a text cell starting with = + - @ (tab, CR) gets a leading '; JSONL
+    keeps the text as it is. Before, `=HYPERLINK("http://x")` was written as a live formula."""
+    monkeypatch.setenv("PIPELINE_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("PIPELINE_DATABASE_URL", app_db_url)
+    postings = [
+        {"key": f"h-{index}", "title": title, "company": "=cmd|' /C calc'!A0", "description": "Cooks."}
+        for index, title in enumerate(HOSTILE_TITLES)
+    ]
+    path = tmp_path / "hostile.jsonl"
+    path.write_text("".join(json.dumps(posting) + "\n" for posting in postings), encoding="utf-8")
+    assert main(["ingest", str(path)]) == 0
+    assert main(["export", "--format", "csv", "--out", str(tmp_path / "e.csv")]) == 0
+    assert main(["export", "--format", "jsonl", "--out", str(tmp_path / "e.jsonl")]) == 0
+    capsys.readouterr()
+    with (tmp_path / "e.csv").open(newline="", encoding="utf-8") as handle:
+        rows = {row["key"]: row for row in csv.DictReader(handle)}
+    for index, written in enumerate(HOSTILE_TITLES.values()):
+        assert rows[f"h-{index}"]["title"] == written
+        assert rows[f"h-{index}"]["company"] == "'=cmd|' /C calc'!A0"
+    records = [json.loads(line) for line in (tmp_path / "e.jsonl").read_text().splitlines()]
+    assert [record["title"] for record in records] == list(HOSTILE_TITLES)
+
+
+def test_csv_cells_starting_with_a_tab_or_a_carriage_return_are_escaped_too(tmp_path: Path) -> None:
+    """A summary (the model's text, not stripped) may start with them; numbers are left as they are."""
+    schema = pa.schema([("key", pa.string()), ("summary", pa.string()), ("score", pa.float64())])
+    rows = [
+        {"key": "t", "summary": "\t=1+1", "score": -0.5},
+        {"key": "r", "summary": "\r-1", "score": 1.0},
+        {"key": "n", "summary": None, "score": None},
+    ]
+    write_tables([pa.Table.from_pylist(rows, schema=schema)], tmp_path / "cells.csv", schema, "csv")
+    with (tmp_path / "cells.csv").open(newline="", encoding="utf-8") as handle:
+        written = [(row["summary"], row["score"]) for row in csv.DictReader(handle)]
+    assert written == [("'\t=1+1", "-0.5"), ("'\r-1", "1.0"), ("", "")]
