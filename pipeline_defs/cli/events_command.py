@@ -10,6 +10,7 @@ from appdb import events
 from appdb.database import session_scope
 from appdb.models import utcnow
 from appdb.redaction import redact
+from pipeline_defs.cli.arguments import row_limit
 from pipeline_defs.cli.terminal import ERROR_CHARS, JSON_HELP, clip, print_json, table, when
 from pipeline_defs.settings import Settings
 
@@ -26,7 +27,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--hours", type=hours_back, default=24.0, help="how far back, a positive number of hours (default 24)"
     )
-    parser.add_argument("--limit", type=int, default=50, help="at most this many rows (default 50)")
+    parser.add_argument("--limit", type=row_limit, default=50, help="at most this many rows (default 50)")
     parser.add_argument("--json", action="store_true", help=JSON_HELP)
     parser.set_defaults(handler=cmd_events)
 

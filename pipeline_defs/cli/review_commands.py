@@ -28,6 +28,7 @@ from domain.language.declaration import display_output
 from domain.quality.corrections import CorrectionError, Edits
 from domain.quality.review_actions import accept, correct, reject
 from pipeline_defs.catalog import REVIEW_OPTIONS, declared_kinds, find_subject, leased_use_cases
+from pipeline_defs.cli.arguments import row_id
 from pipeline_defs.cli.terminal import EXIT_ERROR, JSON_HELP, clip, one_line, print_json, safe_text, table
 from pipeline_defs.settings import Settings
 
@@ -45,16 +46,16 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--json", action="store_true", help=f"the listing: {JSON_HELP}")
     show = actions.add_parser("show", help="one review item in full")
-    show.add_argument("item_id", type=int, metavar="ID")
+    show.add_argument("item_id", type=row_id, metavar="ID")
     for name, help_text in (
         ("accept", "the output is right: it joins the corpus as gold"),
         ("reject", "the output is wrong (no better value given)"),
     ):
         verdict = actions.add_parser(name, help=help_text)
-        verdict.add_argument("item_id", type=int, metavar="ID")
+        verdict.add_argument("item_id", type=row_id, metavar="ID")
         verdict.add_argument("--note", help="why (kept with the verdict)")
     correct = actions.add_parser("correct", help="give the right value: it joins the corpus and is delivered")
-    correct.add_argument("item_id", type=int, metavar="ID")
+    correct.add_argument("item_id", type=row_id, metavar="ID")
     for option in REVIEW_OPTIONS:  # the corrections the plugins' use cases take
         correct.add_argument(
             option.flag,

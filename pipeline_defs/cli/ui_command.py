@@ -21,6 +21,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from pipeline_defs.cli.arguments import port_number
 from pipeline_defs.cli.terminal import safe_text
 from pipeline_defs.settings import PROJECT_ROOT, Settings, running_from_a_clone
 
@@ -37,14 +38,16 @@ def register(commands: argparse._SubParsersAction) -> None:
     ui = commands.add_parser(
         "ui", help="start dagster dev (webserver and daemon) on 127.0.0.1:3000, the webserver guarded"
     )
-    ui.add_argument("--port", type=int, default=3000, help="the webserver's port on 127.0.0.1 (default 3000)")
+    ui.add_argument(
+        "--port", type=port_number, default=3000, help="the webserver's port on 127.0.0.1 (default 3000)"
+    )
     ui.add_argument("--verbose", action="store_true", help="show Dagster's own warnings too")
     ui.set_defaults(handler=cmd_ui)
     webserver = commands.add_parser(
         "webserver", help="the guarded dagster-webserver alone (a service; the daemon runs apart)"
     )
     webserver.add_argument("--host", default="127.0.0.1", help="the address to bind (default 127.0.0.1)")
-    webserver.add_argument("--port", type=int, default=3000, help="the port (default 3000)")
+    webserver.add_argument("--port", type=port_number, default=3000, help="the port (default 3000)")
     webserver.set_defaults(handler=cmd_webserver)
     daemon = commands.add_parser(
         "daemon", help="dagster-daemon alone (a service), its sensors woken when postings arrive"
