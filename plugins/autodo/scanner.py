@@ -132,6 +132,9 @@ class ScanResult:
     items: list[ScannedItem] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     files: list[str] = field(default_factory=list)  # every file read (its items may be none)
+    unread: list[str] = field(default_factory=list)
+    """Directories that could not be listed and files that could not be read (relative to the root):
+    their items were not looked for, so they are not missing."""
 
 
 def scan_paths(
@@ -145,7 +148,9 @@ def scan_paths(
     wherever its link points (it is still refused if it is not a regular file)."""
     result = ScanResult()
     found = [  # listed first, so the progress knows how many files there are
-        (file, tree, not Path(path).is_dir()) for path in paths for file, tree in _files(Path(path), result)
+        (file, tree, not Path(path).is_dir())
+        for path in paths
+        for file, tree in _files(Path(path), result, root)
     ]
     with progress_task("autodo scan", len(found), "files") as task:
         for file, tree, explicit in found:
@@ -162,8 +167,9 @@ def scan_paths(
     return result
 
 
-def _files(path: Path, result: ScanResult) -> Iterator[tuple[Path, Path | None]]:
-    """Each file to read, with the directory tree its symlink must stay in (None: named, any place)."""
+def _files(path: Path, result: ScanResult, root: Path) -> Iterator[tuple[Path, Path | None]]:
+    """Each file to read, with the directory tree its symlink must stay in (None: named, any place);
+    a directory that cannot be listed is reported and named in `result.unread`."""
     if not path.is_dir():
         if os.path.lexists(path):
             yield path, None
@@ -171,12 +177,39 @@ def _files(path: Path, result: ScanResult) -> Iterator[tuple[Path, Path | None]]
             result.problems.append(Problem(str(path), 0, "no such file or directory"))
         return
     tree = path.resolve()
-    for directory, subdirs, names in os.walk(path):
+
+    def unreadable(error: OSError) -> None:
+        name = printable(_relative(Path(error.filename or path), root))
+        result.unread.append(name)
+        result.problems.append(
+            Problem(
+                name,
+                0,
+                f"cannot read the directory: {error.strerror or error}: skipped, and its items are "
+                "not counted as unseen",
+            )
+        )
+
+    for directory, subdirs, names in os.walk(path, onerror=unreadable):
         subdirs[:] = sorted(d for d in subdirs if d not in SKIPPED_DIRS and not d.endswith(".egg-info"))
         for name in sorted(names):
             file = Path(directory) / name
             if file.suffix.lower() in MARKDOWN_SUFFIXES | CODE_SUFFIXES:
                 yield file, tree
+
+
+def printable(name: str) -> str:
+    """A file name as text that can be printed and stored: bytes that are not UTF-8 (kept by the
+    file system's surrogate escapes) shown as \\xNN."""
+    return os.fsencode(name).decode("utf-8", errors="backslashreplace")
+
+
+def _undecodable(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _relative(file: Path, root: Path) -> str:
@@ -228,6 +261,7 @@ def _read_capped(file: Path, name: str, result: ScanResult, max_bytes: int) -> b
             data = handle.read(max_bytes + 1) if status.st_size <= max_bytes else b""
     except OSError as exc:
         result.problems.append(Problem(name, 0, f"cannot read: {exc.strerror or exc}"))
+        result.unread.append(name)
         return None
     if status.st_size > max_bytes or len(data) > max_bytes:
         size = max(status.st_size, len(data))
@@ -249,19 +283,26 @@ def _scan_file(
 ) -> None:
     """Read one file. Bold list items count only in a TODO file (named like TODO.md, ROADMAP.md,
     backlog.md, or named on the command line): elsewhere they are prose, such as a doc's key points.
-    A symlink whose target is outside `tree` (when given) is reported and skipped."""
-    if file.is_symlink() and tree is not None:
+    A symlink whose target is outside `tree` (when given) is reported and skipped, as are a symlink
+    loop and a file whose name is not UTF-8 (an item's file is stored and printed as text)."""
+    if _undecodable(str(file)):
+        name = printable(_link_name(file, root))
+        result.problems.append(Problem(name, 0, "the file name is not valid UTF-8: skipped (rename it)"))
+        return
+    try:
         target = file.resolve()
-        if not target.is_relative_to(tree):
-            result.problems.append(
-                Problem(
-                    _link_name(file, root),
-                    0,
-                    f"a symlink to {target}, outside the scanned directory: skipped "
-                    "(--follow-symlinks reads it)",
-                )
+    except (OSError, RuntimeError):  # RuntimeError: Python before 3.13 on a symlink loop
+        result.problems.append(Problem(_link_name(file, root), 0, "a symlink loop: skipped"))
+        return
+    if file.is_symlink() and tree is not None and not target.is_relative_to(tree):
+        result.problems.append(
+            Problem(
+                _link_name(file, root),
+                0,
+                f"a symlink to {target}, outside the scanned directory: skipped (--follow-symlinks reads it)",
             )
-            return
+        )
+        return
     name = _relative(file, root)
     data = _read_capped(file, _link_name(file, root) if file.is_symlink() else name, result, max_bytes)
     if data is None:

@@ -70,7 +70,8 @@ def scan(
     record = store.record_scan(
         session,
         seen,
-        in_scope=lambda file: _under(file, prefixes),
+        # an item in a directory or file the scan could not read was not looked for: it is not missing
+        in_scope=lambda file: _under(file, prefixes) and not _under(file, result.unread),
         merge=AUTODO_MERGE,
         stale_after=STALE_AFTER_SCANS,
     )

@@ -225,3 +225,56 @@ def test_scan_reads_regular_files_only_inside_the_tree_and_within_the_cap(
     assert "docs/zero.md:0: a character device, not a regular file: skipped" in err  # followed, not read
     assert "outside the scanned directory" not in err
     assert "an item from outside the tree" in by_text(app_db_url)
+
+
+def test_a_symlink_loop_and_a_file_name_that_is_not_utf8_are_reported_and_the_rest_recorded(
+    tree: Path, app_db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Both aborted the scan with a traceback (RuntimeError: Symlink loop; UnicodeEncodeError)."""
+    (tree / "docs" / "loop-a.md").symlink_to("loop-b.md")
+    (tree / "docs" / "loop-b.md").symlink_to("loop-a.md")
+    latin1 = os.fsencode(tree / "docs") + b"/caf\xe9.md"  # "café.md" as Latin-1 bytes
+    with open(latin1, "wb") as handle:
+        handle.write(b"# Cafe\n\n- [ ] an item in a file whose name is not UTF-8\n")
+    for arguments in (["autodo", "scan"], ["autodo", "scan", "docs", "--follow-symlinks"]):
+        assert main(arguments) == 1
+        err = capsys.readouterr().err
+        assert "Traceback" not in err, err
+        assert "docs/loop-a.md:0: a symlink loop: skipped" in err
+        assert "docs/loop-b.md:0: a symlink loop: skipped" in err
+        assert "docs/caf\\xe9.md:0: the file name is not valid UTF-8: skipped (rename it)" in err
+        found = by_text(app_db_url)
+        assert "Stream large JSONL files instead of reading them whole" in found
+        assert "an item in a file whose name is not UTF-8" not in found
+
+
+def test_an_unreadable_directory_is_reported_and_its_items_never_go_stale(
+    tree: Path, app_db_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It was skipped without a word, and its items counted as unseen: stale after three scans."""
+    assert main(["autodo", "scan"]) == 1
+    docs = tree / "docs"
+    in_docs = {item.key for item in items(app_db_url).values() if item.file and item.file.startswith("docs/")}
+    assert in_docs
+    docs.chmod(0)
+    if os.geteuid() == 0:  # root lists any directory: it is refused here as the kernel would to a user
+        listing = os.scandir
+
+        def refused(path: object = ".") -> object:
+            if Path(os.fsdecode(path)).resolve() == docs.resolve():  # type: ignore[arg-type]
+                raise PermissionError(13, "Permission denied", os.fsdecode(path))  # type: ignore[arg-type]
+            return listing(path)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(os, "scandir", refused)
+    try:
+        for _ in range(4):
+            assert main(["autodo", "scan"]) == 1
+            err = capsys.readouterr().err
+            assert (
+                "warning: docs:0: cannot read the directory: Permission denied: skipped, and its items are "
+                "not counted as unseen"
+            ) in err
+    finally:
+        docs.chmod(0o755)
+    stored = items(app_db_url)
+    assert [stored[key].text for key in in_docs if stored[key].status == "stale"] == []
