@@ -11,7 +11,7 @@ from domain.core.merge import resolve_merge
 from pipeline_defs.cli.progress import add_progress_argument
 from pipeline_defs.cli.terminal import EXIT_ERROR, EXIT_REJECTED, safe_text
 from pipeline_defs.settings import Settings
-from plugins.postings.store.ingest import IngestReport, ingest_files
+from plugins.postings.store.ingest import IngestReport, Rejection, ingest_files
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -36,15 +36,18 @@ def cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
     try:
         merge = None if args.merge == "replace" else resolve_merge(args.merge)
         with session_scope(settings.database_url) as session:
-            report = ingest_files(session, args.files, merge)
+            report = ingest_files(session, args.files, merge, on_rejection=print_rejection)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    for rejection in report.rejected:
-        print(f"rejected {rejection}", file=sys.stderr)
     print(f"ingested {report.accepted} postings: {report.summary()}")
     record_in_dagster(settings, report, "pipeline ingest")
-    return EXIT_REJECTED if report.rejected else 0
+    return EXIT_REJECTED if report.rejected_count else 0
+
+
+def print_rejection(rejection: Rejection) -> None:
+    """Each rejection on stderr as it is found (none is held: a file of bad lines fits in memory)."""
+    print(f"rejected {rejection}", file=sys.stderr)
 
 
 def record_in_dagster(settings: Settings, report: IngestReport, source: str) -> None:

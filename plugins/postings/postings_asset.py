@@ -40,14 +40,16 @@ def postings(
     metadata: dict = {}
     if config.paths:
         with app_db.session() as session:
-            report = ingest_files(session, [Path(path) for path in config.paths])
-        for rejection in report.rejected:
-            context.log.warning(f"rejected {rejection}")
+            report = ingest_files(
+                session,
+                [Path(path) for path in config.paths],
+                on_rejection=lambda rejection: context.log.warning(f"rejected {rejection}"),
+            )
         metadata.update(
             inserted=len(report.inserted),
             updated=len(report.updated),
             unchanged=len(report.unchanged),
-            rejected=len(report.rejected),
+            rejected=report.rejected_count,
             rejections=MetadataValue.md("\n".join(f"- `{r}`" for r in report.rejected[:50]) or "none"),
         )
     with app_db.session() as session:
@@ -80,7 +82,7 @@ def report_ingest(instance: DagsterInstance, report: IngestReport, total: int, s
                 "inserted": len(report.inserted),
                 "updated": len(report.updated),
                 "unchanged": len(report.unchanged),
-                "rejected": len(report.rejected),
+                "rejected": report.rejected_count,
                 "total_postings": total,
                 "source": source,
             },

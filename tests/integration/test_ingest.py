@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import csv
 import json
 from pathlib import Path
@@ -459,3 +460,97 @@ def test_ingest_streams_a_file_in_bounded_memory(
         tracemalloc.stop()
     assert len(report.inserted) == 3_000 and not report.rejected
     assert peak < size / 3, f"peak {peak / 1e6:.1f} MB for a {size / 1e6:.1f} MB file"
+
+
+def test_rejections_are_handed_over_as_they_are_found_in_line_order(
+    app_db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file of bad lines is reported as it is read, never held whole (3,000,000 bad lines took
+    795 MB when every rejection was kept): no more than a batch's worth of rejections (`BATCH_ROWS`,
+    and the duplicates of the batch being written) wait to be handed to `on_rejection`, in line
+    order (duplicates of earlier batches among them), and the report keeps a bounded sample and the
+    count of all."""
+    from plugins.postings.store import ingest
+
+    lines = [json.dumps({"key": "g-0", "title": "Cook", "description": "Cooks pasta."})]
+    for number in range(2, 3 * ingest.BATCH_ROWS + 2):
+        if number % 500 == 0:  # a duplicate of the first line's key, whichever batch that one is in
+            lines.append(json.dumps({"key": "g-0", "title": "Cook", "description": "Again."}))
+        elif number % 7 == 0:
+            lines.append(json.dumps({"key": f"g-{number}", "title": "Cook", "description": "Cooks."}))
+        else:
+            lines.append(json.dumps({"key": f"bad-{number}", "title": "Cook"}))
+    path = tmp_path / "mostly_bad.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    expected_bad = [n for n in range(2, len(lines) + 1) if n % 7 != 0 or n % 500 == 0]
+
+    line_read = 0
+    read_records = ingest.read_records
+
+    def counted(file: Path):  # noqa: ANN202 - the reader's own iterator
+        nonlocal line_read
+        for record in read_records(file):
+            line_read = record.line
+            yield record
+
+    monkeypatch.setattr(ingest, "read_records", counted)
+    handed: list[tuple[int, int]] = []  # (the rejection's line, the line read when it was handed over)
+    with session_scope(app_db_url) as session:
+        report = ingest_files(
+            session, [path], on_rejection=lambda rejection: handed.append((rejection.line, line_read))
+        )
+    assert [line for line, _ in handed] == expected_bad
+    found_by = bisect.bisect_right  # rejections found once a line was read: the bad lines up to it
+    waiting = [found_by(expected_bad, read) - index for index, (_, read) in enumerate(handed)]
+    assert max(waiting) <= 2 * ingest.BATCH_ROWS  # the file has 5,100 bad lines
+    assert report.rejected_count == len(expected_bad)
+    assert [r.line for r in report.rejected] == expected_bad[: ingest.REJECTIONS_KEPT]
+    assert "duplicate key 'g-0' (first at line 1, kept)" in {r.reason for r in report.rejected}
+    assert report.summary().endswith(f"{len(expected_bad)} rejected")
+
+
+def test_a_bare_carriage_return_does_not_end_a_jsonl_record(sqlite_url: str, tmp_path: Path) -> None:
+    """Only "\\n" (or "\\r\\n") ends a JSONL record: a "\\r" between values is JSON whitespace, and one
+    inside a string is that record's error, at its own line; the lines after keep their numbers."""
+    path = tmp_path / "carriage_returns.jsonl"
+    path.write_bytes(
+        b'{"key": "cr-1",\r "title": "Cook", "description": "Cooks pasta."}\n'
+        b'{"key": "cr-2", "title": "Nurse", "description": "Line one\rline two"}\r\n'
+        b'{"key": "cr-3", "title": "Baker", "description": "Bakes bread."}\r\n'
+        b'{"key": "cr-4", "title": "Porter", "description": "Carries."}'
+    )
+    with session_scope(sqlite_url) as session:
+        report = ingest_files(session, [path])
+    assert sorted(report.inserted) == ["cr-1", "cr-3", "cr-4"]
+    assert [(r.line, r.reason.split(":")[0]) for r in report.rejected] == [(2, "invalid JSON")]
+
+
+@pytest.mark.parametrize(
+    ("name", "encoding", "shown_as"),
+    [  # a spreadsheet's "Unicode text" is UTF-16 with a byte-order mark
+        ("postings.csv", "utf-16", "UTF-16 (it starts with a UTF-16 byte-order mark)"),
+        ("postings.csv", "utf-16-le", "UTF-16 (NUL bytes between its characters)"),
+        ("postings.jsonl", "utf-16-be", "UTF-16 (NUL bytes between its characters)"),
+        ("postings.jsonl", "utf-32", "UTF-32 (it starts with a UTF-32 byte-order mark)"),
+    ],
+)
+def test_a_utf16_file_is_refused_saying_so(
+    name: str,
+    encoding: str,
+    shown_as: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Read as UTF-8, each line of a UTF-16 CSV was rejected with "the header has no column 'key'"."""
+    path = tmp_path / name
+    if name.endswith(".csv"):
+        text = "key,title,description\r\nu-1,Cook,Cooks pasta.\r\nu-2,Nurse,Night shifts.\r\n"
+    else:
+        text = "".join(json.dumps(posting) + "\n" for posting in POSTINGS[:2])
+    path.write_text(text, encoding=encoding)
+    monkeypatch.setenv("PIPELINE_DATA_DIR", str(tmp_path / "data"))
+    assert main(["ingest", str(path)]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"rejected {path}:1: the file is {shown_as}: none of it was read; save it as UTF-8"
+    ]

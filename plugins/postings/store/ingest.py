@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -64,6 +64,9 @@ _CATEGORY_NAMES = {
 BATCH_ROWS = 2_000
 """Postings validated, looked up and written together: bounds memory, and makes writes set-based."""
 PROGRESS_RECORDS = 1_000  # records read between two progress updates
+REJECTIONS_KEPT = 1_000
+"""Rejections an `IngestReport` keeps (the first ones); the rest are counted and handed to the caller's
+`on_rejection` as they are found, never all held: 3,000,000 bad lines took 795 MB when they were."""
 
 # Per-ingest scratch tables (TEMPORARY: private to the connection, gone with it; created and dropped in
 # the caller's transaction, so a rolled-back ingest leaves nothing behind).
@@ -108,21 +111,34 @@ class Rejection:
         return f"{self.file}:{lines}: {self.reason}"
 
 
+RejectionHandler = Callable[[Rejection], None]
+
+
 @dataclass
 class IngestReport:
     inserted: list[str] = field(default_factory=list)
     updated: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     rejected: list[Rejection] = field(default_factory=list)
+    """The first `REJECTIONS_KEPT` rejections, in file and line order; `rejected_count` counts them all."""
+    rejected_count: int = 0
 
     @property
     def accepted(self) -> int:
         return len(self.inserted) + len(self.updated) + len(self.unchanged)
 
+    def reject(self, rejection: Rejection, on_rejection: RejectionHandler | None) -> None:
+        """Count a rejection, keep it if the sample has room, and hand it to `on_rejection`."""
+        self.rejected_count += 1
+        if len(self.rejected) < REJECTIONS_KEPT:
+            self.rejected.append(rejection)
+        if on_rejection is not None:
+            on_rejection(rejection)
+
     def summary(self) -> str:
         return (
             f"{len(self.inserted)} new, {len(self.updated)} updated (their outputs are now stale), "
-            f"{len(self.unchanged)} unchanged, {len(self.rejected)} rejected"
+            f"{len(self.unchanged)} unchanged, {self.rejected_count} rejected"
         )
 
 
@@ -229,9 +245,16 @@ def _has_surrogates(value: str) -> bool:
     return False
 
 
-def ingest_files(session: Session, paths: Iterable[Path], merge: MergeFunction | None = None) -> IngestReport:
+def ingest_files(
+    session: Session,
+    paths: Iterable[Path],
+    merge: MergeFunction | None = None,
+    on_rejection: RejectionHandler | None = None,
+) -> IngestReport:
     """Validate and upsert every file's rows in the caller's transaction; `merge(stored, incoming)`
-    decides the fields of a posting already stored (default: the incoming row replaces it).
+    decides the fields of a posting already stored (default: the incoming row replaces it);
+    `on_rejection` gets every rejection as it is found, in file and line order (the report keeps a
+    bounded sample and the count).
 
     A key met again within the same ingest (same file or another) is rejected, naming where it was
     first seen; that first row is kept (docs/ingest.md)."""
@@ -246,7 +269,7 @@ def ingest_files(session: Session, paths: Iterable[Path], merge: MergeFunction |
     with progress.progress_task("ingest", sum(line_counts) if line_counts else None, "lines") as task:
         for index in range(len(files)):
             before = task.done
-            last_line = _ingest_file(session, files, index, report, merge, task)
+            last_line = _ingest_file(session, files, index, report, merge, task, on_rejection)
             task.update(before + (line_counts[index] if line_counts else last_line))
     for table in (_CHANGED, _SEEN):
         table.drop(connection)
@@ -273,35 +296,47 @@ def _ingest_file(
     report: IngestReport,
     merge: MergeFunction | None,
     task: progress.ProgressTask,
+    on_rejection: RejectionHandler | None,
 ) -> int:
-    """Ingest one file; the number of its last line read."""
+    """Ingest one file; the number of its last line read.
+
+    Rejections wait in `held` until the batch they may interleave with is written (a duplicate of an
+    earlier batch is found only then), and are reported sorted by line; a batch is written when it
+    is full or when `BATCH_ROWS` rejections wait behind it, so a file of bad lines holds no more."""
     path = files[index]
-    rejected: list[Rejection] = []
+    held: list[Rejection] = []
     batch: dict[str, tuple[dict[str, Any], int]] = {}
     lines_before, last_line = task.done, 0
+
+    def write_and_report() -> None:
+        nonlocal batch
+        if batch:
+            _write_batch(session, files, index, batch, report, held, merge)
+            batch = {}
+        for rejection in sorted(held, key=lambda rejection: rejection.line):
+            report.reject(rejection, on_rejection)
+        held.clear()
+
     for number, record in enumerate(read_records(path), 1):
         last_line = record.last_line
         if number % PROGRESS_RECORDS == 0:
             task.update(lines_before + last_line)
         if record.error is not None or record.fields is None:
-            rejected.append(Rejection(str(path), record.line, record.error or "empty", record.last_line))
-            continue
-        try:
-            clean = validate_row(record.fields)
-        except RowError as exc:
-            rejected.append(Rejection(str(path), record.line, str(exc), record.last_line))
-            continue
-        key = clean["key"]
-        if key in batch:
-            rejected.append(_duplicate(files, index, record.line, key, index, batch[key][1]))
-            continue
-        batch[key] = (clean, record.line)
-        if len(batch) >= BATCH_ROWS:
-            _write_batch(session, files, index, batch, report, rejected, merge)
-            batch = {}
-    if batch:
-        _write_batch(session, files, index, batch, report, rejected, merge)
-    report.rejected.extend(sorted(rejected, key=lambda rejection: rejection.line))
+            held.append(Rejection(str(path), record.line, record.error or "empty", record.last_line))
+        else:
+            try:
+                clean = validate_row(record.fields)
+            except RowError as exc:
+                held.append(Rejection(str(path), record.line, str(exc), record.last_line))
+            else:
+                key = clean["key"]
+                if key in batch:
+                    held.append(_duplicate(files, index, record.line, key, index, batch[key][1]))
+                else:
+                    batch[key] = (clean, record.line)
+        if len(batch) >= BATCH_ROWS or len(held) >= BATCH_ROWS:
+            write_and_report()
+    write_and_report()
     return last_line
 
 

@@ -60,13 +60,59 @@ class _OverlongLine(Exception):
 
 
 def read_records(path: Path) -> Iterator[RawRecord]:
-    """The records of a JSONL (.jsonl/.ndjson/.json) or CSV (.csv) file, streamed, with their lines."""
+    """The records of a JSONL (.jsonl/.ndjson/.json) or CSV (.csv) file, streamed, with their lines.
+    A file saved as UTF-16 or UTF-32 is one rejection that says so (`_wide_encoding`)."""
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".ndjson", ".json"):
-        return _read_jsonl(path)
-    if suffix == ".csv":
-        return _read_csv(path)
-    raise ValueError(f"{path}: unsupported file type {suffix!r}: use .jsonl or .csv")
+        records = _read_jsonl(path)
+    elif suffix == ".csv":
+        records = _read_csv(path)
+    else:
+        raise ValueError(f"{path}: unsupported file type {suffix!r}: use .jsonl or .csv")
+    wide = _wide_encoding(path)
+    return (
+        records if wide is None else _not_read(f"the file is {wide}: none of it was read; save it as UTF-8")
+    )
+
+
+_UTF32_BOMS = (b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff")
+_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+_SNIFF_BYTES = 4096
+_WIDE_PAIRS = 4  # the least bytes pairs of text that tell UTF-16 from UTF-8
+
+
+def _wide_encoding(path: Path) -> str | None:
+    """ "UTF-16 ..." or "UTF-32 ..." (and how it shows) when the file's start is text in one: JSON and
+    CSV are mostly ASCII, which UTF-16 writes as a character byte and a NUL, so one byte of each pair
+    is often NUL and the other almost never (a file of NULs, or a UTF-8 line that holds one, is not
+    UTF-16). A spreadsheet's "Unicode text" is UTF-16: read as UTF-8 each of its lines was rejected
+    for a reason that did not say why ("the header has no column 'key'")."""
+    try:
+        with path.open("rb") as handle:
+            start = handle.read(_SNIFF_BYTES)
+    except OSError:
+        return None  # reading the records says what is wrong with the file
+    if start.startswith(_UTF32_BOMS):
+        return "UTF-32 (it starts with a UTF-32 byte-order mark)"
+    bom = start.startswith(_UTF16_BOMS)
+    text = start[2:] if bom else start
+    pairs = len(text) // 2
+    if pairs < _WIDE_PAIRS:
+        return None
+    even, odd = text[0 : 2 * pairs : 2].count(0) / pairs, text[1 : 2 * pairs : 2].count(0) / pairs
+    if max(even, odd) >= 0.2 and min(even, odd) <= 0.05:
+        return (
+            "UTF-16 ("
+            + ("it starts with a UTF-16 byte-order mark" if bom else "NUL bytes between its characters")
+            + ")"
+        )
+    return None
+
+
+def _not_read(reason: str) -> Iterator[RawRecord]:
+    """A file that is not UTF-8 text: one rejection for all of it (its lines, split as UTF-8, are
+    not its lines)."""
+    yield RawRecord(1, 1, None, reason)
 
 
 class _Lines:
@@ -75,8 +121,9 @@ class _Lines:
     `taken` holds the lines handed out since `start_record()`: the lines of the record being parsed.
     """
 
-    def __init__(self, handle: Any) -> None:
+    def __init__(self, handle: Any, line_ends: tuple[str, ...] = ("\n", "\r")) -> None:
         self._handle = handle
+        self._line_ends = line_ends
         self._number = 0
         self._pushed: deque[tuple[int, str]] = deque()
         self.taken: list[tuple[int, str]] = []
@@ -102,7 +149,7 @@ class _Lines:
                 raise StopIteration
             self._number += 1
             number = self._number
-            if len(text) >= MAX_LINE_CHARS and not text.endswith(("\n", "\r")):
+            if len(text) >= MAX_LINE_CHARS and not text.endswith(self._line_ends):
                 self._skip_rest_of_line()
                 raise _OverlongLine(number)
             if number == 1:
@@ -113,14 +160,15 @@ class _Lines:
     def _skip_rest_of_line(self) -> None:
         while True:
             piece = self._handle.readline(_READ_CHUNK)
-            if not piece or piece.endswith(("\n", "\r")):
+            if not piece or piece.endswith(self._line_ends):
                 return
 
 
-def _open_text(path: Path) -> Any:
+def _open_text(path: Path, newline: str = "") -> Any:
     # surrogateescape keeps undecodable bytes visible per record instead of failing the file;
-    # newline="" keeps line ends as they are (the CSV reader needs them inside quoted fields).
-    return path.open(encoding="utf-8", errors="surrogateescape", newline="")
+    # newline="" keeps line ends as they are (the CSV reader needs them inside quoted fields);
+    # newline="\n" ends a line at "\n" alone (JSONL: a bare "\r" is inside the record, "\r\n" ends it).
+    return path.open(encoding="utf-8", errors="surrogateescape", newline=newline)
 
 
 def _no_duplicate_names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -133,8 +181,11 @@ def _no_duplicate_names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def _read_jsonl(path: Path) -> Iterator[RawRecord]:
-    with _open_text(path) as handle:
-        lines = _Lines(handle)
+    """JSONL records, one a line: only "\n" (or "\r\n") ends one, as JSON Lines says; a bare "\r"
+    is JSON whitespace between values, and an error inside a string (JSON has no raw control
+    characters), never the end of a record."""
+    with _open_text(path, newline="\n") as handle:
+        lines = _Lines(handle, line_ends=("\n",))
         while True:
             lines.start_record()
             try:
