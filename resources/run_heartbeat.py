@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import atexit
 import logging
+import multiprocessing.util
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -39,6 +41,7 @@ def dead_after_seconds(heartbeat_seconds: float) -> float:
 
 
 _running: set[RunHeartbeat] = set()
+_exit_handler_pid: int | None = None
 
 
 @atexit.register
@@ -46,6 +49,17 @@ def _end_on_exit() -> None:
     """A run worker exits right after its run: end its heartbeat rather than leave it to be reaped."""
     for heartbeat in list(_running):
         heartbeat.stop(timeout=0.0)
+
+
+def _end_on_exit_of_this_process() -> None:
+    """Have `_end_on_exit` run when this process ends as a `multiprocessing` child too. A run forked
+    by the forkserver (`PIPELINE_RUN_START=forkserver`, the default) ends with `os._exit` after
+    multiprocessing's own exit handlers, so `atexit` never ran there: every finished daemon run kept
+    an `alive` heartbeat of a gone pid, and the reaper recorded it `dead`. Once per process."""
+    global _exit_handler_pid
+    if _exit_handler_pid != os.getpid():
+        multiprocessing.util.Finalize(None, _end_on_exit, exitpriority=10)
+        _exit_handler_pid = os.getpid()
 
 
 @contextmanager
@@ -86,6 +100,7 @@ class RunHeartbeat:
         with session_scope(self.url) as session:
             heartbeats.start_heartbeat(session, self.run_id, job=self.job, source=self.source)
         _running.add(self)
+        _end_on_exit_of_this_process()
         self._thread.start()
         return self
 
