@@ -33,6 +33,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DisconnectionError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from appdb.local_files import create_private_file, make_private_dirs
+
 if TYPE_CHECKING:  # Alembic is imported only to change the schema (~0.4 s of CPU a command otherwise)
     from alembic.config import Config
 
@@ -185,7 +187,10 @@ def _create_engine(url: str) -> Engine:
     if parsed.get_backend_name() != "sqlite":
         return ping_when_idle(create_engine(url))
     if parsed.database and parsed.database != ":memory:":
-        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        # the postings and outputs are the owner's: a new data directory is 0700, a new database 0600
+        # (SQLite gives its -wal and -shm files the database file's mode)
+        make_private_dirs(Path(parsed.database).parent)
+        create_private_file(Path(parsed.database))
     busy_timeout, lock_wait = _sqlite_waits["busy_timeout"], _sqlite_waits["lock_wait"]
     engine = create_engine(url, connect_args={"timeout": busy_timeout, "factory": LockRetryingConnection})
 

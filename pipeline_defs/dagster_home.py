@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from appdb.database import normalize_url
+from appdb.local_files import make_private_dirs
 from appdb.redaction import url_passwords
 from pipeline_defs.dagster_storage import DEFAULT_EVENT_BATCH_SIZE
 from pipeline_defs.settings import Settings, export_for_dagster
@@ -184,7 +185,7 @@ def ensure_dagster_home(settings: Settings) -> Path:
     crashed ("table snapshots already exists"), even after `pipeline migrate`. Now the first process
     creates them (migrate does, too) and the others wait for it, then find them there."""
     home = settings.dagster_home
-    home.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(home)  # new ones 0700: Dagster's runs, event logs and compute logs are the owner's
     if settings.dagster_postgres_url:
         # dagster-postgres needs psycopg2: with SQLAlchemy 2.1 a bare postgresql:// picks psycopg 3.
         export_for_dagster(POSTGRES_URL_VARIABLE, normalize_url(settings.dagster_postgres_url))

@@ -18,6 +18,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from appdb.database import session_scope
+from appdb.local_files import make_private_dirs
 from domain.core import progress
 from pipeline_defs.cli.progress import add_progress_argument
 from pipeline_defs.cli.terminal import EXIT_ERROR, EXIT_OK
@@ -108,6 +109,8 @@ def cmd_export(settings: Settings, args: argparse.Namespace) -> int:
     path = args.out or default_export_path(settings, args.concepts, args.file_format)
     try:
         refuse_unless_regular(path, schema_path_for(path))  # before the database is read
+        if args.out is None:  # in the data directory: a new one is the owner's alone
+            make_private_dirs(path.parent)
         report = export_enriched(
             settings.database_url, path, read, args.file_format, args.concepts, args.chunk_size
         )
