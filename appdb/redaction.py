@@ -62,14 +62,15 @@ def redact(text: str, environ: Mapping[str, str] | None = None) -> str:
     the secrets of that environment instead of the remembered one."""
     if not text:
         return text
+    # first the configured URLs' passwords of any length and content where they stand as one (`:PW@`):
+    # the pattern below ends a URL at whitespace, which such a password may hold
+    for password in _remembered_url_passwords if environ is None else _environment_url_passwords(environ):
+        text = text.replace(f":{password}@", f":{MASK}@")
     text = _URL_CREDENTIALS.sub(_mask_userinfo, text)
     text = _SECRET_PAIRS.sub(lambda match: match["key"] + MASK, text)
     text = _BEARER.sub(lambda match: match["key"] + MASK, text)
     for secret in _remembered if environ is None else known_secrets(environ):
         text = _mask_literal(text, secret)
-    # the configured URLs' passwords of any length and content, where they stand as one (`:PW@`)
-    for password in _remembered_url_passwords if environ is None else _environment_url_passwords(environ):
-        text = text.replace(f":{password}@", f":{MASK}@")
     return text
 
 
