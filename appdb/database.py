@@ -34,6 +34,7 @@ from sqlalchemy.exc import DisconnectionError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from appdb.local_files import create_private_file, make_private_dirs
+from appdb.redaction import redact
 
 if TYPE_CHECKING:  # Alembic is imported only to change the schema (~0.4 s of CPU a command otherwise)
     from alembic.config import Config
@@ -84,6 +85,30 @@ def configure_sqlite(busy_timeout: float, lock_wait: float) -> None:
     """How long SQLite statements wait for the write lock, for the engines made from now on
     (PIPELINE_SQLITE_BUSY_TIMEOUT and PIPELINE_SQLITE_LOCK_WAIT, read by the settings module)."""
     _sqlite_waits.update(busy_timeout=busy_timeout, lock_wait=lock_wait)
+
+
+class DatabaseUnavailable(RuntimeError):
+    """The application database cannot be opened: the server is unreachable, its driver is not installed,
+    the SQLite file or its folder cannot be made. One line naming the URL (password masked) and the
+    driver's own first line, which the command line prints instead of a traceback."""
+
+    def __init__(self, url: str, error: BaseException) -> None:
+        cause = getattr(error, "orig", None) or error  # SQLAlchemy's wrapper: the driver's error says it
+        lines = [line.strip() for line in str(cause).splitlines() if line.strip()]
+        reason = lines[0] if lines else type(cause).__name__
+        super().__init__(f"cannot open the application database {redact(url)}: {reason}")
+        self.url = url
+
+
+def opened_engine(url: str) -> Engine:
+    """The URL's engine once a connection to it opened; `DatabaseUnavailable` when none can be."""
+    try:
+        engine = get_engine(url)
+        with engine.connect():
+            pass
+    except (OSError, ImportError, SQLAlchemyError) as exc:
+        raise DatabaseUnavailable(url, exc) from exc
+    return engine
 
 
 class DatabaseLockedError(sqlite3.OperationalError):
@@ -218,11 +243,13 @@ def alembic_config(url: str) -> Config:
 
 
 def migrate(url: str) -> None:
-    """Upgrade the schema to the newest migration (non-destructive; a no-op when current)."""
-    url = normalize_url(url)
+    """Upgrade the schema to the newest migration (non-destructive; a no-op when current).
+    `DatabaseUnavailable` when the database cannot be opened at all."""
+    given, url = url, normalize_url(url)
     with _lock:
         if url in _migrated:
             return
+    opened_engine(given)  # an unreachable server is not "a new database": say so, naming the URL given
     if _at_head(url):  # the common case, without loading Alembic
         with _lock:
             _migrated.add(url)
@@ -311,7 +338,7 @@ def read_only_session(url: str) -> Iterator[Session]:
     from alembic.runtime.migration import MigrationContext
     from alembic.script import ScriptDirectory
 
-    with get_engine(url).connect() as connection:
+    with opened_engine(url).connect() as connection:
         current = MigrationContext.configure(connection).get_current_revision()
         head = ScriptDirectory.from_config(alembic_config(url)).get_current_head()
         if current != head:

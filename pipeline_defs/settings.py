@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from appdb.database import configure_sqlite
-from appdb.redaction import remember_environment
+from appdb.redaction import redact, remember_environment
 from domain.core.configuration import (
     Derived,
     Setting,
@@ -98,6 +98,27 @@ def _backend(values: Mapping[str, Any]) -> str:
     return "openai" if values.get("openai_base_url") else "embedded"
 
 
+DATABASE_BACKENDS = ("sqlite", "postgresql")  # what the migrations and `appdb.dialects` are written for
+
+
+def _database_url(value: str) -> str:
+    """A SQLite or PostgreSQL URL; any other (`mysql://`, a typo) is refused here, in one line, rather
+    than by a missing driver's traceback in the first command that opens it."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        backend = make_url(value).get_backend_name()
+    except ArgumentError:
+        backend = ""
+    if backend not in DATABASE_BACKENDS:
+        raise SettingError(
+            f"{redact(value)!r} is not a SQLite or PostgreSQL URL (sqlite:///PATH, "
+            "postgresql://USER@HOST:PORT/NAME): the application database runs on those two only"
+        )
+    return value
+
+
 def _path(value: str) -> Path:
     return Path(value).expanduser().resolve()
 
@@ -142,6 +163,7 @@ class Settings:
         "PIPELINE_DATABASE_URL",
         "the application database, e.g. `postgresql://user@host:5432/postings`",
         Derived(lambda v: f"sqlite:///{v['data_dir'] / 'app.db'}", "`sqlite:///<data dir>/app.db`"),
+        parse=_database_url,
         secret=True,
     )
     ollama_host: str | None = setting(

@@ -30,12 +30,15 @@ pipeline reprocess --stale [--use-case NAME] [--dry-run]   redo only outdated ou
 pipeline retire --finished-before DATE [--dry-run]   delete finished postings' Dagster partitions
 pipeline --version               the installed version
 
-Exit codes: 0 done, 1 the command ran and something failed, 2 usage (bad arguments, unknown names).
+Exit codes: 0 done, 1 the command ran and something failed (a closed output pipe too), 2 usage (bad
+arguments, unknown names, settings that cannot be used, the database or data directory unusable).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import signal
 import sys
 import threading
@@ -43,9 +46,9 @@ import traceback
 from collections.abc import Sequence
 from importlib import import_module
 from types import TracebackType
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TextIO
 
-from pipeline_defs.cli.terminal import EXIT_ERROR, SafeStream, hide_dagster_warnings, safe_text
+from pipeline_defs.cli.terminal import EXIT_ERROR, EXIT_FAILED, SafeStream, hide_dagster_warnings, safe_text
 
 DISTRIBUTION = "posting-enrichment"
 
@@ -115,9 +118,10 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pipeline",
         description="Job-posting enrichment with local LLMs.",
-        epilog="exit codes: 0 done; 1 the command ran and something failed (rows rejected, a run failed, "
-        "discovery differs from --expect); 2 usage (bad arguments, an unknown name, an unreadable file, "
-        "invalid settings)",
+        epilog="exit codes: 0 done; 1 the command ran and something failed (rows rejected, a posting's "
+        "work or a run failed, discovery differs from --expect, the output pipe closed); 2 usage (bad "
+        "arguments, an unknown name, an unreadable file, invalid settings, the database or the data "
+        "directory unusable)",
     )
     parser.add_argument("--version", action=VersionAction, help="show the installed version and exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -174,11 +178,28 @@ def main(argv: list[str] | None = None) -> int:
     sys.excepthook = _safe_excepthook  # a traceback that ends the command goes through it too
     sigint_ignored = _sigint_heard()
     try:
-        return _run_command(argv)
+        code = _run_command(argv)
+        sys.stdout.flush()  # here, not at exit: a reader gone by now is a closed pipe like any other
+        return code
+    except BrokenPipeError:  # `pipeline events --json | head -c 200`: the reader stopped reading
+        _discard_closed_output(streams[0])
+        print("error: the output was closed before all of it was written (broken pipe)", file=sys.stderr)
+        return EXIT_FAILED
     finally:
         sys.stdout, sys.stderr = streams
         if sigint_ignored:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _discard_closed_output(stdout: TextIO) -> None:
+    """Point the closed pipe's descriptor at /dev/null: what is still buffered then goes nowhere instead
+    of raising BrokenPipeError again at the interpreter's last flush ("Exception ignored ...")."""
+    with contextlib.suppress(AttributeError, OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, stdout.fileno())
+        finally:
+            os.close(devnull)
 
 
 def _sigint_heard() -> bool:
@@ -220,6 +241,14 @@ def _run_command(argv: list[str] | None) -> int:
         return args.handler(settings, args)
     except DeclarationError as exc:  # a setting naming no use case, style or backend: found at build
         print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except Exception as exc:
+        from pipeline_defs.cli.environment_errors import environment_error
+
+        line = environment_error(exc, settings)  # the database or a directory unusable: one line
+        if line is None:
+            raise
+        print(f"error: {line}", file=sys.stderr)
         return EXIT_ERROR
     finally:
         use_reporter(previous_reporter)

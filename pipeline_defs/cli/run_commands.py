@@ -7,7 +7,7 @@ import sys
 import time
 
 from appdb import reports
-from appdb.database import session_scope
+from appdb.database import migrate, session_scope
 from appdb.redaction import redact
 from pipeline_defs.catalog import declared_use_cases
 from pipeline_defs.cli.ingest_command import record_in_dagster
@@ -107,6 +107,7 @@ def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
     if unknown:
         print(f"error: no use case {unknown[0]!r} (declared: {', '.join(sorted(known))})", file=sys.stderr)
         return EXIT_ERROR
+    migrate(settings.database_url)  # a database that cannot be opened: one line now, not amid the runs
     print(f"LLM backend: {settings.llm_backend}; app database: {redact(settings.database_url)}")
     from pipeline_defs.cli.database_blips import DatabaseUnreachable
 

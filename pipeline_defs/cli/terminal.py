@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from appdb.pauses import Pause
 
 EXIT_OK = 0
+EXIT_FAILED = 1  # the command ran and something failed (a run's work, a closed output pipe)
 EXIT_REJECTED = 1  # ingest: some rows were rejected (the good ones went in)
 EXIT_DIFFERENT = 1  # discover --expect: discovery differs from the expected work
 EXIT_ERROR = 2

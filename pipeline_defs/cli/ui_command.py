@@ -19,6 +19,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from pipeline_defs.cli.arguments import port_number
@@ -59,9 +60,7 @@ def cmd_ui(settings: Settings, args: argparse.Namespace) -> int:
     from dagster._cli import dev as dagster_dev
     from dagster_shared.cli import WorkspaceOpts
 
-    from pipeline_defs.dagster_home import ensure_dagster_storage
-
-    home = ensure_dagster_storage(settings)
+    home = _storage_ready(settings)
     print(f"DAGSTER_HOME={home}", flush=True)
     print(
         f"UI on http://127.0.0.1:{args.port}: GraphQL refuses foreign Host, cross-origin and GET-mutation "
@@ -105,9 +104,8 @@ def cmd_ui(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_webserver(settings: Settings, args: argparse.Namespace) -> int:
     from pipeline_defs import webserver
-    from pipeline_defs.dagster_home import ensure_dagster_storage
 
-    ensure_dagster_storage(settings)
+    _storage_ready(settings)
     workspace = workspace_file(settings)
     sys.argv = ["dagster-webserver", "-h", args.host, "-p", str(args.port), "-w", workspace]
     webserver.main()
@@ -116,12 +114,22 @@ def cmd_webserver(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_daemon(settings: Settings, args: argparse.Namespace) -> int:
     from pipeline_defs import daemon
-    from pipeline_defs.dagster_home import ensure_dagster_storage
 
-    ensure_dagster_storage(settings)
+    _storage_ready(settings)
     sys.argv = ["dagster-daemon", "run", "-w", workspace_file(settings)]
     daemon.main()
     return 0
+
+
+def _storage_ready(settings: Settings) -> Path:
+    """The application database opened (and migrated) and the Dagster home made before a server
+    starts: a wrong URL or an unusable data directory is then one line at start (`main`), not a
+    server that comes up and fails in every sensor tick."""
+    from appdb.database import migrate
+    from pipeline_defs.dagster_home import ensure_dagster_storage
+
+    migrate(settings.database_url)
+    return ensure_dagster_storage(settings)
 
 
 WORKSPACE_YAML = """\
