@@ -63,17 +63,20 @@ class UseCaseProgress:
     name: str
     total: int
     done: int = 0
+    failed: int = 0  # attempts that failed: through with for this run, but not done
 
     def describe(self, elapsed: float, unit: str) -> str:
-        """`posting_summary 10/25 (0.5 postings/s, 30s left)`: done of planned, rate, time left."""
-        total = max(self.total, self.done)
-        text = f"{self.name} {self.done}/{total}"
-        if not self.done or elapsed <= 0:
-            return text + (" (starting)" if self.done < total else "")
-        rate = self.done / elapsed
-        if self.done >= total:
-            return text + f" ({rate:.2f} {unit}/s, done)"
-        return text + f" ({rate:.2f} {unit}/s, {duration((total - self.done) / rate)} left)"
+        """`posting_summary 10/25, 2 failed (0.5 postings/s, 26s left)`: done of planned, failed, rate
+        (of both), time left (for the rest)."""
+        through = self.done + self.failed
+        total = max(self.total, through)
+        text = f"{self.name} {self.done}/{total}" + (f", {self.failed} failed" if self.failed else "")
+        if not through or elapsed <= 0:
+            return text + (" (starting)" if through < total else "")
+        rate = through / elapsed
+        if through >= total:  # "done" only when nothing failed: a failed attempt is not done
+            return text + f" ({rate:.2f} {unit}/s, {'finished' if self.failed else 'done'})"
+        return text + f" ({rate:.2f} {unit}/s, {duration((total - through) / rate)} left)"
 
 
 class StatusLine:
@@ -229,7 +232,7 @@ class RunProgress:
             with session_scope(self.database_url) as session:
                 done = finished_since(session, list(totals), since)
             for count, name in zip(counts, totals, strict=True):
-                count.done = done.get(name, 0)
+                count.done, count.failed = done[name].done, done[name].failed
             elapsed = self.clock() - started
             return f"{one_line(group)}: " + " · ".join(count.describe(elapsed, unit) for count in counts)
 

@@ -5,14 +5,20 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import dataclass, field
+from datetime import datetime
 
 from appdb import reports
 from appdb.database import migrate, session_scope
+from appdb.models import utcnow
 from appdb.redaction import redact
+from appdb.run_progress import FailedAttempt, failed_attempts, failure_counts, finished_since
+from domain.language.output_parsing import BlockedOutput
 from pipeline_defs.catalog import declared_use_cases
+from pipeline_defs.cli.failed_work import DETAILS, describe_failures, error_lines
 from pipeline_defs.cli.ingest_command import record_in_dagster
 from pipeline_defs.cli.progress import RunProgress, add_progress_argument, progress_wanted, terminal_stream
-from pipeline_defs.cli.terminal import EXIT_ERROR, clip, one_line
+from pipeline_defs.cli.terminal import EXIT_ERROR, EXIT_FAILED, EXIT_OK, clip, one_line
 from pipeline_defs.settings import PROJECT_ROOT, Settings, running_from_a_clone
 from plugins.postings.store.ingest import ingest_files
 from plugins.postings.store.postings_kind import POSTINGS
@@ -34,10 +40,39 @@ def register(commands: argparse._SubParsersAction) -> None:
     demo.set_defaults(handler=cmd_demo)
 
 
+@dataclass
+class RunOutcome:
+    """What one `pipeline run` (or the demo's) did: its runs' reports, whether the runs and the taxonomy
+    load succeeded, and the subjects whose attempt failed in it, per use case."""
+
+    reports: list = field(default_factory=list)
+    runs_ok: bool = True
+    failed: dict[str, list[FailedAttempt]] = field(default_factory=dict)
+    noun: str = "posting"
+
+    @property
+    def failed_count(self) -> int:
+        return sum(len(attempts) for attempts in self.failed.values())
+
+    @property
+    def ok(self) -> bool:
+        """Every run succeeded and no subject's work failed."""
+        return self.runs_ok and not self.failed_count
+
+    def only_blocked_by_checks(self) -> bool:
+        """Every failed attempt was an answer a blocking check rejected (retried with backoff)."""
+        return all(
+            attempt.error.startswith(BlockedOutput.PREFIX)
+            for attempts in self.failed.values()
+            for attempt in attempts
+        )
+
+
 def _run_all(
     settings: Settings, only: list[str] | None, verbose: bool, progress: str = "never"
-) -> tuple[list, bool]:
-    """Load the taxonomy, then run every pending batch group by group; (reports, all succeeded).
+) -> RunOutcome:
+    """Load the taxonomy, then run every pending batch group by group; then per use case what was done
+    and what failed (one line per error).
 
     With a progress line (a terminal, or `--progress always`) each group shows its counts, rate and
     time left as it goes; without, a line per run started."""
@@ -50,6 +85,7 @@ def _run_all(
     )
     from pipeline_defs.cli.run_watch import RunWatch
 
+    started = utcnow()
     shown = RunProgress(settings.database_url, enabled=progress_wanted(progress, terminal_stream()))
     instance, defs, groups, app_db = dagster_for(settings)
     selected = single_use_case_groups(groups, only) if only else groups
@@ -78,7 +114,7 @@ def _run_all(
             print(f"{name}: paused, skipped: {why}")
         print(
             f"{report.group} ({', '.join(report.use_cases)}): {report.pending_before} postings pending, "
-            f"{len(report.runs)} runs ({len(report.failed_runs)} failed) in {report.seconds:.1f}s"
+            f"{_runs(len(report.runs))}, {len(report.failed_runs)} failed runs in {report.seconds:.1f}s"
         )
         if report.stopped:
             print(f"error: {report.group}: {report.stopped}", file=sys.stderr)
@@ -90,7 +126,41 @@ def _run_all(
                     "  (the stack traces: `pipeline run --verbose`, or each run's page in the UI)",
                     file=sys.stderr,
                 )
-    return run_reports, taxonomy_ok and not any(report.failed_runs for report in run_reports)
+    outcome = RunOutcome(run_reports, taxonomy_ok and not any(report.failed_runs for report in run_reports))
+    use_cases = {name: group.subject.noun for group in selected for name in group.use_case_names}
+    outcome.failed = _print_outcomes(settings.database_url, use_cases, started)
+    outcome.noun = next(iter(use_cases.values()), outcome.noun)
+    return outcome
+
+
+def _print_outcomes(
+    database_url: str, nouns: dict[str, str], since: datetime
+) -> dict[str, list[FailedAttempt]]:
+    """Per use case that worked since `since`: the subjects done, those whose attempt failed and what
+    happens to them next, and one line per error. Returns the failed attempts by use case."""
+    names = list(nouns)
+    with session_scope(database_url) as session:
+        finished = finished_since(session, names, since)
+        counts = failure_counts(session, names, since)
+        failed = {
+            name: failed_attempts(session, name, since, limit=None) for name in names if counts[name].failed
+        }
+    for name, noun in nouns.items():
+        done, count = finished[name].done, counts[name]
+        if not done and not count.failed:
+            continue
+        line = f"{name}: {done} {noun if done == 1 else noun + 's'} done"
+        if count.failed:
+            print(f"{line}, {describe_failures(count)}:")
+            for error in error_lines(failed[name], noun, count.failed):
+                print(error)
+        else:
+            print(line)
+    return failed
+
+
+def _runs(count: int) -> str:
+    return f"{count} run" if count == 1 else f"{count} runs"
 
 
 def _print_run_started(group: str, index: int, total: int) -> None:
@@ -112,11 +182,16 @@ def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
     from pipeline_defs.cli.database_blips import DatabaseUnreachable
 
     try:
-        _, ok = _run_all(settings, args.use_cases, args.verbose, args.progress)
+        outcome = _run_all(settings, args.use_cases, args.verbose, args.progress)
     except DatabaseUnreachable as exc:
         print(f"error: {one_line(str(exc))}; the pending work waits for the next run", file=sys.stderr)
-        return 1
-    return 0 if ok else 1
+        return EXIT_FAILED
+    if outcome.failed_count:
+        noun = outcome.noun if outcome.failed_count == 1 else f"{outcome.noun}s"
+        print(
+            f"error: the work of {outcome.failed_count} {noun} failed in this run; {DETAILS}", file=sys.stderr
+        )
+    return EXIT_OK if outcome.ok else EXIT_FAILED
 
 
 def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
@@ -130,7 +205,8 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
         "(several seconds per posting on a CPU) ...",
         flush=True,
     )
-    run_reports, ok = _run_all(settings, None, args.verbose, args.progress)
+    outcome = _run_all(settings, None, args.verbose, args.progress)
+    run_reports = outcome.reports
     wall = time.perf_counter() - started
     keys = report.inserted + report.updated + report.unchanged
     with session_scope(settings.database_url) as session:
@@ -140,7 +216,7 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
     runs = sum(len(item.runs) for item in run_reports)
     failed_runs = sum(len(item.failed_runs) for item in run_reports)
     print()
-    print(f"wall time {wall:.1f}s for {len(keys)} postings; {runs} runs ({failed_runs} failed)")
+    print(f"wall time {wall:.1f}s for {len(keys)} postings; {_runs(runs)}, {failed_runs} failed runs")
     for use_case, mean_ms, count in latency:
         print(f"  {use_case}: mean LLM time {mean_ms / 1000:.1f}s per posting over {count} postings")
     from pipeline_defs.cli.export_command import default_export_path, export_enriched
@@ -152,7 +228,25 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
     print(f"trace a posting:  {command} trace demo-001")
     print(f"quality, review:  {command} review")
     print(f"open the UI:      {ui}   (then http://127.0.0.1:3000)")
-    return 0 if ok else 1
+    return _demo_exit(outcome, command)
+
+
+def _demo_exit(outcome: RunOutcome, command: str) -> int:
+    """The demo did its job when its runs succeeded and every failed attempt was an answer a blocking
+    check rejected: the small model states things a posting does not, the check blocks them, and the
+    next run retries them (README). Any other failure (a script raising, an answer that cannot be
+    read, a failed run) is the demo not working: exit 1."""
+    if not outcome.failed_count:
+        return EXIT_OK if outcome.runs_ok else EXIT_FAILED
+    noun = outcome.noun if outcome.failed_count == 1 else f"{outcome.noun}s"
+    if outcome.runs_ok and outcome.only_blocked_by_checks():
+        print(
+            f"note: the answers for {outcome.failed_count} {noun} were blocked by a check (the small model "
+            f"often states what a posting does not); `{command} run` after the retry time above retries them"
+        )
+        return EXIT_OK
+    print(f"error: the work of {outcome.failed_count} {noun} failed in the demo; {DETAILS}", file=sys.stderr)
+    return EXIT_FAILED
 
 
 def _why_none(item) -> str:  # noqa: ANN001 - a WorkItem or None

@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from appdb import claims, discovery, events, heartbeats, pauses, reports
+from appdb import claims, discovery, events, heartbeats, pauses, reports, run_progress
 from appdb.database import session_scope
 from appdb.models import utcnow
 from appdb.redaction import redact
+from pipeline_defs.cli.failed_work import DETAILS, describe_failures, error_head, error_lines
 from pipeline_defs.cli.terminal import (
     ERROR_CHARS,
     JSON_HELP,
@@ -73,20 +74,34 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = []
     with session_scope(settings.database_url) as session:
         subjects = {kind.plural: kind.table.count(session) for kind in declared_kinds(settings)}
+        failures = run_progress.failure_counts(session, [item.use_case.name for item in built])
+        failed = {
+            name: run_progress.failed_attempts(session, name)
+            for name, counts in failures.items()
+            if counts.failed
+        }
         for item in built:
-            states = reports.work_state_counts(session, item.use_case.name)
+            name = item.use_case.name
+            states = reports.work_state_counts(session, name)
+            counts = failures[name]
             rows.append(
                 {
-                    "use_case": item.use_case.name,
+                    "use_case": name,
                     "version": item.use_case.version,
                     "model": model_label(item.use_case),
                     "pending": len(discovery.find_pending_work(session, item.spec)),
                     "claimed": states.get("claimed", 0),
-                    "failed": states.get("failed", 0),
+                    "failed": counts.failed,  # the last attempt failed: waiting for a retry, or parked
+                    "waiting_for_retry": counts.waiting,
+                    "next_retry_at": counts.next_retry.isoformat() if counts.next_retry else None,
+                    "parked": counts.parked,
+                    "errors": _error_groups(failed.get(name, [])),
                 }
             )
         paused = list(pauses.active_pauses(session).values())
-    stuck = _stuck_lines(settings, built, {row["use_case"]: row["pending"] for row in rows})
+    # a failed attempt due again is pending, and explained by its error: not work that stopped moving
+    unexplained = {row["use_case"]: max(0, row["pending"] - failures[row["use_case"]].due) for row in rows}
+    stuck = _stuck_lines(settings, built, unexplained)
     if getattr(args, "json", False):
         print_json(
             {
@@ -102,16 +117,38 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
         ", ".join(f"{count} {plural}" for plural, count in subjects.items())
         + f" in {redact(settings.database_url)}"
     )
+    nouns = {item.use_case.name: item.use_case.subject.noun for item in built}
     for row in rows:
+        name = row["use_case"]
         print(
-            f"{row['use_case']} (version {row['version']}, {row['model']}): "
-            f"{row['pending']} pending, {row['claimed']} claimed, {row['failed']} failed"
+            f"{name} (version {row['version']}, {row['model']}): "
+            f"{row['pending']} pending, {row['claimed']} claimed, {describe_failures(failures[name])}"
         )
+        for line in error_lines(failed.get(name, []), nouns[name], failures[name].failed):
+            print(line)
+    if any(row["failed"] for row in rows):
+        print(DETAILS[:1].upper() + DETAILS[1:])
     for pause in paused:
         print(f"{pause.use_case}: {describe_pause(pause)}")
     for line in stuck:
         print(f"stuck: {line}")
     return 0
+
+
+def _error_groups(attempts: list[run_progress.FailedAttempt]) -> list[dict[str, Any]]:
+    """`--json`: the failed attempts grouped as the text groups them, the commonest first."""
+    groups: dict[str, list[run_progress.FailedAttempt]] = {}
+    for attempt in attempts:
+        groups.setdefault(error_head(attempt.error), []).append(attempt)
+    return [
+        {
+            "error": head,
+            "count": len(same),
+            "first": redact(same[0].error),
+            "keys": sorted(a.key for a in same),
+        }
+        for head, same in sorted(groups.items(), key=lambda group: len(group[1]), reverse=True)
+    ]
 
 
 def _stuck_lines(

@@ -36,14 +36,21 @@ def test_the_progress_line_counts_what_the_run_finished_with_rate_and_time_left(
         session.add_all(
             [
                 WorkItem(use_case="posting_summary", subject_key="p-1", status="done", updated_at=now),
-                WorkItem(use_case="posting_summary", subject_key="p-2", status="failed", updated_at=now),
+                WorkItem(
+                    use_case="posting_summary",
+                    subject_key="p-2",
+                    status="failed",
+                    attempts=3,
+                    last_error="the model returned an empty response",
+                    updated_at=now,
+                ),
                 WorkItem(use_case="posting_skills", subject_key="p-1", status="claimed", updated_at=now),
             ]
         )
     lines = screen.getvalue().split("\r")
     assert lines[1].startswith("gemma3_270m: posting_summary 0/3 (starting) · posting_skills 0/3 (starting)")
     final = lines[-1]
-    assert final.startswith("gemma3_270m: posting_summary 2/3 (") and " postings/s, " in final
+    assert final.startswith("gemma3_270m: posting_summary 1/3, 1 failed (") and " postings/s, " in final
     assert " left) · posting_skills 0/3 (starting) in " in final and final.endswith("s\x1b[K\n")
 
 

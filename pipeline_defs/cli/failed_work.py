@@ -1,0 +1,61 @@
+"""What failed, counted by subject and said in one line per error: what `pipeline run` and `pipeline
+status` print under a use case whose attempts failed.
+
+A failed attempt stores no output: the subject waits for a retry (with backoff) or, after the retry
+policy's last attempt, is parked. Errors are grouped by their head, the text before the first ": "
+("blocked by check summary_faithful", "the response is not valid JSON", "FileNotFoundError"), so 25
+blocked summaries that each name another word are one line, with the first one's whole reason.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+from appdb.run_progress import FailedAttempt, FailureCounts
+from pipeline_defs.cli.terminal import clip, safe_text
+
+ERROR_WIDTH = 160
+KEYS_SHOWN = 5
+DETAILS = (
+    "the details: `pipeline events --kind error` (errors by class), `pipeline trace KEY --full` (the "
+    "prompt, the answer and the error), `pipeline failures` (parked ones)"
+)
+
+
+def error_head(error: str) -> str:
+    """What groups an error with others like it: its first line up to the first ": "."""
+    first = (error.strip().splitlines() or [""])[0]
+    return first.split(": ", 1)[0].strip()
+
+
+def describe_failures(counts: FailureCounts) -> str:
+    """`5 failed (4 wait for a retry after 20:26:27 UTC, 1 parked ...)`: the count and what happens to
+    them next."""
+    next_steps = []
+    if counts.waiting:
+        first = f" after {counts.next_retry:%H:%M:%S} UTC" if counts.next_retry else ""
+        next_steps.append(f"{counts.waiting} wait for a retry{first}")
+    if counts.due:
+        next_steps.append(f"{counts.due} due for a retry by the next run")
+    if counts.parked:
+        next_steps.append(f"{counts.parked} parked after their last attempt: `pipeline retry` re-queues them")
+    return f"{counts.failed} failed" + (f" ({', '.join(next_steps)})" if next_steps else "")
+
+
+def error_lines(attempts: Sequence[FailedAttempt], noun: str, total: int, indent: str = "  ") -> list[str]:
+    """One line per error head, the commonest first: how many, the first one's error, which subjects.
+    `attempts` may be a sample of the `total` failed (the newest): the lines then say so."""
+    groups: dict[str, list[FailedAttempt]] = defaultdict(list)
+    for attempt in attempts:
+        groups[error_head(attempt.error)].append(attempt)
+    lines = []
+    for same in sorted(groups.values(), key=len, reverse=True):
+        keys = sorted(attempt.key for attempt in same)
+        shown = ", ".join(safe_text(key) for key in keys[:KEYS_SHOWN])
+        more = f" and {len(keys) - KEYS_SHOWN} more" if len(keys) > KEYS_SHOWN else ""
+        plural = noun if len(keys) == 1 else f"{noun}s"
+        lines.append(f"{indent}{len(keys)} {plural}: {clip(same[0].error, ERROR_WIDTH)} ({shown}{more})")
+    if total > len(attempts):
+        lines.append(f"{indent}(errors grouped over the newest {len(attempts)} of the {total})")
+    return lines
