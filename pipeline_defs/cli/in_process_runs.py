@@ -29,9 +29,10 @@ from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import build_use_cases
 from resources.app_database import AppDatabase
-from resources.llm_hosts import HOST_PAUSE_PREFIX
+from resources.llm_hosts import HOST_PAUSE_PREFIX, LLMHost
 from resources.run_heartbeat import DEFAULT_LEASE_SECONDS, end_run_heartbeat
-from sensors.discovery_sensor import plan_runs
+from sensors.discovery_sensor import ACTIVE_STATUSES, plan_runs
+from sensors.host_pinning import pin_requests, usable_hosts
 
 REPLANS_AFTER_REAPING = 3
 # (group, planned subjects per use case, the subjects' plural) -> a context around the group's runs
@@ -55,6 +56,10 @@ class RunReport:
     failures: list[str] = field(default_factory=list)  # per failed run: its run id and first error line
     retried_runs: list[str] = field(default_factory=list)  # failed on the database's connection, redone
     blip: str = ""  # the connection error that stopped this pass (the group is planned again)
+    # runs that failed because their host went down, their claims given back unspent: the group is
+    # planned again on the other hosts (`hosts_lost`: one line each, why and until when)
+    rerouted_runs: list[str] = field(default_factory=list)
+    hosts_lost: list[str] = field(default_factory=list)
 
 
 def single_use_case_groups(groups: Sequence[WorkGroup], names: Sequence[str]) -> list[WorkGroup]:
@@ -99,6 +104,7 @@ def run_pending(
     watch: RunWatch | None = None,
     track: GroupTracker | None = None,
     blips: DatabaseBlips | None = None,
+    hosts: Sequence[LLMHost] = (),
 ) -> list[RunReport]:
     """Discover and process every pending posting of the given work groups, in order.
 
@@ -106,7 +112,10 @@ def run_pending(
     (`RunWatch`); a group is done only when no run that stopped beating still holds its work (waited
     for, reaped, planned again); after a run tripped the circuit breaker nothing more is started. With
     `blips`, an application database that stops answering is waited for (`database_blips`) and the
-    group planned again, the runs that failed on it not counted as failed.
+    group planned again, the runs that failed on it not counted as failed. With several `hosts` each
+    run is pinned to one that serves the group's model and is not paused, as the discovery sensor pins
+    them; a run whose host went down pauses that host only, and the group is planned again on the
+    others (only when no host is left does it stop).
     """
     reports: list[RunReport] = []
     with contextlib.ExitStack() as stack:
@@ -117,7 +126,7 @@ def run_pending(
                 reaped_before = len(watch.reaped)
                 try:
                     report = _run_group(
-                        defs, group, instance, app_db, watch, source, verbose, on_run, track, blips
+                        defs, group, instance, app_db, watch, source, verbose, on_run, track, blips, hosts
                     )
                     if not report.stopped and not report.blip:
                         # a run that died moments ago may still hold some of the work
@@ -132,6 +141,8 @@ def run_pending(
                     continue
                 if blips is not None:
                     blips.made_progress()
+                if report.hosts_lost and not report.stopped:
+                    continue  # a lost host's claims came back: plan again on the hosts left (fewer each time)
                 # A dead run's claims came back while this group ran: its postings were not in the plan.
                 if report.stopped or len(watch.reaped) == reaped_before or replans >= REPLANS_AFTER_REAPING:
                     break
@@ -152,20 +163,31 @@ def _run_group(
     on_run: Callable[[str, int, int], None] | None,
     track: GroupTracker | None = None,
     blips: DatabaseBlips | None = None,
+    hosts: Sequence[LLMHost] = (),
 ) -> RunReport:
     started = time.perf_counter()
     with app_db.session() as session:
         pauses.end_pauses_of_other_backends(session, _serving_backends(defs, group))
-        plan = plan_runs(session, instance, group)
-    add_partitions(instance, group.subject_kind, plan.new_partitions)
+        open_hosts = usable_hosts(hosts, group.model, pauses.active_pauses(session)) if group.model else []
+        plan = plan_runs(session, instance, group, spread=max(1, len(open_hosts)))
     report = RunReport(group.name, group.use_case_names, pending_before=len(plan.pending))
     report.paused = plan.paused
-    job = defs.resolve_job_def(group.job.name)
     requests = plan.run_requests(group, source=source)
+    if group.model and hosts and requests and not open_hosts:
+        report.stopped = (
+            f"every host serving {group.model} is paused or lists other models (`pipeline pauses`); "
+            "the pending work waits (`pipeline resume` to retry sooner)"
+        )
+        return report
+    add_partitions(instance, group.subject_kind, plan.new_partitions)
+    requests = pin_requests(requests, open_hosts, instance, ACTIVE_STATUSES)
+    job = defs.resolve_job_def(group.job.name)
     planned = {name: plan.pending_by_use_case.get(name) or len(plan.pending) for name in group.use_case_names}
     tracking = track(group.name, planned, group.subject.plural) if track and requests else None
     with tracking or contextlib.nullcontext():
-        _run_requests(job, instance, app_db, group, watch, requests, report, verbose, on_run, blips)
+        _run_requests(
+            job, instance, app_db, group, watch, requests, report, verbose, on_run, blips, open_hosts
+        )
     report.seconds = time.perf_counter() - started
     return report
 
@@ -181,10 +203,12 @@ def _run_requests(
     verbose: bool,
     on_run: Callable[[str, int, int], None] | None,
     blips: DatabaseBlips | None = None,
+    open_hosts: Sequence[LLMHost] = (),
 ) -> None:
     """Execute the group's run requests one after another; stop when the circuit breaker tripped, or
     (with `blips`) when a run failed on the database's connection: the database is waited for, and the
-    caller plans the rest again."""
+    caller plans the rest again; or when a host went down while others are left (the caller plans the
+    group again on those)."""
     for index, request in enumerate(requests, start=1):
         if on_run:
             on_run(group.name, index, len(requests))
@@ -217,8 +241,14 @@ def _run_requests(
             blips.made_progress()
         if not result.success:
             report.failed_runs.append(result.run_id)
+            tripped = _pauses_since(app_db, group, run_started)
+            lost = {pause.use_case for pause in tripped if pause.use_case.startswith(HOST_PAUSE_PREFIX)}
+            if lost and len(tripped) == len(lost) and any(h.pause_key not in lost for h in open_hosts):
+                report.rerouted_runs.append(result.run_id)
+                report.hosts_lost += [_host_lost_line(pause, group) for pause in tripped]
+                break  # the rest of the plan may be pinned to that host: plan again on the others
             report.failures.append(_failure_line(result))
-            report.stopped = _breaker_tripped(app_db, group, run_started)
+            report.stopped = _breaker_message(tripped)
             if report.stopped:
                 break
 
@@ -258,14 +288,26 @@ def _serving_backends(defs: Definitions, group: WorkGroup) -> dict[str, str]:
     }
 
 
-def _breaker_tripped(app_db: AppDatabase, group: WorkGroup, since: datetime) -> str:
-    """Why to stop: a pause of the group's use cases (or of a host) set since `since`; "" when none."""
+def _pauses_since(app_db: AppDatabase, group: WorkGroup, since: datetime) -> list[pauses.Pause]:
+    """The circuit breaker's pauses of the group's use cases, or of a host, set since `since`."""
     with app_db.session() as session:
         tripped = [pause for pause in pauses.active_pauses(session).values() if pause.paused_at >= since]
     names = set(group.use_case_names)
-    tripped = [
+    return [
         pause for pause in tripped if pause.use_case in names or pause.use_case.startswith(HOST_PAUSE_PREFIX)
     ]
+
+
+def _host_lost_line(pause: pauses.Pause, group: WorkGroup) -> str:
+    host = pause.use_case.removeprefix(HOST_PAUSE_PREFIX)
+    return (
+        f"host {host} is unavailable, paused until {pause.resume_at:%Y-%m-%d %H:%M:%S} UTC: its "
+        f"{group.subject.plural} went to the other hosts, no attempt spent ({pause.reason})"
+    )
+
+
+def _breaker_message(tripped: Sequence[pauses.Pause]) -> str:
+    """Why to stop: the pauses the breaker set; "" when none."""
     if not tripped:
         return ""
     first = tripped[0]

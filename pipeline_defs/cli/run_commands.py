@@ -107,11 +107,14 @@ def _run_all(
                 watch=watch,
                 track=shown.track,
                 blips=blips,
+                hosts=settings.resolved_hosts(),
             )
         )
     for report in run_reports:
         for name, why in report.paused.items():
             print(f"{name}: paused, skipped: {why}")
+        for line in report.hosts_lost:
+            print(f"warning: {report.group}: {one_line(line)}", file=sys.stderr)
         print(
             f"{report.group} ({', '.join(report.use_cases)}): {report.pending_before} postings pending, "
             f"{_runs(len(report.runs))}, {len(report.failed_runs)} failed runs in {report.seconds:.1f}s"
@@ -126,7 +129,11 @@ def _run_all(
                     "  (the stack traces: `pipeline run --verbose`, or each run's page in the UI)",
                     file=sys.stderr,
                 )
-    outcome = RunOutcome(run_reports, taxonomy_ok and not any(report.failed_runs for report in run_reports))
+    # a run whose host went down failed, but its work was planned again on the other hosts
+    failed_runs = [
+        run for report in run_reports for run in report.failed_runs if run not in report.rerouted_runs
+    ]
+    outcome = RunOutcome(run_reports, taxonomy_ok and not failed_runs)
     use_cases = {name: group.subject.noun for group in selected for name in group.use_case_names}
     outcome.failed = _print_outcomes(settings.database_url, use_cases, started)
     outcome.noun = next(iter(use_cases.values()), outcome.noun)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from dagster import SensorResult, build_sensor_context
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from pytest_httpserver import HTTPServer
@@ -14,6 +15,8 @@ from appdb import pauses
 from appdb.database import session_scope
 from appdb.models import WorkItem
 from assets.factory import build_work_groups
+from benchmarks.ports import free_port
+from pipeline_defs.cli.main import main
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import build_llm_resource, build_use_cases
@@ -154,3 +157,41 @@ def _wait_for_a_turn(httpserver: HTTPServer, sqlite_url: str, tmp_path: Path, da
     worker.join(timeout=300)
     assert outcome["result"].success and len(fake.generations) == 2
     assert storage.get_concurrency_info(host_pool(alive)).active_slot_count == HOST_TURNS - 1  # its turn back
+
+
+def test_pipeline_run_with_dead_hosts_finishes_every_posting_on_the_live_one(
+    httpserver: HTTPServer,
+    sqlite_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 64, item 4: `pipeline run` stopped at the first run pinned to a dead host (exit 1, the
+    postings left pending). Now each dead host pauses itself only, the group is planned again on the
+    hosts left, and the live one does every posting: exit 0, no attempt spent on the dead ones."""
+    fake = FakeOllama(httpserver)
+    alive = httpserver.url_for("/").rstrip("/")
+    dead = [DEAD, f"http://127.0.0.1:{free_port()}"]  # refused: nothing listens on either
+    postings = [{**POSTINGS[0], "key": f"d-{i:02d}", "title": f"Job {i}"} for i in range(12)]
+    seed_postings(sqlite_url, tmp_path, postings)
+    for name, value in {
+        "PIPELINE_DATA_DIR": str(tmp_path / "data"),
+        "PIPELINE_DATABASE_URL": sqlite_url,
+        "PIPELINE_LLM_HOSTS": f"{dead[0]} parallel=2; {dead[1]} parallel=2; {alive} parallel=2",
+        "PIPELINE_BATCH_SIZE": "2",
+        "PIPELINE_EMBEDDING_BACKEND": "none",
+    }.items():
+        monkeypatch.setenv(name, value)
+
+    code = main(["run", "--use-case", "posting_summary", "--progress", "never"])
+    printed = capsys.readouterr()
+    assert code == 0, printed
+    assert "posting_summary: 12 postings done\n" in printed.out
+    assert len(fake.generations) == 12
+    with session_scope(sqlite_url) as session:
+        items = session.scalars(select(WorkItem)).all()
+        paused = pauses.active_pauses(session)
+    assert sorted((item.status, item.attempts) for item in items) == [("done", 0)] * 12
+    assert sorted(paused) == sorted(parse_hosts(dead)[n].pause_key for n in range(2))
+    for host in dead:
+        assert f"warning: posting_summary: host {host} is unavailable, paused until " in printed.err
