@@ -3,6 +3,10 @@ test`) the test processes share it without handing out the same port twice."""
 
 from __future__ import annotations
 
+import contextlib
+import socket
+from collections.abc import Iterator
+
 import pytest
 
 from benchmarks import ports
@@ -42,9 +46,21 @@ def test_one_process_takes_the_range_in_order(fresh_ports: None, monkeypatch: py
 def test_a_range_with_no_free_port_left_says_which_variable(
     fresh_ports: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Before: this test took 24101 as this process's only port, and failed whenever another process
+    held it (issue 64). Now the test holds that port itself: taken either way, the error must name the
+    range."""
     monkeypatch.setenv("PIPELINE_PORT_RANGE", "24100-24101")
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
     monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
-    ports.free_port()  # 24101, this process's only one
-    with pytest.raises(RuntimeError, match="PIPELINE_PORT_RANGE=24100-24101"):
-        ports.free_port()
+    with _held(24101), pytest.raises(RuntimeError, match="PIPELINE_PORT_RANGE=24100-24101"):
+        ports.free_port()  # 24101 is this process's only port of the range, and it is taken
+
+
+@contextlib.contextmanager
+def _held(port: int) -> Iterator[None]:
+    """`port` taken while the block runs: listened on here, unless another process holds it already."""
+    with socket.socket() as holder:
+        with contextlib.suppress(OSError):  # held elsewhere: taken all the same
+            holder.bind(("127.0.0.1", port))
+            holder.listen()
+        yield
