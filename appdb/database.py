@@ -87,10 +87,11 @@ def configure_sqlite(busy_timeout: float, lock_wait: float) -> None:
     _sqlite_waits.update(busy_timeout=busy_timeout, lock_wait=lock_wait)
 
 
-class DatabaseUnavailable(RuntimeError):
+class DatabaseUnavailable(SQLAlchemyError):
     """The application database cannot be opened: the server is unreachable, its driver is not installed,
     the SQLite file or its folder cannot be made. One line naming the URL (password masked) and the
-    driver's own first line, which the command line prints instead of a traceback."""
+    driver's own first line, which the command line prints instead of a traceback. A SQLAlchemy error,
+    so whatever rode out a database that was briefly away (`except SQLAlchemyError`) still does."""
 
     def __init__(self, url: str, error: BaseException) -> None:
         cause = getattr(error, "orig", None) or error  # SQLAlchemy's wrapper: the driver's error says it

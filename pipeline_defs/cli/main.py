@@ -5,9 +5,11 @@ pipeline config [--json] [--check]   the effective configuration: every setting,
                                  came from; each use case's model; --check: does its server serve it
 pipeline ingest FILE...          load postings (JSONL or CSV); exit 1 if any row was rejected
 pipeline run [--use-case NAME] [--progress auto|always|never]   process all pending work now, in
-                                 this process, with a progress line on a terminal
+                                 this process, with a progress line on a terminal; per use case the
+                                 postings done and failed (one line per error); exit 1 if any failed
 pipeline demo                    ingest the demo postings, summarize them, print a table
-pipeline status [--by-source] [--json]   per use case: current, pending, failed; paused use cases
+pipeline status [--by-source] [--json]   per use case: pending, claimed, failed (waiting for a retry,
+                                 parked; one line per error); paused use cases
                                  (--by-source: interactions per hour by source)
 pipeline events [--kind K] [--hours N] [--json]   discovery counts, pauses/resumes, errors by class,
                                  cost per run

@@ -52,7 +52,8 @@ class RunOutcome:
 
     @property
     def failed_count(self) -> int:
-        return sum(len(attempts) for attempts in self.failed.values())
+        """Subjects with a failed attempt in any use case (one that failed in two counts once)."""
+        return len({attempt.key for attempts in self.failed.values() for attempt in attempts})
 
     @property
     def ok(self) -> bool:
