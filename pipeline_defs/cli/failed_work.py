@@ -4,7 +4,7 @@ status` print under a use case whose attempts failed.
 A failed attempt stores no output: the subject waits for a retry (with backoff) or, after the retry
 policy's last attempt, is parked. Errors are grouped by their head, the text before the first ": "
 ("blocked by check summary_faithful", "the response is not valid JSON", "FileNotFoundError"), so 25
-blocked summaries that each name another word are one line, with the first one's whole reason.
+blocked summaries that each name another word are one line, with the first one's reason as the example.
 """
 
 from __future__ import annotations
@@ -50,12 +50,18 @@ def error_lines(attempts: Sequence[FailedAttempt], noun: str, total: int, indent
     for attempt in attempts:
         groups[error_head(attempt.error)].append(attempt)
     lines = []
-    for same in sorted(groups.values(), key=len, reverse=True):
-        keys = sorted(attempt.key for attempt in same)
-        shown = ", ".join(safe_text(key) for key in keys[:KEYS_SHOWN])
-        more = f" and {len(keys) - KEYS_SHOWN} more" if len(keys) > KEYS_SHOWN else ""
-        plural = noun if len(keys) == 1 else f"{noun}s"
-        lines.append(f"{indent}{len(keys)} {plural}: {clip(same[0].error, ERROR_WIDTH)} ({shown}{more})")
+    for head, same in sorted(groups.items(), key=lambda group: len(group[1]), reverse=True):
+        same = sorted(same, key=lambda attempt: attempt.key)
+        shown = ", ".join(safe_text(attempt.key) for attempt in same[:KEYS_SHOWN])
+        more = f" and {len(same) - KEYS_SHOWN} more" if len(same) > KEYS_SHOWN else ""
+        plural = noun if len(same) == 1 else f"{noun}s"
+        first = same[0]
+        if all(attempt.error == first.error for attempt in same):  # one error: said once, whole
+            lines.append(f"{indent}{len(same)} {plural}: {clip(first.error, ERROR_WIDTH)} ({shown}{more})")
+        else:  # the same kind, each its own reason: the first one's, named
+            reason = first.error.strip().split(": ", 1)[-1]
+            example = clip(f"{first.key}: {reason}", ERROR_WIDTH)
+            lines.append(f"{indent}{len(same)} {plural}: {safe_text(head)} ({shown}{more}), e.g. {example}")
     if total > len(attempts):
         lines.append(f"{indent}(errors grouped over the newest {len(attempts)} of the {total})")
     return lines

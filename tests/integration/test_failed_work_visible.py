@@ -124,7 +124,8 @@ def test_status_counts_parked_items_and_retries_due_and_groups_them_by_error(
     assert (
         ": 2 pending, 0 claimed, 3 failed (2 due for a retry by the next run, 1 parked after their last "
         "attempt: `pipeline retry` re-queues them)\n"
-        f"  2 postings: {blocked}'France' (p-1, p-2)\n"
+        "  2 postings: blocked by check summary_faithful (p-1, p-2), e.g. p-1: summary states what the "
+        "posting does not: 'France'\n"
         "  1 posting: ItemError: the model returned an empty response (p-3)\n"
     ) in out
     assert "stuck: posting_summary" not in out
