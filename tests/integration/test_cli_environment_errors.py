@@ -3,13 +3,15 @@ kind the project does not run on) or the data directory cannot be made, says so 
 setting, with no traceback; and a reader that closes the output early (`| head -c 200`) gets one line
 too, not a BrokenPipeError traceback (issue 64, item 3).
 
-The commands run in this process (`main`), except the three servers, which run as a command with a
-timeout so that a server which did start is stopped rather than hanging the suite."""
+The commands run in this process (`main`), except the three servers, which run as a command in a session
+of their own with a timeout, so that a server which did start is killed with its children rather than
+hanging the suite or outliving it."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -117,17 +119,32 @@ def test_a_server_does_not_start_on_a_database_or_data_directory_it_cannot_use(
     command: str, broken: str, postings_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     variable, value = _broken_environment(monkeypatch, tmp_path, broken)
-    finished = subprocess.run(
-        [sys.executable, "-m", "pipeline_defs.cli.main", *_arguments(command, postings_file)],
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,  # a server that started anyway fails the test instead of hanging it
-        check=False,
+    finished = _run_or_kill(
+        [sys.executable, "-m", "pipeline_defs.cli.main", *_arguments(command, postings_file)]
     )
     assert finished.returncode == 2, finished.stderr
     assert finished.stdout == "", finished.stdout
     _assert_one_line_naming(finished.stderr, variable, value)
+
+
+def _run_or_kill(command: list[str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """`command` to its end; a server that started anyway is killed with every process it started (its
+    own session), failing the test instead of hanging it or leaving a webserver and daemon behind."""
+    process = subprocess.Popen(
+        command,
+        cwd=PROJECT_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        out, err = process.communicate()
+        pytest.fail(f"`{' '.join(command[2:])}` was still running after {timeout:.0f}s: it started\n{err}")
+    return subprocess.CompletedProcess(command, process.returncode, out, err)
 
 
 @contextlib.contextmanager
