@@ -29,8 +29,8 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 ARGUMENTS: dict[str, list[str]] = {
     "migrate": [],
     "config": [],
-    "ui": ["--port", "0"],
-    "webserver": ["--port", "0"],
+    "ui": ["--port", "{port}"],
+    "webserver": ["--port", "{port}"],
     "daemon": [],
     "ingest": ["{postings}"],
     "run": ["--progress", "never"],
@@ -80,7 +80,9 @@ def _broken_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, broken:
 
 
 def _arguments(command: str, postings_file: Path) -> list[str]:
-    return [command, *(word.format(postings=postings_file) for word in ARGUMENTS[command])]
+    words = ARGUMENTS[command]
+    port = free_port() if any("{port}" in word for word in words) else 0  # a server's, should it start
+    return [command, *(word.format(postings=postings_file, port=port) for word in words)]
 
 
 def _assert_one_line_naming(err: str, variable: str, value: str) -> None:
