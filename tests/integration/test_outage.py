@@ -169,3 +169,21 @@ def test_a_pause_for_a_missing_embedded_backend_ends_when_ollama_serves_the_use_
             select(UseCaseOutput.subject_key).where(UseCaseOutput.use_case == "posting_summary")
         )
         assert sorted(made) == KEYS
+
+
+def test_the_sensor_ends_a_pause_another_backend_set(
+    app_db_url: str, tmp_path: Path, dagster_instance
+) -> None:
+    """The daemon's side of the same: the code location now serves summaries from another backend than
+    the one whose outage paused them; the next tick requests their runs."""
+    defs, group = _setup(app_db_url, tmp_path, serve_before_outage=100)
+    with session_scope(app_db_url) as session:
+        pauses.pause_use_cases(session, ["posting_summary"], "embedded backend unavailable: not installed")
+    sensor = defs.get_sensor_def(f"{group.name}_discovery")
+    tick = sensor(
+        build_sensor_context(instance=dagster_instance, resources={"app_db": AppDatabase(url=app_db_url)})
+    )
+    assert not isinstance(tick, SkipReason), tick
+    assert [r.tags["dagster/asset_partition_range_start"] for r in tick.run_requests] == ["p-1"]
+    with session_scope(app_db_url) as session:
+        assert pauses.active_pauses(session) == {}
