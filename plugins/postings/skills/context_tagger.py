@@ -284,7 +284,7 @@ class ContextTagger:
 
     @classmethod
     def from_dir(cls, model_dir: Path | str = MODEL_DIR, encoder: Any = None) -> ContextTagger:
-        """The model in `model_dir` (card and weights), with `encoder` or else the installed MiniLM."""
+        """The model in `model_dir` (card and weights), with `encoder` or else the process's MiniLM."""
         model_dir = Path(model_dir)
         card_path = model_dir / f"{CONTEXT_MODEL_NAME}.json"
         weights_path = model_dir / f"{CONTEXT_MODEL_NAME}.npz"
@@ -301,9 +301,9 @@ class ContextTagger:
         with np.load(weights_path, allow_pickle=False) as stored:
             head = ContextHead(dict(stored), int(card["encoder"]["layers"]), clusters)
         if encoder is None:
-            from plugins.postings.skills.embeddings import MiniLMEmbeddings
+            from plugins.postings.skills.embeddings import shared_minilm
 
-            encoder = MiniLMEmbeddings()
+            encoder = shared_minilm()
         return cls(head, encoder, card)
 
     @classmethod
