@@ -638,13 +638,15 @@ class FaithfulnessChecker:
         key = evidence.text
         with self._lock:  # outputs of one batch may be checked from several threads
             units = self._unit_vectors.get(key)
+        # MiniLM reads back the vectors of sentences the tagger and the linker encoded (encoded once)
+        embed = getattr(self.embedder, "query_array", None) or self.embedder.embed
         if units is None:
-            units = np.asarray(self.embedder.embed(evidence.units), dtype=np.float32)
+            units = np.asarray(embed(evidence.units), dtype=np.float32)
             with self._lock:
                 self._unit_vectors[key] = units
                 if len(self._unit_vectors) > UNIT_CACHE_SIZE:
                     self._unit_vectors.popitem(last=False)
-        phrases_vectors = np.asarray(self.embedder.embed(phrases), dtype=np.float32)
+        phrases_vectors = np.asarray(embed(phrases), dtype=np.float32)
         return [float(value) for value in (phrases_vectors @ units.T).max(axis=1)]
 
     @staticmethod

@@ -22,6 +22,7 @@ import struct
 import tempfile
 import threading
 import zipfile
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -138,6 +139,9 @@ WORD_STATES_BATCH_PIECES = 1024
 # (its card's `encoder.layers`), sentence vectors need all six. A sentence the tagger read is carried on
 # from its kept states (`FRONT_STATES_KEPT`) rather than encoded again.
 FRONT_LAYERS = 3
+FRONT_STATES_KEPT = 512  # sentences whose first-part states are kept (a long posting has ~60; ~50 kB each)
+VECTOR_STORE_FILE = "sentence-vectors.sqlite"  # the shared encoder's, in the cache folder
+VECTORS_KEPT = 20_000  # sentence vectors remembered in the process (a run's batch of postings; 30 MB)
 
 
 class MiniLMEmbeddings:
@@ -156,6 +160,13 @@ class MiniLMEmbeddings:
     threads: Python threads `embed_array` spreads its batches over (each ONNX Runtime call on one).
     provider: ONNX Runtime's execution provider ("cpu", "cuda", ...; `minilm_onnx.PROVIDERS`).
     precision: "fp32", or "int8" (dynamic quantization of the matrix products).
+    vector_store: a file of sentence vectors shared with the machine's other processes
+        (`vector_store.VectorStore`); None keeps them in this process only.
+
+    Encoded once: `word_states` keeps the states after the encoder's first part of the sentences it
+    read (`FRONT_STATES_KEPT`), and `query_array` carries such a sentence on through the second part
+    only, then remembers its vector (`VECTORS_KEPT`, and in `vector_store`): the tagger, the linker
+    and the faithfulness check read one encoding of a posting's sentences.
     """
 
     max_tokens = 256  # sentence-transformers' max_seq_length for this model
@@ -169,8 +180,11 @@ class MiniLMEmbeddings:
         threads: int | None = None,
         provider: str = "cpu",
         precision: str = "fp32",
+        vector_store: Path | None = None,
     ) -> None:
         from tokenizers import Tokenizer
+
+        from plugins.postings.skills.vector_store import VectorStore
 
         self.batch_size = batch_size
         self.threads = threads or available_cores()
@@ -194,7 +208,13 @@ class MiniLMEmbeddings:
         cache = (cache_dir or Path.home() / ".cache") / "posting-enrichment"
         self._front = self._session(stamp, read_weights, cache, 0, FRONT_LAYERS)
         self._back = self._session(stamp, read_weights, cache, FRONT_LAYERS, self._layers)
-        self.forward_passes = 0  # pieces sequences run through the encoder's first part (for tests)
+        # Texts (their token ids) run through the encoder's first part, and how often: each posting's
+        # sentence should be there once (tests/unit/test_encode_once.py).
+        self.encoded: Counter[bytes] = Counter()
+        self._front_states: OrderedDict[bytes, np.ndarray] = OrderedDict()  # ids -> (pieces, 384)
+        self._vectors: OrderedDict[bytes, np.ndarray] = OrderedDict()  # ids -> unit vector
+        self._memo_lock = threading.Lock()
+        self._store = VectorStore(vector_store) if vector_store is not None else None
 
     @property
     def encoder_version(self) -> str:
@@ -267,15 +287,72 @@ class MiniLMEmbeddings:
                 run(batch)
         return vectors
 
+    def query_array(self, texts: Sequence[str]) -> np.ndarray:
+        """`embed_array` of texts a posting is read by (its sentences, its mentions, a summary's
+        phrases), encoded once: a vector remembered here or in the vector store is read back, a
+        sentence `word_states` read is carried on from its kept states through the second part only,
+        and what is encoded is remembered. Not for a taxonomy's labels (kept apart, per version)."""
+        token_ids = [encoding.ids for encoding in self._truncating.encode_batch(list(texts))]
+        keys = [_key(ids) for ids in token_ids]
+        found: dict[bytes, np.ndarray] = {}
+        with self._memo_lock:
+            for key in keys:
+                if key in self._vectors:
+                    found[key] = self._vectors[key]
+        missing = list(dict.fromkeys(key for key in keys if key not in found))
+        if missing and self._store is not None:
+            stored = self._store.get_many([self._store.key(self.encoder_version, key) for key in missing])
+            by_store_key = {self._store.key(self.encoder_version, key): key for key in missing}
+            found.update((by_store_key[store_key], vector) for store_key, vector in stored.items())
+            missing = [key for key in missing if key not in found]
+        if missing:
+            ids_of = dict(zip(keys, token_ids, strict=True))
+            with self._memo_lock:
+                carried = {key: self._front_states.pop(key) for key in missing if key in self._front_states}
+            fresh = [key for key in missing if key not in carried]
+            computed: dict[bytes, np.ndarray] = {}
+            for batch in _length_batches(list(carried), lambda key: len(carried[key]), self.batch_size):
+                computed.update(
+                    zip(batch, self._carried_vectors([carried[key] for key in batch]), strict=True)
+                )
+            for batch in _length_batches(fresh, lambda key: len(ids_of[key]), self.batch_size):
+                computed.update(
+                    zip(batch, self._sentence_vectors([ids_of[key] for key in batch]), strict=True)
+                )
+            self._remember(computed)
+            found.update(computed)
+        return np.stack([found[key] for key in keys]) if keys else np.zeros((0, 384), np.float32)
+
+    def _remember(self, vectors: dict[bytes, np.ndarray]) -> None:
+        with self._memo_lock:
+            self._vectors.update(vectors)
+            while len(self._vectors) > VECTORS_KEPT:
+                self._vectors.popitem(last=False)
+        if self._store is not None:
+            version = self.encoder_version
+            self._store.put_many({self._store.key(version, key): vector for key, vector in vectors.items()})
+
+    def _carried_vectors(self, front: list[np.ndarray]) -> np.ndarray:
+        """Sentence vectors from states after the first part (each (pieces, 384)): the second part only."""
+        length = max(len(states) for states in front)
+        hidden = np.zeros((len(front), length, front[0].shape[-1]), np.float32)
+        mask = np.zeros((len(front), length), np.int64)
+        for row, states in enumerate(front):
+            hidden[row, : len(states)] = states
+            mask[row, : len(states)] = 1
+        [last] = self._back.run(["hidden_6"], {f"hidden_{FRONT_LAYERS}": hidden, "attention_mask": mask})
+        return _unit_mean(last, mask)
+
     def _sentence_vectors(self, batch: list[list[int]]) -> np.ndarray:
         """Unit mean of the last layer's states of each ids list (one padded batch)."""
         ids, mask = _padded(batch)
-        states = self._run_front(ids, mask)
+        states = self._run_front(batch, ids, mask)
         [last] = self._back.run(["hidden_6"], {f"hidden_{FRONT_LAYERS}": states[-1], "attention_mask": mask})
         return _unit_mean(last, mask)
 
-    def _run_front(self, ids: np.ndarray, mask: np.ndarray) -> list[np.ndarray]:
-        self.forward_passes += len(ids)
+    def _run_front(self, batch: list[list[int]], ids: np.ndarray, mask: np.ndarray) -> list[np.ndarray]:
+        with self._memo_lock:
+            self.encoded.update(_key(token_ids) for token_ids in batch)
         return self._front.run(
             minilm_onnx.output_names(0, FRONT_LAYERS), {"input_ids": ids, "attention_mask": mask}
         )
@@ -320,6 +397,8 @@ class MiniLMEmbeddings:
                 ids.extend(pieces)
             windows.append((number, ids, ranges))
         parts: list[list[tuple[int, np.ndarray]]] = [[] for _ in sentences]
+        windows_of = Counter(number for number, _, _ in windows)
+        whole = [windows_of[number] == 1 for number, _, _ in windows]  # a sentence read in one window
         order = sorted(range(len(windows)), key=lambda i: len(windows[i][1]))
         batches: list[list[int]] = [[]]
         for index in order:  # ascending length: a batch is padded to its last window's length
@@ -332,7 +411,12 @@ class MiniLMEmbeddings:
         for batch in batches:
             if not batch:
                 continue
-            states = self._hidden_states([[self._cls, *windows[i][1], self._sep] for i in batch], depth)
+            pieces = [[self._cls, *windows[i][1], self._sep] for i in batch]
+            states = self._hidden_states(pieces, max(depth, FRONT_LAYERS))
+            self._keep_front_states(
+                [(pieces[row], states[FRONT_LAYERS][row]) for row, index in enumerate(batch) if whole[index]]
+            )
+            states = states[: depth + 1]
             stacked = np.stack(states if all_layers else states[-1:])  # (layers, batch, pieces, 384)
             for row, index in enumerate(batch):
                 ranges = windows[index][2]
@@ -350,10 +434,19 @@ class MiniLMEmbeddings:
             result.append(pooled if all_layers else pooled[0])
         return result
 
+    def _keep_front_states(self, sentences: list[tuple[list[int], np.ndarray]]) -> None:
+        """Keep the states after the first part of whole sentences (their padding cut off), so that
+        `query_array` carries them on rather than encoding them again."""
+        with self._memo_lock:
+            for ids, states in sentences:
+                self._front_states[_key(ids)] = states[: len(ids)].copy()
+            while len(self._front_states) > FRONT_STATES_KEPT:
+                self._front_states.popitem(last=False)
+
     def _hidden_states(self, batch: list[list[int]], layers: int) -> list[np.ndarray]:
         """The embedding layer's output, then each of the first `layers` layers' (batch, pieces, 384)."""
         ids, mask = _padded(batch)
-        states = self._run_front(ids, mask)
+        states = self._run_front(batch, ids, mask)
         if layers > FRONT_LAYERS:
             states += self._back.run(
                 minilm_onnx.output_names(FRONT_LAYERS, self._layers),
@@ -385,8 +478,22 @@ def shared_minilm(cache_dir: Path | None = None, provider: str | None = None) ->
             provider if provider is not None else _shared_options["provider"],
         )
         if key not in _shared:
-            _shared[key] = MiniLMEmbeddings(model_path, cache_dir=key[1], provider=key[2])
+            cache = (key[1] or Path.home() / ".cache") / "posting-enrichment"
+            _shared[key] = MiniLMEmbeddings(
+                model_path, cache_dir=key[1], provider=key[2], vector_store=cache / VECTOR_STORE_FILE
+            )
         return _shared[key]
+
+
+def _key(ids: Sequence[int]) -> bytes:
+    """A text's key in the memos: its token ids (so "Python, SQL" and "Python , SQL" are one)."""
+    return np.asarray(ids, np.int32).tobytes()
+
+
+def _length_batches(keys: list[bytes], length: Callable[[bytes], int], size: int) -> list[list[bytes]]:
+    """`keys` in batches of `size`, by length (little padding)."""
+    ordered = sorted(keys, key=length)
+    return [ordered[start : start + size] for start in range(0, len(ordered), size)]
 
 
 def _padded(batch: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:

@@ -21,7 +21,7 @@ benchmarks/skills_extraction.py on SkillSpan dev:
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -236,6 +236,23 @@ def extract_with_fallback(
         return _shipped(tagger).extract(title, description)
     extractor = SkillExtractor(_shipped(tagger).tagger, _matcher(taxonomy_csv), "tagger+fallback")
     return extractor.extract(title, description)
+
+
+def encode_for_linker(mentions: Sequence[Mention], texts: Mapping[str, str]) -> None:
+    """Encode, once and together, what the linker will read of a posting the context tagger just tagged:
+    the sentence of each mention (carried on from the tagger's own encoding of it,
+    `MiniLMEmbeddings.query_array`) and each mention (and its parts, `likely_queries`). The vectors
+    are remembered in the process and in the machine's vector store, where skill_entities finds them
+    (on the daemon path, in another process)."""
+    encoder = getattr(_shipped(DEFAULT_TAGGER).tagger, "encoder", None)
+    query_array = getattr(encoder, "query_array", None)
+    if query_array is None or not mentions:
+        return
+    from plugins.postings.skills.skill_resolver import likely_queries  # numpy and the index, lazily
+
+    sentences = [sentence_around(texts[m.field], m.start, m.end) for m in mentions]
+    queries = [query for m in mentions for query in likely_queries(m.text)]
+    query_array(list(dict.fromkeys([*sentences, *queries])))
 
 
 def context_tagger_installed() -> bool:

@@ -148,6 +148,21 @@ def split_mention(text: str, is_label: Callable[[str], bool] | None = None) -> l
     return parts
 
 
+def likely_queries(mention: str) -> list[str]:
+    """The texts the linker may embed for `mention`, guessed without the taxonomy (to encode them
+    together ahead of it): the mention, its core without words that name no skill ("strong
+    communication skills" -> "communication"), and the parts of either when it names several skills.
+    The resolver may still embed a text this misses (parts that form a label together)."""
+    text = mention.strip()
+    core = _GENERIC_TAIL.sub("", _GENERIC_LEAD.sub("", text.strip(" .,;:!?"))).strip()
+    queries = [text, core]
+    for whole in (text, core):
+        parts = split_mention(whole)
+        if len(parts) > 1:
+            queries += parts
+    return [query for query in dict.fromkeys(queries) if normalize_label(query)]
+
+
 def _inside_parentheses(text: str, position: int) -> bool:
     depth = 0
     for char in text[:position]:
@@ -643,7 +658,12 @@ class SkillResolver:
         if missing:
             if len(self._query_vectors) + len(missing) > QUERY_MEMO_SIZE:
                 self._query_vectors.clear()  # the texts found above are kept in `found` for this call
-            vectors = embedding_matrix(self.embeddings, missing)
+            query_array = getattr(self.embeddings, "query_array", None)  # MiniLM: encoded once a posting
+            vectors = (
+                _unit_rows(query_array(missing))
+                if query_array
+                else embedding_matrix(self.embeddings, missing)
+            )
             fresh = dict(zip(missing, vectors, strict=True))
             self._query_vectors.update(fresh)
             found.update(fresh)

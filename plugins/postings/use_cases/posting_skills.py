@@ -36,6 +36,7 @@ from plugins.postings.quality.skillspan_gold import SKILLSPAN_GOLD
 from plugins.postings.skills.mention_grounding import MENTION_KINDS, Mention, ground_mentions, sentence_around
 from plugins.postings.skills.skill_extraction import (
     SKILL_MENTIONS_SCHEMA,
+    encode_for_linker,
     extract_with_fallback,
     skills_output,
 )
@@ -97,6 +98,8 @@ def _candidates(inputs: Mapping[str, Any], context: StepContext, tagger: str) ->
         title, description, taxonomy.taxonomy_path() if taxonomy is not None else None, tagger
     )
     texts = {"title": title, "description": description}
+    if tagger == "context" and getattr(taxonomy, "embedding_backend", "") == "minilm":
+        encode_for_linker(mentions, texts)  # the encoder the tagger just used: skill_entities reads them
     asked = sorted(
         (index for index, mention in enumerate(mentions) if mention.score < VERIFY_BELOW),
         key=lambda index: mentions[index].score,
