@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -63,7 +64,7 @@ def test_the_tagger_the_linker_and_the_faithfulness_check_encode_a_posting_once(
     posting = nurse_posting()
     encoder = skill_extraction._shipped("context").tagger.encoder  # the process's MiniLM, as in a run
     resolver = demo_resolver(encoder)
-    encoder.encoded.clear()
+    encoder.encoded = Counter()
 
     skills = posting_skills(posting)
     assert skills
@@ -93,7 +94,7 @@ def test_on_the_daemon_path_the_linker_reads_the_vectors_posting_skills_stored(t
         tagger.encoder = shared
     entities_process = MiniLMEmbeddings(vector_store=store)
     resolver = demo_resolver(entities_process)
-    entities_process.encoded.clear()
+    entities_process.encoded = Counter()
     resolutions = [resolver.resolve(s["mention"], context=s["evidence"]) for s in skills]
 
     assert resolutions and not entities_process.encoded, "skill_entities encoded what posting_skills had"

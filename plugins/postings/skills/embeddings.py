@@ -208,9 +208,9 @@ class MiniLMEmbeddings:
         cache = (cache_dir or Path.home() / ".cache") / "posting-enrichment"
         self._front = self._session(stamp, read_weights, cache, 0, FRONT_LAYERS)
         self._back = self._session(stamp, read_weights, cache, FRONT_LAYERS, self._layers)
-        # Texts (their token ids) run through the encoder's first part, and how often: each posting's
-        # sentence should be there once (tests/unit/test_encode_once.py).
-        self.encoded: Counter[bytes] = Counter()
+        # Set to a Counter to record the texts (their token ids) run through the encoder's first part and
+        # how often: a posting's sentence should be there once (tests/unit/test_encode_once.py).
+        self.encoded: Counter[bytes] | None = None
         self._front_states: OrderedDict[bytes, np.ndarray] = OrderedDict()  # ids -> (pieces, 384)
         self._vectors: OrderedDict[bytes, np.ndarray] = OrderedDict()  # ids -> unit vector
         self._memo_lock = threading.Lock()
@@ -351,8 +351,9 @@ class MiniLMEmbeddings:
         return _unit_mean(last, mask)
 
     def _run_front(self, batch: list[list[int]], ids: np.ndarray, mask: np.ndarray) -> list[np.ndarray]:
-        with self._memo_lock:
-            self.encoded.update(_key(token_ids) for token_ids in batch)
+        if self.encoded is not None:
+            with self._memo_lock:
+                self.encoded.update(_key(token_ids) for token_ids in batch)
         return self._front.run(
             minilm_onnx.output_names(0, FRONT_LAYERS), {"input_ids": ids, "attention_mask": mask}
         )
