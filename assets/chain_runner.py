@@ -189,6 +189,12 @@ def _step_groups(
     """Run one step for every subject of the wave; yields (subject, call) in order, in the groups that
     share a transaction (a `BackendUnavailable` comes alone)."""
     if step.is_script:
+        prepare = getattr(step, "prepare", None)
+        if prepare is not None:
+            try:
+                prepare([_inputs(values[subject.key], subject) for subject in batch])
+            except Exception as exc:  # only a shortcut: each subject's call still does its own work
+                run.log.warning(f"step {step.name}: preparing the wave failed ({type(exc).__name__}: {exc})")
         calls = (
             (subject, _call_script(step, subject, values[subject.key], script_context)) for subject in batch
         )

@@ -270,6 +270,10 @@ class ScriptStep:
     routes: tuple[Route, ...] = ()
     max_visits: int = 1
     output_schema: Mapping[str, Any] | None = None
+    # Called once with the inputs of every subject of a wave, in order, before `function` runs for each:
+    # to do their work together (posting_skills encodes several postings' sentences in one batch). A
+    # failure in it is no subject's: the steps then run as they would without it.
+    prepare: Callable[[Sequence[Mapping[str, Any]]], None] | None = None
 
     def __post_init__(self) -> None:
         _check_step(self)

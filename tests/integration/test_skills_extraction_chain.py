@@ -169,3 +169,37 @@ def test_an_llm_verifies_the_unsure_candidates_and_adds_grounded_mentions(
     assert not dropped & kept  # what the verifier called "none" is gone, the sure ones stay
     assert "build data pipelines" in kept and output["ungrounded"] == ["COBOL"]
     assert set(output) == set(SKILLS_SCHEMA["properties"])
+
+
+def test_a_run_encodes_several_postings_sentences_in_one_batch(
+    app_db_url: str, tmp_path: Path, dagster_instance, monkeypatch
+) -> None:
+    """The candidates step is told the wave's postings first (`ScriptStep.prepare`): the context tagger
+    encodes READ_AHEAD_POSTINGS postings' sentences in one call, and finds what it finds one by one."""
+    from plugins.postings.skills import skill_extraction
+    from plugins.postings.skills.context_tagger import READ_AHEAD_POSTINGS
+    from plugins.postings.store.taxonomy import DEMO_TAXONOMY_PATH
+
+    demo = Path(skill_extraction.__file__).parents[1] / "demo_data" / "postings.jsonl"
+    postings = [json.loads(line) for line in demo.read_text(encoding="utf-8").splitlines()][:10]
+    seed_postings(app_db_url, tmp_path, postings)
+    tagger = skill_extraction.shipped_tagger("context")
+    calls: list[int] = []
+    encode = tagger.encoder.word_states
+
+    def counted(sentences, *args, **kwargs):
+        calls.append(len(sentences))
+        return encode(sentences, *args, **kwargs)
+
+    monkeypatch.setattr(tagger.encoder, "word_states", counted)
+    defs = build_definitions(_settings(app_db_url))
+    result = run_use_case(defs, dagster_instance, [p["key"] for p in postings], use_case="posting_skills")
+    assert result.success
+    assert len(calls) == -(-len(postings) // READ_AHEAD_POSTINGS), calls  # 2 calls for 10 postings
+    outputs = _outputs(app_db_url)
+    for posting in postings:  # the same mentions as the posting tagged alone
+        alone = skill_extraction.extract_with_fallback(
+            posting["title"], posting["description"], DEMO_TAXONOMY_PATH
+        )
+        stored = {(s["mention"], s["kind"]) for s in outputs[posting["key"]]["skills"]}
+        assert stored == {(m.text, m.kind) for m in alone}, posting["key"]

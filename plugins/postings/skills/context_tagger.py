@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ from plugins.postings.skills.skill_tagger import (
 )
 
 CONTEXT_MODEL_NAME = "skill_context_tagger"
+READ_AHEAD_POSTINGS = 8  # postings whose sentences are encoded in one batch when a run's wave is known
 TAGS = ("O", "B", "I")
 SURFACE_FEATURES = ("title", "upper", "digit", "punctuation", "first", "last")
 
@@ -281,6 +283,16 @@ class ContextTagger:
         sparse = decoding.get("sparse", {})
         self.sparse_below = int(sparse.get("below", 0))
         self.sparse_bias = kind_biases(sparse.get("o_bias", {}))
+        self._expected: deque[str] = deque()  # texts `tag_posting` will be asked for next (`expect`)
+        self._read_ahead: dict[str, tuple[list[Sequence[Token]], list[np.ndarray]]] = {}
+
+    def expect(self, postings: Sequence[Sequence[tuple[str, str]]]) -> None:
+        """The postings (each its (field, text) pairs) `tag_posting` is about to be asked for, in order.
+        Their sentences are then encoded `READ_AHEAD_POSTINGS` postings at a time, in one batch: the
+        encoder pads sentences of similar length together, and several postings' sentences pad less
+        (measured: a third less encoder CPU a posting with 12 postings a call than with one)."""
+        self._expected = deque(text for fields in postings for _, text in fields if text.strip())
+        self._read_ahead.clear()
 
     @classmethod
     def from_dir(cls, model_dir: Path | str = MODEL_DIR, encoder: Any = None) -> ContextTagger:
@@ -341,15 +353,38 @@ class ContextTagger:
 
     def _read(self, text: str) -> tuple[list[Sequence[Token]], list[np.ndarray]]:
         """The sentences of `text` (as tokens) and their emissions."""
-        tokens = tokenize(text)
-        ranges = sentences(tokens, text)
-        if not ranges:
+        if text not in self._read_ahead and text in self._expected:
+            self._read_together(text)
+        sentence_tokens, states = self._read_ahead.pop(text, None) or self._encoded([text])[0]
+        if not sentence_tokens:
             return [], []
-        sentence_tokens = [tokens[first:end] for first, end in ranges]
         words = [[token.text for token in sentence] for sentence in sentence_tokens]
         with single_blas_thread():  # small matrices: BLAS threads only wait for each other
-            states = self.encoder.word_states(words, self.head.layers, all_layers=True)
             return sentence_tokens, self.head.emissions_batch(states, words)
+
+    def _read_together(self, text: str) -> None:
+        """Encode `text` and the texts expected after it (`READ_AHEAD_POSTINGS` postings' worth) at once."""
+        while self._expected and self._expected[0] != text:  # texts skipped (no call for them came)
+            self._expected.popleft()
+        texts = [self._expected.popleft() for _ in range(min(len(self._expected), 2 * READ_AHEAD_POSTINGS))]
+        self._read_ahead = dict(zip(texts, self._encoded(texts), strict=True))
+
+    def _encoded(self, texts: Sequence[str]) -> list[tuple[list[Sequence[Token]], list[np.ndarray]]]:
+        """Each text's sentences (as tokens) and their word states, all texts' sentences in one batch."""
+        per_text = []
+        for text in texts:
+            tokens = tokenize(text)
+            per_text.append([tokens[first:end] for first, end in sentences(tokens, text)])
+        words = [
+            [token.text for token in sentence] for sentence_tokens in per_text for sentence in sentence_tokens
+        ]
+        with single_blas_thread():
+            states = self.encoder.word_states(words, self.head.layers, all_layers=True) if words else []
+        result, start = [], 0
+        for sentence_tokens in per_text:
+            result.append((sentence_tokens, states[start : start + len(sentence_tokens)]))
+            start += len(sentence_tokens)
+        return result
 
     def _decode(
         self,

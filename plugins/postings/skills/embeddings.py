@@ -139,7 +139,7 @@ WORD_STATES_BATCH_PIECES = 1024
 # (its card's `encoder.layers`), sentence vectors need all six. A sentence the tagger read is carried on
 # from its kept states (`FRONT_STATES_KEPT`) rather than encoded again.
 FRONT_LAYERS = 3
-FRONT_STATES_KEPT = 512  # sentences whose first-part states are kept (a long posting has ~60; ~50 kB each)
+FRONT_STATES_KEPT = 1024  # sentences whose first-part states are kept (a long posting has ~60; ~50 kB each)
 VECTOR_STORE_FILE = "sentence-vectors.sqlite"  # the shared encoder's, in the cache folder
 VECTORS_KEPT = 20_000  # sentence vectors remembered in the process (a run's batch of postings; 30 MB)
 
@@ -492,9 +492,16 @@ def _key(ids: Sequence[int]) -> bytes:
 
 
 def _length_batches(keys: list[bytes], length: Callable[[bytes], int], size: int) -> list[list[bytes]]:
-    """`keys` in batches of `size`, by length (little padding)."""
-    ordered = sorted(keys, key=length)
-    return [ordered[start : start + size] for start in range(0, len(ordered), size)]
+    """`keys` by length in batches of at most `size` and `WORD_STATES_BATCH_PIECES` padded pieces: a
+    posting's 80 short mentions padded to one long sentence cost more than the sentences themselves."""
+    batches: list[list[bytes]] = [[]]
+    for key in sorted(keys, key=length):  # ascending: a batch is padded to its last one's length
+        if batches[-1] and (
+            len(batches[-1]) >= size or (len(batches[-1]) + 1) * length(key) > WORD_STATES_BATCH_PIECES
+        ):
+            batches.append([])
+        batches[-1].append(key)
+    return [batch for batch in batches if batch]
 
 
 def _padded(batch: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -658,6 +665,11 @@ class RememberingEmbeddings:
     @property
     def model(self) -> str:
         return self.backend.model
+
+    @property
+    def encoder_version(self) -> str:
+        """The backend's (label vectors are cached per version: without it another version's were read)."""
+        return str(getattr(self.backend, "encoder_version", ""))
 
     def embed(self, texts: list[str]) -> list[list[float]]:
         missing = [text for text in dict.fromkeys(texts) if text not in self._vectors]

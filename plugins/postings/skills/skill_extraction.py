@@ -211,6 +211,11 @@ def _shipped(tagger: str) -> SkillExtractor:
     return _loaded[tagger]
 
 
+def shipped_tagger(tagger: str) -> Tagger | None:
+    """The shipped tagger called `tagger`, loaded once per process (what `extract_with_fallback` uses)."""
+    return _shipped(tagger).tagger
+
+
 def extract_mentions(title: str, description: str, extractor: SkillExtractor | None = None) -> list[Mention]:
     """`extractor.extract(title, description)`; without one, the shipped tagger (loaded on first use)."""
     return (extractor or _shipped(DEFAULT_TAGGER)).extract(title, description)

@@ -35,9 +35,11 @@ from plugins.postings.quality.postings_rubric import POSTINGS_RUBRIC
 from plugins.postings.quality.skillspan_gold import SKILLSPAN_GOLD
 from plugins.postings.skills.mention_grounding import MENTION_KINDS, Mention, ground_mentions, sentence_around
 from plugins.postings.skills.skill_extraction import (
+    DEFAULT_TAGGER,
     SKILL_MENTIONS_SCHEMA,
     encode_for_linker,
     extract_with_fallback,
+    shipped_tagger,
     skills_output,
 )
 from plugins.postings.store.postings_kind import POSTINGS
@@ -84,6 +86,15 @@ def find_candidates(inputs: Mapping[str, Any], context: StepContext) -> dict[str
     taxonomy's labels the tagger believes where it finds little (`skill_extraction` "tagger+fallback");
     the unsure ones numbered for a verifier."""
     return _candidates(inputs, context, "context")
+
+
+def expect_postings(wave: Sequence[Mapping[str, Any]]) -> None:
+    """The wave of postings a run is about to find candidates in: the context tagger encodes their
+    sentences several postings at a time (`ContextTagger.expect`)."""
+    tagger = shipped_tagger(DEFAULT_TAGGER)
+    expect = getattr(tagger, "expect", None)
+    if expect is not None:
+        expect([(("title", title), ("description", description)) for title, description in map(_texts, wave)])
 
 
 def find_crf_candidates(inputs: Mapping[str, Any], context: StepContext) -> dict[str, Any]:
@@ -412,7 +423,11 @@ POSTING_SKILLS = UseCase(
     steps=Chain(
         steps=(
             ScriptStep(
-                "candidates", find_candidates, output_schema=CANDIDATES_SCHEMA, routes=(Route("final"),)
+                "candidates",
+                find_candidates,
+                output_schema=CANDIDATES_SCHEMA,
+                routes=(Route("final"),),
+                prepare=expect_postings,
             ),
             ScriptStep("final", final_skills),
         ),
@@ -452,6 +467,7 @@ def verified_skills(model: str) -> UseCase:
                     find_candidates,
                     output_schema=CANDIDATES_SCHEMA,
                     routes=(Route("verify"),),  # also when all are sure: the verifier may add missed ones
+                    prepare=expect_postings,
                 ),
                 LLMStep(
                     "verify",
@@ -516,7 +532,9 @@ CRF_VERSION = "2026-11-23.2"  # the CRF tagger's outputs, as before the context 
 def with_crf_tagger(use_case: UseCase) -> UseCase:
     """posting_skills (either chain) with the CRF tagger finding the candidates, and its own version."""
     steps = tuple(
-        dataclasses.replace(step, function=find_crf_candidates) if step.name == "candidates" else step
+        dataclasses.replace(step, function=find_crf_candidates, prepare=None)
+        if step.name == "candidates"
+        else step
         for step in use_case.steps.steps
     )
     return dataclasses.replace(
