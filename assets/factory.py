@@ -28,6 +28,7 @@ from dagster import (
     BackfillPolicy,
     BetaWarning,
     Config,
+    ExecutorDefinition,
     define_asset_job,
     in_process_executor,
     multi_asset,
@@ -53,6 +54,11 @@ warnings.filterwarnings("ignore", message=".*backfill_policy.*", category=BetaWa
 
 LLM_POOL = "llm"  # the Dagster pool of LLM steps (sensors/run_liveness.py frees a dead run's slots)
 STEP_PRIORITY_TAG = "dagster/priority"  # op tag: higher runs first among a run's ready steps
+# dagster-celery's op tags (its package is an optional extra, so not imported here): the queue a step is
+# sent to, and its priority there (5 unless tagged)
+CELERY_QUEUE_TAG = "dagster-celery/queue"
+CELERY_PRIORITY_TAG = "dagster-celery/priority"
+CELERY_DEFAULT_PRIORITY = 5
 
 
 class UseCaseRunConfig(Config):
@@ -109,13 +115,19 @@ def llm_resource_key(use_case: UseCase) -> str:
 
 
 def build_use_case(
-    use_case: UseCase, registry: Mapping[str, UseCase], batch_size_override: int | None = None
+    use_case: UseCase,
+    registry: Mapping[str, UseCase],
+    batch_size_override: int | None = None,
+    step_tags: Mapping[str, str] | None = None,
 ) -> UseCaseDefinitions:
+    """`step_tags`: more tags on the asset's step, for the executor (a Celery queue)."""
     spec = work_spec(use_case, registry)
     batch_size = batch_size_override or use_case.batch_size
     # the asset's backfill policy batches UI backfills: it must honour PIPELINE_BATCH_SIZE too
     read_by_others = any(use_case.name in other.upstream for other in registry.values())
-    asset = build_use_case_asset(replace(use_case, batch_size=batch_size), spec, first_in_run=read_by_others)
+    asset = build_use_case_asset(
+        replace(use_case, batch_size=batch_size), spec, first_in_run=read_by_others, step_tags=step_tags
+    )
     job = define_asset_job(
         job_name(use_case),
         selection=batch_selection([asset]),
@@ -129,9 +141,19 @@ def build_use_case(
     return UseCaseDefinitions(use_case, spec, asset, job, batch_size)
 
 
-def build_use_case_asset(use_case: UseCase, spec: WorkSpec, first_in_run: bool = False) -> AssetsDefinition:
+def build_use_case_asset(
+    use_case: UseCase,
+    spec: WorkSpec,
+    first_in_run: bool = False,
+    step_tags: Mapping[str, str] | None = None,
+) -> AssetsDefinition:
     """The partitioned asset for one declared use case, with its checks; `first_in_run`: its step goes
     before the other members' in a work group's run (other use cases wait for its outputs)."""
+    op_tags = dict(step_tags or {})
+    if first_in_run:
+        op_tags[STEP_PRIORITY_TAG] = "1"
+        if CELERY_QUEUE_TAG in op_tags:  # the Celery executor reads its own priority tag, not Dagster's
+            op_tags[CELERY_PRIORITY_TAG] = str(CELERY_DEFAULT_PRIORITY + 1)
     check_specs = [
         AssetCheckSpec(
             ITEMS_OK_CHECK,
@@ -177,7 +199,7 @@ def build_use_case_asset(use_case: UseCase, spec: WorkSpec, first_in_run: bool =
         backfill_policy=BackfillPolicy.multi_run(max_partitions_per_run=use_case.batch_size),
         check_specs=check_specs,
         pool=LLM_POOL if use_case.uses_llm else None,
-        op_tags={STEP_PRIORITY_TAG: "1"} if first_in_run else None,
+        op_tags=op_tags or None,
         required_resource_keys={
             "app_db",
             "gym",
@@ -207,8 +229,11 @@ def group_name_for(use_case: UseCase) -> str:
     return f"{base}{backend}{use_case.subject.suffix}"
 
 
-def build_work_groups(built: Sequence[UseCaseDefinitions]) -> list[WorkGroup]:
-    """Group use cases by model, upstream first, and give each group its batch job."""
+def build_work_groups(
+    built: Sequence[UseCaseDefinitions], executor: ExecutorDefinition = in_process_executor
+) -> list[WorkGroup]:
+    """Group use cases by model, upstream first, and give each group its batch job, whose steps run on
+    `executor` (by default in the run's process, sharing its resources: the loaded model)."""
     by_name: dict[str, list[UseCaseDefinitions]] = {}
     stage: dict[str, int] = {}
     base_of: dict[str, str] = {}
@@ -243,7 +268,7 @@ def build_work_groups(built: Sequence[UseCaseDefinitions]) -> list[WorkGroup]:
                 + (f", with {model} loaded once." if model else " (no model).")
             ),
             tags={WORK_GROUP_TAG: name},
-            executor_def=in_process_executor,  # one process: resources (the loaded model) shared by steps
+            executor_def=executor,
         )
         groups.append(WorkGroup(name, model, tuple(members), job, min(m.batch_size for m in members)))
     return groups

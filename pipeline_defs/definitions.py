@@ -16,6 +16,7 @@ from assets.retention import build_retirement
 from domain.core.plugins import DomainPlugin, PluginContext
 from domain.language.declaration import UseCase
 from pipeline_defs.catalog import declared_plugins, plugin_settings
+from pipeline_defs.executors import batch_executor
 from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import (
     build_gym_resource,
@@ -42,7 +43,7 @@ def build_definitions(
     `build_work_groups` already made."""
     settings = settings or Settings.from_env()
     built = built if built is not None else build_use_cases(settings, use_cases)
-    groups = groups if groups is not None else build_work_groups(built)
+    groups = groups if groups is not None else build_work_groups(built, batch_executor(settings))
     engine = engine_definitions(settings, built, groups, llm)
     plugins = [plugin_definitions(settings, plugin, built) for plugin in declared_plugins(settings)]
     return Definitions.merge(engine, *plugins)

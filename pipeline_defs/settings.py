@@ -16,6 +16,7 @@ it through `export_for_dagster`.
 
 from __future__ import annotations
 
+import importlib.util
 import multiprocessing
 import os
 import sys
@@ -58,6 +59,9 @@ SERVER_BACKENDS = ("ollama", "openai")
 OPENAI_APIS = ("completions", "chat")
 DEFAULT_OPENAI_BASE_URL = "http://127.0.0.1:8080/v1"
 DEFAULT_OLLAMA_HOST = "http://127.0.0.1:11434"
+EXECUTORS = ("in_process", "celery", "k8s")
+EXECUTOR_PACKAGES = {"celery": ("dagster_celery", "celery"), "k8s": ("dagster_k8s", "deploy")}
+DEFAULT_CELERY_BROKER_URL = "pyamqp://guest@127.0.0.1:5672//"
 DEFAULT_RUNS_PER_HOST = 3
 # The least time between two ticks of a discovery sensor. The daemon looks every 5 s, and at once when
 # subjects arrive (pipeline_defs/daemon.py); an idle tick is one cheap query (docs/performance.md).
@@ -90,6 +94,23 @@ def _hosts(value: str) -> tuple[str, ...]:
     except ValueError as exc:
         raise SettingError(str(exc)) from None
     return specs
+
+
+def _executor(value: str) -> str:
+    """One of EXECUTORS, its optional package installed (a clear error now, not a code location that
+    fails to load)."""
+    name = one_of(*EXECUTORS)(value)
+    package, extra = EXECUTOR_PACKAGES.get(name, (None, None))
+    if package and importlib.util.find_spec(package) is None:
+        raise SettingError(f"{name} needs {package}: pip install 'posting-enrichment[{extra}]'")
+    return name
+
+
+def queue_name(value: str) -> str:
+    name = value.strip()
+    if not name or not all(char.isalnum() or char in "-_." for char in name):
+        raise SettingError("must be a queue name: letters, digits, `-`, `_` or `.`")
+    return name
 
 
 def _backend(values: Mapping[str, Any]) -> str:
@@ -344,6 +365,43 @@ class Settings:
             "`stock` on the embedded model, `pooled` on a model server",
         ),
         parse=one_of(*DAGSTER_STORAGES),
+    )
+    executor: str = setting(
+        "PIPELINE_EXECUTOR",
+        "where the batch runs' steps execute: `in_process` (in the run's process), `celery` (on Celery "
+        "workers, `pipeline worker`, over the broker below) or `k8s` (a pod each, Dagster's "
+        "`k8s_job_executor`) ([past one machine](operations.md#past-one-machine))",
+        "in_process",
+        parse=_executor,
+    )
+    celery_broker_url: str = setting(
+        "PIPELINE_CELERY_BROKER_URL",
+        "with `PIPELINE_EXECUTOR=celery`: the broker every run and worker uses (RabbitMQ `pyamqp://` or "
+        "Redis `redis://`)",
+        DEFAULT_CELERY_BROKER_URL,
+        parse=text,
+        secret=True,
+    )
+    celery_backend_url: str = setting(
+        "PIPELINE_CELERY_BACKEND_URL",
+        "with `PIPELINE_EXECUTOR=celery`: where workers send a step's result back (`rpc://`: over the "
+        "broker)",
+        "rpc://",
+        parse=text,
+        secret=True,
+    )
+    celery_cpu_queue: str = setting(
+        "PIPELINE_CELERY_CPU_QUEUE",
+        "the Celery queue of the script steps (the skill tagger, the linker): workers on machines with "
+        "cores to spare listen on it",
+        "cpu",
+        parse=queue_name,
+    )
+    celery_model_queue: str = setting(
+        "PIPELINE_CELERY_MODEL_QUEUE",
+        "the Celery queue of the steps that call a model: workers beside the model hosts listen on it",
+        "model",
+        parse=queue_name,
     )
     ui_allowed_hosts: tuple[str, ...] = setting(
         "PIPELINE_UI_ALLOWED_HOSTS",

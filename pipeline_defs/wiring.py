@@ -13,6 +13,7 @@ from appdb.redaction import redact
 from assets.factory import UseCaseDefinitions, build_use_case
 from domain.language.declaration import UseCase
 from pipeline_defs.catalog import leased_use_cases, with_lease
+from pipeline_defs.executors import step_tags
 from pipeline_defs.model_choice import judge_choice
 from pipeline_defs.settings import DEFAULT_OLLAMA_HOST, Settings
 from resources.embedded_backend import EmbeddedLLMResource
@@ -45,7 +46,10 @@ def build_use_cases(
     elif settings.lease_seconds:
         use_cases = [with_lease(use_case, settings.lease_seconds) for use_case in use_cases]
     registry = {use_case.name: use_case for use_case in use_cases}
-    return [build_use_case(use_case, registry, batch_size_for(use_case, settings)) for use_case in use_cases]
+    return [
+        build_use_case(use_case, registry, batch_size_for(use_case, settings), step_tags(use_case, settings))
+        for use_case in use_cases
+    ]
 
 
 def batch_size_for(use_case: UseCase, settings: Settings) -> int | None:

@@ -26,6 +26,7 @@ pipeline ui [--port N]           start `dagster dev` on 127.0.0.1 with the proje
                                  webserver refuses foreign-Host and cross-origin GraphQL requests)
 pipeline webserver [--host H] [--port N]   that guarded webserver alone (a service)
 pipeline daemon                  dagster-daemon alone (a service), its sensors woken when postings arrive
+pipeline worker [--queue NAME]...   a Celery worker for the batch runs' steps (PIPELINE_EXECUTOR=celery)
 pipeline review [...]            the gym: quality figures, review items, accept/reject/correct
 pipeline autodo scan|list|pick|show|done|wontfix|note|prio|split|dep|tree|scope   TODO work items
 pipeline reprocess --stale [--use-case NAME] [--dry-run]   redo only outdated outputs
@@ -77,6 +78,10 @@ COMMANDS: dict[str, Command] = {
     ),
     "daemon": Command(
         "ui_command", "dagster-daemon alone (a service), its sensors woken when postings arrive"
+    ),
+    "worker": Command(
+        "worker_command",
+        "a Celery worker for the batch runs' steps (PIPELINE_EXECUTOR=celery), on the queues named",
     ),
     "ingest": Command("ingest_command", "load postings from JSONL or CSV files"),
     "run": Command("run_commands", "process all pending work now"),
