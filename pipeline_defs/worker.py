@@ -83,12 +83,10 @@ def worker_name(queues: Sequence[str], name: str | None) -> str:
     return f"{name or 'pipeline-' + '-'.join(queues)}@{socket.gethostname()}"
 
 
-def run_worker(settings: Settings, queues: Sequence[str], concurrency: int | None, name: str | None) -> None:
+def run_worker(app: Any, queues: Sequence[str], concurrency: int | None, name: str | None) -> None:
     """Start the worker in this process (until stopped: SIGTERM finishes the steps under way first)."""
     import pipeline_defs.definitions  # noqa: F401  the code location, once, before the worker forks
 
-    app = celery_app(settings)
-    check_broker(app, settings)
     argv = ["worker", "--loglevel=INFO", "-Q", ",".join(queues), "-n", worker_name(queues, name)]
     if concurrency:
         argv.append(f"--concurrency={concurrency}")

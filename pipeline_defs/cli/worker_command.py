@@ -34,7 +34,13 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
     from pipeline_defs.dagster_home import ensure_dagster_home
-    from pipeline_defs.worker import WorkerSetupError, check_worker_settings, run_worker
+    from pipeline_defs.worker import (
+        WorkerSetupError,
+        celery_app,
+        check_broker,
+        check_worker_settings,
+        run_worker,
+    )
 
     queues = args.queues or [settings.celery_cpu_queue, settings.celery_model_queue]
     try:
@@ -47,9 +53,11 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
         return EXIT_ERROR
     try:
         check_worker_settings(settings)
+        app = celery_app(settings)
+        check_broker(app, settings)  # before anything is written to the databases
         ensure_dagster_home(settings)  # DAGSTER_HOME and the storage URL for the steps' instance
         print(f"worker on queues {', '.join(queues)}", flush=True)
-        run_worker(settings, queues, args.concurrency, args.name)
+        run_worker(app, queues, args.concurrency, args.name)
     except WorkerSetupError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR

@@ -21,6 +21,7 @@ from pipeline_defs.cli.run_commands import DEMO_POSTINGS
 from pipeline_defs.settings import PROJECT_ROOT
 from tests.support.celery_workers import PIPELINE, delete_queues, queue_names, require_broker, worker
 from tests.support.fakes import FakeOllama
+from tests.support.live_pipeline import free_port
 
 pytestmark = pytest.mark.postgres
 
@@ -99,3 +100,22 @@ def test_batch_runs_send_each_step_to_its_kinds_celery_worker(
             0,
             0,
         )
+
+
+def test_a_worker_without_its_broker_says_so_in_one_line_and_touches_nothing(tmp_path: Path) -> None:
+    closed = f"pyamqp://guest:s3cret@127.0.0.1:{free_port()}//"  # nothing listens there
+    env = celery_env(
+        tmp_path,
+        "postgresql://nobody@127.0.0.1:9/none",
+        "postgresql://nobody@127.0.0.1:9/none",
+        closed,
+        ("a", "b"),
+    )
+    done = subprocess.run([PIPELINE, "worker"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "error: cannot reach the Celery broker pyamqp://guest:***@"
+        + closed.split("@", 1)[1]
+        + ": [Errno 111] Connection refused"
+    ]
+    assert not (tmp_path / "data").exists(), "no Dagster home made for a worker that could not start"
