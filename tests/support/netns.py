@@ -1,6 +1,7 @@
 """Separate hosts on one machine: a network namespace each (`ip netns`), joined by veth pairs to a
-bridge in the machine's own namespace, each with its own address and its own host name (a UTS namespace
-per process, so `socket.gethostname()` differs as on real hosts). Services that listen on loopback only
+bridge in the machine's own namespace, each with its own address, its own host name and its own PID
+namespace (so `socket.gethostname()` differs and no host can look up another's processes, as on real
+hosts). Services that listen on loopback only
 (PostgreSQL, RabbitMQ here) are reached through a forwarder (socat) on the bridge's address.
 
 Needs root and iproute2; `netns_unavailable_reason()` says why not where it cannot run (a container
@@ -48,9 +49,12 @@ class Host:
     veth: str
 
     def command(self, argv: Sequence[str]) -> list[str]:
-        """`argv` run on this host: in its namespace, under its own host name."""
+        """`argv` run on this host: in its network namespace, under its own host name, in a PID
+        namespace of its own (with its own /proc): another host's reaper cannot look its processes up,
+        so the liveness rules judge its runs by their heartbeats' age alone, as across real hosts."""
         script = f'hostname {self.name} && exec "$@"'
-        return ["ip", "netns", "exec", self.namespace, "unshare", "--uts", "sh", "-c", script, "sh", *argv]
+        isolated = ["unshare", "--uts", "--pid", "--fork", "--mount-proc"]
+        return ["ip", "netns", "exec", self.namespace, *isolated, "sh", "-c", script, "sh", *argv]
 
     def cut_off(self) -> None:
         """Its network gone, its processes left running (a cable pulled, a switch port down)."""
