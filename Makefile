@@ -58,15 +58,19 @@ lint: $(VENV)/.installed  ## ruff, and the one-way layers (import-linter, docs/a
 ui: $(VENV)/.installed  ## dagster dev (webserver + daemon) on http://127.0.0.1:3000
 	$(BIN)/pipeline ui
 
-bench: $(VENV)/.installed  ## pipeline vs its physical limit, discovery at 100,000 postings, the daemon path, 3 hosts (~60 min)
+bench: $(VENV)/.installed  ## real postings (SkillSpan, PIPELINE_SHARED_DATA), a 7-8B model's time simulated: pipeline run, in process, the daemon path, 3 hosts (~90 min)
+	$(BIN)/python -m benchmarks.pipeline_run_cpu
 	$(BIN)/python -m benchmarks.pipeline_throughput --backend simulated-ollama,embedded
-	$(BIN)/python -m benchmarks.daemon_throughput --postings 1000 --dagster-storage sqlite,postgres
-	$(BIN)/python -m benchmarks.daemon_throughput --name daemon_hosts --postings 900 --latency-ms 1000 \
-	    --dagster-storage postgres --hosts 1 --label "1 host"
-	$(BIN)/python -m benchmarks.daemon_throughput --name daemon_hosts --postings 900 --latency-ms 1000 \
-	    --dagster-storage postgres --hosts 3 --label "3 hosts"
-	$(BIN)/python -m benchmarks.daemon_throughput --name daemon_hosts --postings 900 --latency-ms 1000 \
-	    --dagster-storage postgres --hosts 3 --kill-host-after 30 --label "3 hosts, one killed at 30 s"
+	$(BIN)/python -m benchmarks.daemon_throughput --postings 1000 --parallel 16 --fixed-latency \
+	    --dagster-storage sqlite --floor-postings 200 --label "1,000 real postings x 16 slots x 100 ms"
+	$(BIN)/python -m benchmarks.daemon_throughput --postings 1000 --parallel 16 --dagster-storage sqlite,postgres \
+	    --floor-postings 200 --label "1,000 real postings x 16 slots, a 7-8B model's time"
+	$(BIN)/python -m benchmarks.daemon_throughput --name daemon_hosts --postings 900 --posting-set tiny \
+	    --latency-ms 1000 --dagster-storage postgres --hosts 1 --label "1 host"
+	$(BIN)/python -m benchmarks.daemon_throughput --name daemon_hosts --postings 900 --posting-set tiny \
+	    --latency-ms 1000 --dagster-storage postgres --hosts 3 --label "3 hosts"
+	$(BIN)/python -m benchmarks.daemon_throughput --name daemon_hosts --postings 900 --posting-set tiny \
+	    --latency-ms 1000 --dagster-storage postgres --hosts 3 --kill-host-after 30 --label "3 hosts, one killed at 30 s"
 
 clean:
 	rm -rf $(VENV) data

@@ -56,7 +56,6 @@ from benchmarks.daemon_throughput import (
     _byte_compile,
     _integrity,
     _pipeline,
-    _postings,
     postgres_databases,
     simulated_hosts,
     ui_env,
@@ -64,6 +63,7 @@ from benchmarks.daemon_throughput import (
 from benchmarks.ports import free_port_in
 from benchmarks.process_tree_cpu import ProcessTreeCpu, become_subreaper, reap_orphans
 from benchmarks.report import write_report
+from benchmarks.skillspan_postings import tiny_postings
 from pipeline_defs.settings import PROJECT_ROOT
 
 KILL_KINDS = ("tree", "worker")
@@ -214,7 +214,7 @@ def measure(args: argparse.Namespace, kill: str, app_db: str) -> dict[str, Any]:
             ui.wait_loaded()
             ui.wait_idle()
             postings_file = work / "postings.jsonl"
-            postings_file.write_text("".join(json.dumps(row) + "\n" for row in _postings(args.postings)))
+            postings_file.write_text("".join(json.dumps(row) + "\n" for row in tiny_postings(args.postings)))
             _pipeline(args.project_root, env, "ingest", str(postings_file), python=args.python)
             ingested = time.time()
             claims, outputs_at_kill = _wait_for_work_in_flight(args, db, ui, ingested)

@@ -1,18 +1,37 @@
 """The production path, timed: N postings ingested into an idle `pipeline ui`, until every output is current.
 
-    python -m benchmarks.daemon_throughput [--postings 1000] [--latency-ms 100] [--parallel 4]
+    python -m benchmarks.daemon_throughput [--postings 1000] [--parallel 4] [--posting-set skillspan|tiny]
+        [--postings-file FILE] [--data-dir DIR] [--latency-ms MS] [--prefill-tokens-per-second N]
+        [--decode-tokens-per-second N] [--min-output-tokens N]
         [--hosts 1] [--dagster-storage sqlite,postgres] [--kill-host-after SECONDS]
         [--project-root DIR] [--label NAME] [--no-floor | --floor-postings N] [--retire]
         [--idle-seconds N] [--own-server]
 
 What users run: `pipeline ui` (dagster dev: the daemon's sensors, its run queue, runs launched as
-subprocesses) against `benchmarks.simulated_ollama` servers (one process each, `--latency-ms` per
-generation, `--parallel` slots), judge off. Once the code location is up and the sensors have ticked on
-an empty database, N postings are ingested with `pipeline ingest`; the clock starts when it returns.
-Measured: the first output, every output of the three use cases current (summary and skills: LLM;
-skill_entities: a script), the runs, and at the servers the idle gaps between generations and the
-busy share of their slots. Efficiency = the backend's own time for the calls (calls x latency /
-(slots x hosts)) / the time from ingest to every output current.
+subprocesses) against `benchmarks.simulated_ollama` servers (one process each, `--parallel` slots),
+judge off. Once the code location is up and the sensors have ticked on an empty database, N postings
+are ingested with `pipeline ingest`; the clock starts when it returns.
+
+The postings (`benchmarks/skillspan_postings.py`): by default real ones, SkillSpan's 140 train postings
+(mean 668 words) from the shared data (`--data-dir`, else the PIPELINE_SHARED_DATA setting), cycled to
+N and each made unique; `--postings-file` a user's own JSON lines, cycled the same way; `--posting-set
+tiny` the 8-word postings that measure the orchestration alone. The simulated server's time: with real
+postings a 7-8B model on one GPU (`simulated_ollama.GPU_7B`: prompt tokens at
+`--prefill-tokens-per-second`, one prompt at a time; answer tokens at `--decode-tokens-per-second` in
+each slot; `--latency-ms` beside them, default 0); with tiny postings `--latency-ms` alone (default 100).
+
+Measured: the first output, every output of the three use cases current (summary: LLM; skills and
+skill_entities: scripts, unless the settings give them a model), the runs, and at the servers the idle
+gaps between generations and the busy share of their slots. Efficiency = the backend's own least time for
+the calls (a simulated server's: its prompts one after another or its generations spread over its
+slots, whichever is longer; `--own-server`: calls x `--latency-ms` / slots) / the time from ingest to
+every output current.
+
+A posting's cost by stage (the `## CPU seconds a posting by stage` table): the tagger, the linker and the
+faithfulness check as the floor (below) measures them in process, the rest of the floor's summary work
+(prompts, the LLM client, parsing), the orchestration (the path's CPU a posting less the floor's), the
+model server's time a posting (its generations' time, and its least wall time at its slots), and the
+cores that keep its slots busy: the path's CPU a posting x the server's postings a second at its slots.
 
 Cost, not only time (CPU seconds, which a busy machine does not inflate as it does wall time): from
 just before ingest to every output current and the enriched postings tables remade after the last
@@ -58,6 +77,7 @@ finished by the others, with no duplicate outputs and no attempts spent.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -89,6 +109,17 @@ from benchmarks.process_tree_cpu import (
     server_cpu_seconds,
 )
 from benchmarks.report import write_report
+from benchmarks.simulated_ollama import GPU_7B, NO_TOKENS, TokenRates, least_seconds, server_arguments
+from benchmarks.skillspan_postings import POSTING_SETS, SKILLSPAN, TINY, benchmark_postings, describe
+from benchmarks.stage_cpu import (
+    FAITHFULNESS,
+    LINKER,
+    ORCHESTRATION,
+    TAGGER,
+    StageCpu,
+    cores_to_keep_busy,
+    timed_use_cases,
+)
 from domain.language.declaration import SCRIPT_BACKEND
 from pipeline_defs.settings import PROJECT_ROOT
 
@@ -101,7 +132,6 @@ IDLE_SECONDS = 12  # after the location is up: the sensors' first ticks find an 
 POLL_SECONDS = 0.25
 GAP_SECONDS = 1.0
 FINISHED = ("SUCCESS", "FAILURE", "CANCELED")
-TOOLS = ["Python and SQL", "Excel", "Docker", "Java", "dbt and Python", "Kubernetes"]
 LOCATION_QUERY = """
 { workspaceOrError { ... on Workspace { locationEntries { locationOrLoadError { __typename } } } } }
 """
@@ -137,7 +167,11 @@ def _post(url: str, body: dict[str, Any], timeout: float = 30) -> Any:
 
 @contextmanager
 def simulated_hosts(
-    count: int, latency_ms: float, parallel: int, ports: list[int] | None = None
+    count: int,
+    latency_ms: float,
+    parallel: int,
+    ports: list[int] | None = None,
+    rates: TokenRates = NO_TOKENS,
 ) -> Iterator[list[subprocess.Popen]]:
     """`count` simulated Ollama servers, each its own process (so one can be killed like a dead host);
     on `ports` when given (a shared machine's own range), else on free ports."""
@@ -147,7 +181,7 @@ def simulated_hosts(
             port = ports[index] if ports else free_port()
             process = subprocess.Popen(
                 [sys.executable, "-m", "benchmarks.simulated_ollama", "--port", str(port)]
-                + ["--latency-ms", str(latency_ms), "--parallel", str(parallel)],
+                + [*server_arguments(latency_ms, rates), "--parallel", str(parallel)],
                 cwd=PROJECT_ROOT,
                 stdout=subprocess.PIPE,
                 text=True,
@@ -214,19 +248,6 @@ def postgres_databases(admin_url: str, count: int, prefix: str | None = None) ->
             for name in names:
                 conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         engine.dispose()
-
-
-def _postings(count: int) -> list[dict[str, str]]:
-    return [
-        {
-            "key": f"bench-{index:05d}",
-            "title": f"Data Analyst {index}",
-            "company": "Brightwave Energy",
-            "location": "Berlin",
-            "description": f"Analyse turbine data with {TOOLS[index % len(TOOLS)]}; report weekly.",
-        }
-        for index in range(count)
-    ]
 
 
 class Ui:
@@ -426,7 +447,9 @@ def measure(args: argparse.Namespace, storage: str) -> dict[str, Any]:
         hosts = (
             []
             if args.own_server
-            else stack.enter_context(simulated_hosts(args.hosts, args.latency_ms, args.parallel))
+            else stack.enter_context(
+                simulated_hosts(args.hosts, args.latency_ms, args.parallel, rates=args.rates)
+            )
         )
         if storage == "postgres":
             app_url, dagster_url = stack.enter_context(postgres_databases(args.postgres_admin_url, 2))
@@ -452,7 +475,7 @@ def measure(args: argparse.Namespace, storage: str) -> dict[str, Any]:
             idle = idle_cost(tree, args.idle_seconds) if args.idle_seconds else None
             for host in hosts:
                 _post(f"{host.url}/stats/reset", {})
-            rows = _postings(args.postings)
+            rows = args.rows
             postings_file = work / "postings.jsonl"
             postings_file.write_text("".join(json.dumps(row) + "\n" for row in rows))
             storage_before = storage_bytes(work, app_url, dagster_url)
@@ -511,6 +534,8 @@ def measure(args: argparse.Namespace, storage: str) -> dict[str, Any]:
         ]
         result["first_llm_output_seconds"] = min(llm_firsts, default=None)
         result.update(storage=storage, hosts=args.hosts, latency_ms=args.latency_ms, parallel=args.parallel)
+        result["token_rates"] = None if args.own_server else dataclasses.asdict(args.rates)
+        result["posting_texts"] = args.posting_texts
         if args.own_server:
             result["server"] = "own"
         result["postings"] = args.postings
@@ -548,7 +573,66 @@ def measure(args: argparse.Namespace, storage: str) -> dict[str, Any]:
                 )
             if not result["all_current_seconds"]:
                 result["cpu"].update(_partial_ratio(result))
+        result["stages"] = stage_figures(result)
         return result
+
+
+def stage_figures(result: dict[str, Any]) -> dict[str, Any]:
+    """A posting's CPU by stage (the floor's tagger, linker, faithfulness check and the rest of its summary
+    work; the orchestration: the path's CPU beyond the floor's), the model server's time a posting, and
+    the cores that keep the server's slots busy (the path's CPU a posting x its postings a second)."""
+    cpu, floor = result.get("cpu") or {}, result.get("floor") or {}
+    path = cpu.get("path_cpu_seconds_per_posting")
+    finished = max(result.get("postings_finished") or result["postings"], 1)
+    figures: dict[str, Any] = {"path_cpu_seconds_per_posting": path}
+    if floor:
+        per_posting = {
+            name: entry["cpu_seconds"] / max(floor["postings"], 1)
+            for name, entry in floor["by_use_case"].items()
+        }
+        by_stage = floor.get("by_stage_per_posting") or {}
+        figures.update(
+            {
+                TAGGER: round(per_posting.get("posting_skills", 0.0), 4),
+                LINKER: round(per_posting.get("skill_entities", 0.0), 4),
+                FAITHFULNESS: by_stage.get(FAITHFULNESS),
+                "summary, the rest (prompts, LLM client, parsing)": round(
+                    per_posting.get("posting_summary", 0.0) - (by_stage.get(FAITHFULNESS) or 0.0), 4
+                ),
+                "floor": floor.get("cpu_seconds_per_posting"),
+            }
+        )
+        if path is not None and floor.get("cpu_seconds_per_posting") is not None:
+            figures[ORCHESTRATION] = round(path - floor["cpu_seconds_per_posting"], 4)
+    model_seconds, least = result.get("server_model_seconds"), result.get("backend_capacity_seconds")
+    if model_seconds is not None:
+        figures["model server: generation s a posting"] = round(model_seconds / finished, 4)
+    if least:
+        figures["slots"] = result["parallel"] * result["hosts"]
+        figures.update(_cores("this server", least / finished, path, floor))
+    if result.get("gpu_7b_least_seconds"):
+        figures.update(
+            _cores("a 7-8B model on one GPU", result["gpu_7b_least_seconds"] / finished, path, floor)
+        )
+    return figures
+
+
+def _cores(
+    server: str, least_per_posting: float, path: float | None, floor: dict[str, Any]
+) -> dict[str, Any]:
+    """A server's least wall time a posting at its slots, its postings a second, and the cores that keep
+    it busy: the path's CPU a posting (and the floor's, the work alone) x those postings a second."""
+    figures: dict[str, Any] = {
+        f"{server}: least wall s a posting": round(least_per_posting, 4),
+        f"{server}: postings a second": round(1 / least_per_posting, 2) if least_per_posting else None,
+    }
+    if path is not None:
+        figures[f"{server}: cores to keep it busy"] = cores_to_keep_busy(path, least_per_posting)
+    if floor.get("cpu_seconds_per_posting"):
+        figures[f"{server}: cores to keep it busy, the work alone (floor)"] = cores_to_keep_busy(
+            floor["cpu_seconds_per_posting"], least_per_posting
+        )
+    return figures
 
 
 def idle_cost(tree: ProcessTreeCpu, seconds: float) -> dict[str, Any]:
@@ -695,10 +779,27 @@ def _server_figures(
     # the server's own time for the calls: known for a simulated server, or given by --latency-ms for
     # one's own (a client's latencies include the wait in the server's queue: runs keep more calls in
     # flight than it has slots, so their sum is no measure of its work)
-    capacity_seconds = llm_calls * args.latency_ms / 1000 / slots if args.latency_ms else None
+    least = [s["least_seconds"] for s in stats if s.get("least_seconds") is not None]
+    if least and not args.own_server:  # the simulated servers' own least time, each for its calls
+        capacity_seconds: float | None = max(least)
+    else:
+        capacity_seconds = llm_calls * args.latency_ms / 1000 / slots if args.latency_ms else None
     busy = sum(end - start for start, end in intervals)
     figures: dict[str, Any] = {
         "generations": calls,
+        "server_model_seconds": round(sum(s.get("model_seconds", 0.0) for s in stats), 2) if least else None,
+        # what a 7-8B model on one GPU a host would need for the same calls, whatever this server's time
+        "gpu_7b_least_seconds": round(
+            max(least_seconds(s["token_counts"], GPU_7B, args.parallel) for s in stats), 2
+        )
+        if least and all("token_counts" in s for s in stats)
+        else None,
+        "server_tokens": {
+            "prompt": sum(s.get("prompt_tokens", 0) for s in stats),
+            "output": sum(s.get("output_tokens", 0) for s in stats),
+        }
+        if least
+        else None,
         "peak_in_flight_per_host": [s.get("peak_concurrent_generations") for s in stats],
         "backend_capacity_seconds": round(capacity_seconds, 2) if capacity_seconds else None,
     }
@@ -1012,9 +1113,11 @@ def plain_loop_floor(env: dict[str, str], rows: list[dict[str, str]], app_url: s
     from plugins.postings.store.taxonomy import REFERENCE_NAME, loaded_taxonomy_hash
     from resources.app_database import AppDatabase
 
-    with _environment(env):
+    stages = StageCpu()
+    with _environment(env), stages.faithfulness_timed():
         settings = Settings.from_env()
-        use_cases = _in_dependency_order([u for u in declared_use_cases(settings) if u.name in USE_CASES])
+        declared = timed_use_cases(declared_use_cases(settings), stages)
+        use_cases = _in_dependency_order([u for u in declared if u.name in USE_CASES])
         llm = build_llm_resource(settings)
         named: dict[str, Any] = {"llm": llm}
         for plugin in declared_plugins(settings):
@@ -1031,7 +1134,7 @@ def plain_loop_floor(env: dict[str, str], rows: list[dict[str, str]], app_url: s
             SimpleNamespace(**named),
             AppDatabase(url=app_url),
             {},
-            {row["key"]: dict(row) for row in rows},
+            {row["key"]: _template_values(row) for row in rows},
         )
         load_started = _cpu_seconds()
         if "taxonomy" in named:
@@ -1047,6 +1150,7 @@ def plain_loop_floor(env: dict[str, str], rows: list[dict[str, str]], app_url: s
                 with suppress(Exception):
                     first.function(dict(rows[0]), work.step_context())
         load_cpu = _cpu_seconds() - load_started
+        stages.seconds = dict.fromkeys(stages.seconds, 0.0)  # the loads' calls are not the work
         figures: dict[str, dict[str, Any]] = {}
         for use_case in use_cases:
             cpu_started, started = _cpu_seconds(), time.perf_counter()
@@ -1067,7 +1171,18 @@ def plain_loop_floor(env: dict[str, str], rows: list[dict[str, str]], app_url: s
         "cpu_seconds_per_posting": round(total / len(rows), 4),
         "load_cpu_seconds": round(load_cpu, 2),
         "by_use_case": figures,
+        "by_stage_per_posting": stages.per_posting(len(rows)),
     }
+
+
+def _template_values(row: dict[str, Any]) -> dict[str, Any]:
+    """A posting's fields as a run reads them (`appdb.inputs.load_inputs`): a field missing or empty
+    is "not stated" (a user's postings and SkillSpan's name no company)."""
+    from appdb.inputs import NOT_STATED
+    from plugins.postings.store.ingest import POSTING_FIELDS
+
+    values = {name: row.get(name) for name in POSTING_FIELDS}
+    return {**row, **{name: NOT_STATED if value in (None, "") else value for name, value in values.items()}}
 
 
 def _floor_script(work: _FloorWork, use_case: Any) -> int:
@@ -1212,7 +1327,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             row["label"],
             row["storage"],
             row["postings"],
-            f"{row['hosts']} x {row['parallel']} x {row['latency_ms'] or '?'}"
+            f"{row['hosts']} x {row['parallel']} x {_call_time(row)}"
             + (
                 f" (own server; a call {row.get('mean_call_latency_ms')} ms)"
                 if row.get("server") == "own"
@@ -1238,7 +1353,59 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             *_cpu_cells(row),
         ]
         lines.append("| " + " | ".join(str(cell) for cell in cells) + " |")
-    return "\n".join(lines) + "\n" + _by_kind_table(rows) + _footprint_table(rows) + _idle_table(rows)
+    return (
+        "\n".join(lines)
+        + "\n"
+        + _stage_table(rows)
+        + _by_kind_table(rows)
+        + _footprint_table(rows)
+        + _idle_table(rows)
+    )
+
+
+def _stage_table(rows: list[dict[str, Any]]) -> str:
+    """A posting's CPU by stage, the model server's time a posting, and the cores that keep it busy."""
+    measured = [row for row in rows if row.get("stages")]
+    if not measured:
+        return ""
+    names = list(dict.fromkeys(name for row in measured for name in row["stages"]))
+    header = ["label", "storage", "postings (texts)", "server", *names]
+    body = []
+    for row in measured:
+        texts = row.get("posting_texts") or {}
+        rates = row.get("token_rates") or {}
+        server = (
+            f"{row['hosts']} x {row['parallel']} slots, {rates.get('prefill_tokens_per_second', 0):g} / "
+            f"{rates.get('decode_tokens_per_second', 0):g} tokens/s, +{row.get('latency_ms') or 0:g} ms"
+            if rates
+            else "own"
+        )
+        body.append(
+            [
+                row["label"],
+                row["storage"],
+                f"{row['postings']} ({texts.get('source', '?')}, {texts.get('mean_words', '?')} words)",
+                server,
+                *(row["stages"].get(name, "") for name in names),
+            ]
+        )
+    title = (
+        "## CPU seconds a posting by stage; the model server's time; the cores that keep its slots busy\n\n"
+        "Tagger, linker, faithfulness check and the rest of the summary work: the floor (in process); "
+        "orchestration: the path's CPU a posting less the floor's; cores: the path's CPU a posting x the "
+        "server's postings a second at its slots (its least wall time a posting)."
+    )
+    return _section_table(title, header, body)
+
+
+def _call_time(row: dict[str, Any]) -> str:
+    """A call's time at the server: its fixed latency, a 7-8B model's tokens, or unknown (own server)."""
+    rates = row.get("token_rates") or {}
+    tokens = (
+        "tokens" if rates.get("prefill_tokens_per_second") or rates.get("decode_tokens_per_second") else ""
+    )
+    fixed = f"{row['latency_ms']:g} ms" if row.get("latency_ms") else ""
+    return " + ".join(part for part in (fixed, tokens) if part) or "?"
 
 
 def _cpu_cells(row: dict[str, Any]) -> list[Any]:
@@ -1383,15 +1550,67 @@ def _retire_cell(retire: dict[str, Any] | None) -> str:
     return f"{retire['seconds']} / {retire['cpu_seconds']} / {before}, {after}"
 
 
-def main(argv: list[str] | None = None) -> int:
+def token_rates(args: argparse.Namespace, tiny: bool) -> TokenRates:
+    """The simulated server's token rates: a 7-8B model on one GPU with real postings, none with tiny
+    ones (a fixed latency), each overridden by its option."""
+    base = NO_TOKENS if tiny else GPU_7B
+    given = {
+        "prefill_tokens_per_second": args.prefill_tokens_per_second,
+        "decode_tokens_per_second": args.decode_tokens_per_second,
+        "min_output_tokens": args.min_output_tokens,
+    }
+    return dataclasses.replace(base, **{name: value for name, value in given.items() if value is not None})
+
+
+def options(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line read and checked: with the postings (`rows`) and the server's token rates."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--postings", type=int, default=1000)
+    parser.add_argument(
+        "--posting-set",
+        default=SKILLSPAN,
+        choices=POSTING_SETS,
+        help="skillspan: real postings, SkillSpan's train set cycled and made unique (default); tiny: "
+        "8-word postings and a fixed latency, the orchestration alone",
+    )
+    parser.add_argument(
+        "--postings-file", type=Path, help="your own postings (JSON lines: key, title, description), cycled"
+    )
+    parser.add_argument(
+        "--fixed-latency",
+        action="store_true",
+        help="every simulated call takes --latency-ms (default 100), whatever its tokens: the orchestration "
+        "with real postings, as issue 61's table measured it (tiny postings always do)",
+    )
+    parser.add_argument("--data-dir", help="the shared data folder (else the PIPELINE_SHARED_DATA setting)")
     parser.add_argument(
         "--latency-ms",
         type=float,
         default=None,
-        help="a call's time at the server: the simulated server's (default 100); with --own-server, "
-        "your server's own time a call if you know it (for the efficiency), else none is computed",
+        help="a call's fixed time at the simulated server (default 100 with tiny postings, else 0, beside "
+        "the tokens' time); with --own-server, your server's own time a call if you know it (for the "
+        "efficiency), else none is computed",
+    )
+    parser.add_argument(
+        "--prefill-tokens-per-second",
+        type=float,
+        default=None,
+        help=f"the simulated server's prompt tokens a second, one prompt at a time (default "
+        f"{GPU_7B.prefill_tokens_per_second:g} with real postings, 0 with tiny ones)",
+    )
+    parser.add_argument(
+        "--decode-tokens-per-second",
+        type=float,
+        default=None,
+        help=f"the simulated server's answer tokens a second in each slot (default "
+        f"{GPU_7B.decode_tokens_per_second:g} with real postings, 0 with tiny ones)",
+    )
+    parser.add_argument(
+        "--min-output-tokens",
+        type=int,
+        default=None,
+        help=f"an answer is decoded as at least this many tokens (default {GPU_7B.min_output_tokens} with "
+        "real postings)",
     )
     parser.add_argument("--parallel", type=int, default=4, help="slots per simulated host")
     parser.add_argument("--hosts", type=int, default=1)
@@ -1440,9 +1659,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.own_server and args.kill_host_after is not None:
         parser.error("--kill-host-after kills a simulated host: not with --own-server")
+    tiny = args.fixed_latency or (args.posting_set == TINY and args.postings_file is None)
     if args.latency_ms is None and not args.own_server:
-        args.latency_ms = 100.0
+        args.latency_ms = 100.0 if tiny else 0.0
+    args.rates = token_rates(args, tiny)
+    try:
+        args.rows = benchmark_postings(args.postings, args.posting_set, args.postings_file, args.data_dir)
+    except (FileNotFoundError, ValueError) as error:
+        parser.error(str(error))
+    args.posting_texts = describe(args.rows, args.posting_set, args.postings_file)
     args.project_root = args.project_root.resolve()
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = options(argv)
     _byte_compile(args.project_root)
     rows = []
     previous = args.out or PROJECT_ROOT / "results"

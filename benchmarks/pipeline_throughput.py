@@ -1,7 +1,8 @@
 """Pipeline throughput against its physical limit, orchestration overhead, and discovery at scale.
 
     python -m benchmarks.pipeline_throughput [--postings 200] [--backend simulated-ollama,embedded]
-        [--dagster-storage sqlite|postgres|both] [--in-flight 1,2,4] [--scale-postings 100000] ...
+        [--dagster-storage sqlite|postgres|both] [--in-flight 1,2,4] [--scale-postings 100000]
+        [--posting-set skillspan|tiny] [--postings-file FILE] [--prefill-tokens-per-second N] ...
 
 For each backend and Dagster storage it measures, in a fresh process, fresh application
 database and fresh DAGSTER_HOME each time (see `benchmarks.throughput_harness`):
@@ -13,9 +14,16 @@ database and fresh DAGSTER_HOME each time (see `benchmarks.throughput_harness`):
 - efficiency = raw time / pipeline time; orchestration overhead = (pipeline wall time -
   time inside LLM calls) / (postings x assets); runs; model loads per run; peak memory.
 
-With `simulated-ollama` the backend is `benchmarks.simulated_ollama`: Ollama's API with a
-fixed latency per request (default 100 ms, standing in for a GPU) and `--parallel` slots;
-its figures are *simulated* and measure the orchestration, not a model. With more than
+The postings (`benchmarks/skillspan_postings.py`): real ones by default, SkillSpan's train
+postings from the shared data (`--shared`, else the PIPELINE_SHARED_DATA setting) cycled and
+each made unique; `--postings-file` your own JSON lines; `--posting-set tiny` 8-word postings.
+With `simulated-ollama` the backend is `benchmarks.simulated_ollama`: Ollama's API and
+`--parallel` slots, each request's time a 7-8B model's on one GPU with real postings (prompt
+and answer tokens at `--prefill-tokens-per-second` and `--decode-tokens-per-second`,
+`simulated_ollama.GPU_7B`), a fixed `--latency-ms` (default 100) with tiny ones; its figures
+are *simulated*: the model's time is a stand-in, the CPU around it is real. Each row gives the
+CPU a posting of the measured group's use cases, the faithfulness check's share of it, the
+model server's time a posting and the cores that keep its slots busy. With more than
 one value in `--in-flight` it also shows how throughput changes with the requests kept
 in flight. `embedded` is the real Gemma 3 270M on this CPU (seconds per posting, so it
 runs on `--embedded-postings`, default 10, and a raw loop runs before and after each
@@ -39,11 +47,14 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 from benchmarks.report import SHARED_DATA_ENV, shared_data_dir, write_report
+from benchmarks.simulated_ollama import GPU_7B, NO_TOKENS, TokenRates, server_arguments
+from benchmarks.skillspan_postings import POSTING_SETS, SKILLSPAN, TINY, benchmark_postings, describe
+from benchmarks.stage_cpu import FAITHFULNESS, cores_to_keep_busy
 from benchmarks.throughput_harness import DEFAULT_POSTGRES_ADMIN_URL, POSTGRES_ADMIN_ENV, RunConfig
 
 NAME = "pipeline_throughput"
@@ -74,7 +85,7 @@ def _worker(module: str, config: dict[str, Any], extra_env: dict[str, str] | Non
 
 
 @contextmanager
-def simulated_ollama(latency_ms: float, parallel: int) -> Iterator[str]:
+def simulated_ollama(latency_ms: float, parallel: int, rates: TokenRates = NO_TOKENS) -> Iterator[str]:
     """Start the simulated Ollama server in its own process (so it takes no GIL from the pipeline)."""
     process = subprocess.Popen(
         [
@@ -83,8 +94,7 @@ def simulated_ollama(latency_ms: float, parallel: int) -> Iterator[str]:
             "benchmarks.simulated_ollama",
             "--port",
             "0",
-            "--latency-ms",
-            str(latency_ms),
+            *server_arguments(latency_ms, rates),
             "--parallel",
             str(parallel),
         ],
@@ -120,7 +130,9 @@ def measure_backend(
         plan.append((1, args.also_batch_size))
     rows = []
     raws: dict[int, dict[str, Any]] = {}
-    with simulated_ollama(args.latency_ms, args.parallel) if backend == SIMULATED else _nothing() as url:
+    with (
+        simulated_ollama(args.latency_ms, args.parallel, args.rates) if backend == SIMULATED else _nothing()
+    ) as url:
         for in_flight, batch_size in plan:
             base = {
                 "backend": backend,
@@ -129,6 +141,8 @@ def measure_backend(
                 "batch_size": batch_size,
                 "ollama_host": url,
                 "shared": shared,
+                "posting_set": args.posting_set,
+                "postings_file": str(args.postings_file) if args.postings_file else None,
                 "postgres_admin_url": args.postgres_admin_url,
                 "env": dict(args.env),
             }
@@ -244,12 +258,45 @@ def summarize(raw: dict[str, Any], pipeline: dict[str, Any]) -> dict[str, Any]:
         "server_loads": pipeline.get("server", {}).get("loads"),
         "server_peak_concurrency": pipeline.get("server", {}).get("peak_concurrent_generations"),
         "work_items": pipeline["work_items"],
+        "cpu": cpu_by_stage(raw, pipeline, config["in_flight"]),
         "sensor_ticks": pipeline["sensor_ticks"],
         "peak_rss_mb": pipeline["peak_rss_mb"],
         "loadavg": [raw["loadavg_before"], pipeline["loadavg_before"], pipeline["loadavg_after"]],
         "raw": raw,
         "pipeline": pipeline,
     }
+
+
+def cpu_by_stage(raw: dict[str, Any], pipeline: dict[str, Any], slots: int) -> dict[str, Any]:
+    """The group's CPU a posting (the runs' process), the faithfulness check's and the scripts' shares,
+    the orchestration beyond the raw loop's client calls, the model server's time a posting and the
+    cores that keep it busy (its least wall time a posting at its slots: `slots` requests in flight)."""
+    postings = max(pipeline["postings"], 1)
+    per_posting = pipeline["cpu_seconds"] / postings
+    stages = {
+        name: round(value / postings, 4) for name, value in pipeline.get("stage_cpu_seconds", {}).items()
+    }
+    server = pipeline.get("server") or {}
+    figures: dict[str, Any] = {
+        "use_cases": pipeline.get("use_cases"),
+        "cpu_seconds_per_posting": round(per_posting, 4),
+        "raw_loop_cpu_seconds_per_posting": round(
+            raw["cpu_seconds"] / max(raw.get("postings", postings), 1), 4
+        ),
+        **{f"{name} cpu_seconds_per_posting": value for name, value in stages.items() if value},
+        "orchestration_cpu_seconds_per_posting": round(
+            per_posting - sum(stages.values()) - raw["cpu_seconds"] / max(raw.get("postings", postings), 1), 4
+        ),
+    }
+    if server.get("least_seconds"):
+        least = server["least_seconds"] / postings
+        figures.update(
+            model_server_seconds_per_posting=round(server["model_seconds"] / postings, 4),
+            model_server_least_seconds_per_posting=round(least, 4),
+            slots=slots,
+            cores_to_keep_the_slots_busy=cores_to_keep_busy(per_posting, least),
+        )
+    return figures
 
 
 def _busy(row: dict[str, Any]) -> str:
@@ -296,9 +343,10 @@ def markdown(results: dict[str, Any]) -> str:
         "# Pipeline throughput and orchestration overhead",
         "",
         "Rows marked *simulated* ran against `benchmarks.simulated_ollama` (Ollama's API, "
-        f"{results['settings']['latency_ms']:g} ms per request, "
+        f"{_server_time(results['settings'])} a request, "
         f"{results['settings']['parallel']} parallel slots): "
-        "they measure the orchestration around the LLM, not a model. `embedded` is Gemma 3 270M on this CPU.",
+        "the model's time is a stand-in, the CPU around it is real. `embedded` is Gemma 3 270M on this CPU. "
+        f"Postings: {results['settings']['postings_source']}.",
         "",
         "| backend | Dagster storage | app DB | postings | batch | in flight | raw s | pipeline s | "
         "efficiency (busy) | LLM s | judge s (calls) | overhead ms/posting/asset (CPU) | runs (max) | "
@@ -329,6 +377,7 @@ def markdown(results: dict[str, Any]) -> str:
         "pipeline time without the gym judge's calls (LLM work the raw loop does not do); the judge column "
         "gives their time and count, and the JSON `efficiency_judge_counted` the ratio with them.",
     ]
+    lines += _stage_lines(results["pipeline"])
     in_flight = [
         row
         for row in results["pipeline"]
@@ -389,6 +438,49 @@ def markdown(results: dict[str, Any]) -> str:
         f"{os.cpu_count()} CPUs: the machine is shared, so contention inflates wall times.",
     ]
     return "\n".join(lines)
+
+
+def _server_time(settings: dict[str, Any]) -> str:
+    """A simulated request's time as the settings give it: fixed, and per token when rates are set."""
+    rates = settings.get("token_rates") or {}
+    fixed = f"{settings['latency_ms']:g} ms"
+    if not rates.get("prefill_tokens_per_second") and not rates.get("decode_tokens_per_second"):
+        return fixed
+    return (
+        f"{fixed} + prompt tokens at {rates['prefill_tokens_per_second']:g}/s (one prompt at a time) + "
+        f"answer tokens (at least {rates['min_output_tokens']}) at {rates['decode_tokens_per_second']:g}/s"
+    )
+
+
+def _stage_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """A posting's CPU by stage for each row, the model server's time and the cores that keep it busy."""
+    lines = [
+        "",
+        "## CPU seconds a posting by stage",
+        "",
+        "Of the measured group's use cases, in the runs' process: the whole, the faithfulness check, the "
+        "raw loop's client calls (the same prompts sent straight to the server), the orchestration (the "
+        "rest); the model server's generation time and least wall time a posting at the requests in "
+        "flight, and the cores that keep that many slots busy (CPU a posting x postings a second).",
+        "",
+        "| backend | Dagster storage | in flight | batch | use cases | CPU s/posting | faithfulness check | "
+        "raw loop (client) | orchestration | server s/posting | least wall s/posting "
+        "| cores to keep it busy |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        cpu = row.get("cpu") or {}
+        lines.append(
+            f"| {row['backend']} | {row['dagster_storage']} | {row['in_flight']} | {row['batch_size']} | "
+            f"{', '.join(cpu.get('use_cases') or [])} | {cpu.get('cpu_seconds_per_posting')} | "
+            f"{cpu.get(f'{FAITHFULNESS} cpu_seconds_per_posting', 0.0)} | "
+            f"{cpu.get('raw_loop_cpu_seconds_per_posting')} | "
+            f"{cpu.get('orchestration_cpu_seconds_per_posting')} | "
+            f"{cpu.get('model_server_seconds_per_posting', '-')} | "
+            f"{cpu.get('model_server_least_seconds_per_posting', '-')} | "
+            f"{cpu.get('cores_to_keep_the_slots_busy', '-')} |"
+        )
+    return lines
 
 
 def _raw_seconds(row: dict[str, Any]) -> str:
@@ -470,7 +562,44 @@ def main(argv: list[str] | None = None) -> int:
         help="same: the Dagster storage's engine",
     )
     parser.add_argument("--in-flight", type=_csv_ints, default=[1, 2, 4], help="simulated backend only")
-    parser.add_argument("--latency-ms", type=float, default=100.0, help="simulated time per request")
+    parser.add_argument(
+        "--posting-set",
+        default=SKILLSPAN,
+        choices=POSTING_SETS,
+        help="skillspan: real postings, SkillSpan's train set cycled and made unique (default); tiny: "
+        "8-word postings and a fixed latency, the orchestration alone",
+    )
+    parser.add_argument(
+        "--postings-file", type=Path, help="your own postings (JSON lines: key, title, description), cycled"
+    )
+    parser.add_argument(
+        "--fixed-latency",
+        action="store_true",
+        help="every simulated call takes --latency-ms (default 100), whatever its tokens: the orchestration "
+        "with real postings, as issue 61's table measured it (tiny postings always do)",
+    )
+    parser.add_argument(
+        "--latency-ms",
+        type=float,
+        help="simulated fixed time per request (default 100 with tiny postings, else 0, beside the tokens')",
+    )
+    parser.add_argument(
+        "--prefill-tokens-per-second",
+        type=float,
+        help=f"simulated prompt tokens a second (default {GPU_7B.prefill_tokens_per_second:g} with real "
+        "postings)",
+    )
+    parser.add_argument(
+        "--decode-tokens-per-second",
+        type=float,
+        help=f"simulated answer tokens a second a slot (default {GPU_7B.decode_tokens_per_second:g} with "
+        "real postings)",
+    )
+    parser.add_argument(
+        "--min-output-tokens",
+        type=int,
+        help=f"an answer decoded as at least this long ({GPU_7B.min_output_tokens})",
+    )
     parser.add_argument("--parallel", type=int, default=4, help="simulated server's parallel slots")
     parser.add_argument("--batch-size", type=int, help="postings per run (default: the use cases' own)")
     parser.add_argument(
@@ -483,7 +612,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--shared", help=f"the shared data folder (else ${SHARED_DATA_ENV} or ../shared/data)"
     )
-    parser.add_argument("--demo-postings", action="store_true", help="use the demo postings, repeated")
+    parser.add_argument(
+        "--demo-postings", action="store_true", help="discovery at scale: the demo postings' texts, repeated"
+    )
     parser.add_argument(
         "--postgres-admin-url",
         default=os.environ.get(POSTGRES_ADMIN_ENV, DEFAULT_POSTGRES_ADMIN_URL),
@@ -501,7 +632,22 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [name for name in backends if name not in (SIMULATED, EMBEDDED)]
     if unknown:
         parser.error(f"unknown backend {unknown[0]!r}")
-    shared = None if args.demo_postings else str(shared_data_dir(args.shared))
+    tiny = args.fixed_latency or (args.posting_set == TINY and args.postings_file is None)
+    if args.latency_ms is None:
+        args.latency_ms = 100.0 if tiny else 0.0
+    base_rates = NO_TOKENS if tiny else GPU_7B
+    given = {
+        "prefill_tokens_per_second": args.prefill_tokens_per_second,
+        "decode_tokens_per_second": args.decode_tokens_per_second,
+        "min_output_tokens": args.min_output_tokens,
+    }
+    args.rates = replace(base_rates, **{name: value for name, value in given.items() if value is not None})
+    try:
+        real = args.posting_set != TINY and not args.postings_file
+        shared = str(shared_data_dir(args.shared)) if real else None
+        sample = benchmark_postings(args.postings, args.posting_set, args.postings_file, shared)
+    except (FileNotFoundError, ValueError) as error:
+        parser.error(str(error))
     Path(args.out).mkdir(parents=True, exist_ok=True)
 
     started = time.perf_counter()
@@ -517,10 +663,9 @@ def main(argv: list[str] | None = None) -> int:
             "batch_size": args.batch_size,
             "also_batch_size": args.also_batch_size,
             "latency_ms": args.latency_ms,
+            "token_rates": asdict(args.rates),
             "parallel": args.parallel,
-            "postings_source": "demo set repeated"
-            if shared is None
-            else f"SkillSpan train+dev from {shared}",
+            "postings_source": describe(sample, args.posting_set, args.postings_file),
             "retries": "deferred past the end of the run (backoff 24 h): both sides make the same calls",
             "env": dict(args.env),
         },

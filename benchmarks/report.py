@@ -14,18 +14,19 @@ from typing import Any
 from pipeline_defs.settings import PROJECT_ROOT
 
 SHARED_DATA_ENV = "PIPELINE_SHARED_DATA"
-DEFAULT_SHARED_DATA = PROJECT_ROOT.parent / "shared" / "data"
 DEFAULT_RESULTS_DIR = PROJECT_ROOT / "results"
 
 
 def shared_data_dir(arg: str | None = None) -> Path:
-    """The public data folder: `arg` (--data-dir), else $PIPELINE_SHARED_DATA, else ../shared/data."""
+    """The public data folder: `arg` (--data-dir), else the `PIPELINE_SHARED_DATA` setting (environment,
+    config file, else `../shared/data` beside the project: pipeline_defs/settings.py)."""
     if arg:
         path, origin = Path(arg), "--data-dir"
-    elif os.environ.get(SHARED_DATA_ENV):
-        path, origin = Path(os.environ[SHARED_DATA_ENV]), f"${SHARED_DATA_ENV}"
     else:
-        path, origin = DEFAULT_SHARED_DATA, "the default"
+        from pipeline_defs.settings import Settings
+
+        settings = Settings.from_env()
+        path, origin = settings.shared_data, f"{SHARED_DATA_ENV} ({settings.origin('shared_data')})"
     if not path.is_dir():
         raise FileNotFoundError(
             f"the shared data folder {path} (from {origin}) does not exist: pass --data-dir DIR "

@@ -28,7 +28,7 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ import psycopg2
 from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 
+from benchmarks.stage_cpu import StageCpu, timed_use_cases
 from sensors.discovery_sensor import build_discovery_sensor
 
 POSTGRES_ADMIN_ENV = "PIPELINE_TEST_POSTGRES_URL"
@@ -56,7 +57,9 @@ class RunConfig:
     in_flight: int = 1
     batch_size: int | None = None  # None: the use cases' declared batch size
     ollama_host: str | None = None
-    shared: str | None = None  # the shared data folder (SkillSpan); None: the demo postings repeated
+    shared: str | None = None  # the shared data folder (SkillSpan's postings)
+    posting_set: str = "skillspan"  # skillspan: real postings, cycled and made unique; tiny: 8-word ones
+    postings_file: str | None = None  # a user's own postings (JSON lines), cycled and made unique
     postgres_admin_url: str = DEFAULT_POSTGRES_ADMIN_URL
     profile_path: str | None = None  # write cProfile stats of the pipeline phase here
     env: dict[str, str] = field(default_factory=dict)  # extra environment (e.g. DAGSTER_EVENT_BATCH_SIZE)
@@ -65,47 +68,13 @@ class RunConfig:
 # --- postings ----------------------------------------------------------------------------------
 
 
-def skillspan_postings(shared: Path) -> list[dict[str, str]]:
-    """Whole postings rebuilt from SkillSpan's sentences (train + dev), grouped by (split, source, idx).
+def config_postings(config: RunConfig) -> list[dict[str, Any]]:
+    """The configuration's postings (`benchmarks/skillspan_postings.py`): SkillSpan's, a user's file or
+    tiny ones, `config.postings` of them, each unique."""
+    from benchmarks.skillspan_postings import benchmark_postings
 
-    The first sentence (usually the job title line) is the title; the rest is the description.
-    """
-    folder = shared / "skillspan"
-    postings: list[dict[str, str]] = []
-    for split in ("train", "dev"):
-        sentences: dict[tuple[str, int], list[str]] = {}
-        with open(folder / f"{split}.json", encoding="utf-8") as handle:
-            for line in handle:
-                row = json.loads(line)
-                sentences.setdefault((row["source"], row["idx"]), []).append(" ".join(row["tokens"]))
-        for (source, idx), lines in sentences.items():
-            title = lines[0][:120] or "Job posting"
-            description = "\n".join(lines[1:]) or lines[0]
-            postings.append(
-                {"key": f"skillspan-{split}-{source}-{idx}", "title": title, "description": description}
-            )
-    return postings
-
-
-def demo_postings() -> list[dict[str, str]]:
-    from pipeline_defs.cli.run_commands import DEMO_POSTINGS
-
-    return [
-        json.loads(line) for line in DEMO_POSTINGS.read_text(encoding="utf-8").splitlines() if line.strip()
-    ]
-
-
-def benchmark_postings(count: int, shared: str | None) -> list[dict[str, str]]:
-    """`count` postings: SkillSpan's when the shared folder is given, else the demo set; repeated
-    (keys suffixed `-r1`, `-r2`, ...) when there are fewer."""
-    base = skillspan_postings(Path(shared)) if shared else demo_postings()
-    chosen = []
-    for index in range(count):
-        posting = dict(base[index % len(base)])
-        if index >= len(base):
-            posting["key"] = f"{posting['key']}-r{index // len(base)}"
-        chosen.append(posting)
-    return chosen
+    file = Path(config.postings_file) if config.postings_file else None
+    return benchmark_postings(config.postings, config.posting_set, file, config.shared)
 
 
 # --- fresh databases ---------------------------------------------------------------------------
@@ -256,7 +225,7 @@ def instrument() -> Timers:
     timers = Timers()
     timers.wrap(DagsterInstance, "handle_new_event", "dagster_event_writes")
     timers.wrap(DagsterInstance, "create_run", "dagster run creation (includes its planned events)")
-    timers.wrap(single_call_module, "_store_result", "store_result (parse, validate, app db)")
+    timers.wrap(single_call_module, "_store_group", "store_group (parse, validate, app db)")
     timers.wrap(LLMResource, "generate", "LLM calls")
     timers.wrap(discovery, "find_pending_work", "app db: find_pending_work")
     timers.wrap(claims, "claim_items", "app db: claim_items")
@@ -306,7 +275,7 @@ def measure_raw(config: RunConfig, env: Environment, workdir: Path) -> dict[str,
     from assets.factory import build_work_groups
     from pipeline_defs.wiring import build_use_cases
 
-    keys = ingest(env.app_db_url, benchmark_postings(config.postings, config.shared), workdir)
+    keys = ingest(env.app_db_url, config_postings(config), workdir)
     ensure_model_indexes(env.app_db_url)
     group = llm_group(build_work_groups(build_use_cases(env.settings)))
     llm = build_llm(config, env.settings)
@@ -374,7 +343,7 @@ def measure_pipeline(config: RunConfig, env: Environment, workdir: Path) -> dict
     from pipeline_defs.wiring import build_use_cases
     from resources.app_database import AppDatabase
 
-    keys = ingest(env.app_db_url, benchmark_postings(config.postings, config.shared), workdir)
+    keys = ingest(env.app_db_url, config_postings(config), workdir)
     indexes_added = ensure_model_indexes(env.app_db_url)
     # A failed item is retried after a backoff; the raw loop calls each prompt once, so retries are
     # pushed past the end of the benchmark and both sides make the same calls (failures are counted).
@@ -382,7 +351,10 @@ def measure_pipeline(config: RunConfig, env: Environment, workdir: Path) -> dict
         backoff_base_seconds=RETRY_DEFERRED_SECONDS, backoff_max_seconds=RETRY_DEFERRED_SECONDS
     )
     ensure_dagster_home(env.settings)
-    use_cases = [replace(use_case, retry=deferred) for use_case in declared_use_cases(env.settings)]
+    stages = StageCpu()
+    use_cases = timed_use_cases(
+        [replace(use_case, retry=deferred) for use_case in declared_use_cases(env.settings)], stages
+    )
     built = build_use_cases(env.settings, use_cases)
     groups = build_work_groups(built)
     llm = build_llm(config, env.settings)
@@ -398,6 +370,8 @@ def measure_pipeline(config: RunConfig, env: Environment, workdir: Path) -> dict
     cursor = None
     sensor = build_discovery_sensor(group)
     profiler = cProfile.Profile() if config.profile_path else None
+    timing = ExitStack()
+    timing.enter_context(stages.faithfulness_timed())  # the summaries' checks, while the runs go
     try:
         if profiler:
             profiler.enable()
@@ -437,6 +411,7 @@ def measure_pipeline(config: RunConfig, env: Environment, workdir: Path) -> dict
         cpu_seconds = _cpu_seconds() - cpu_started
         main_thread_cpu_seconds = time.thread_time() - thread_cpu_started
     finally:
+        timing.close()
         if profiler:
             profiler.disable()
             profiler.dump_stats(config.profile_path)
@@ -462,9 +437,11 @@ def measure_pipeline(config: RunConfig, env: Environment, workdir: Path) -> dict
     return {
         "postings": len(keys),
         "assets": len(group.members),
+        "use_cases": [member.use_case.name for member in group.members],
         "batch_size": group.batch_size,
         "seconds": seconds,
         "cpu_seconds": cpu_seconds,
+        "stage_cpu_seconds": stages.seconds,
         "main_thread_cpu_seconds": main_thread_cpu_seconds,
         "llm_seconds": llm_ms / 1000,
         "judge_llm_seconds": judge_ms / 1000,

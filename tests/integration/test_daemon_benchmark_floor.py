@@ -8,7 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from appdb.database import dispose, migrate, session_scope
-from benchmarks.daemon_throughput import USE_CASES, _postings, plain_loop_floor, simulated_hosts
+from benchmarks.daemon_throughput import USE_CASES, plain_loop_floor, simulated_hosts
+from benchmarks.skillspan_postings import tiny_postings
 from plugins.postings.store.taxonomy import DEMO_TAXONOMY_PATH, load_taxonomy
 
 
@@ -17,7 +18,7 @@ def test_the_floor_does_every_use_case_for_every_posting(tmp_path: Path) -> None
     migrate(url)
     with session_scope(url) as session:
         load_taxonomy(session, DEMO_TAXONOMY_PATH)
-    rows = _postings(4)
+    rows = tiny_postings(4)
     try:
         with simulated_hosts(1, latency_ms=1, parallel=2) as hosts:
             env = {
