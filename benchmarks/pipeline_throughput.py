@@ -258,7 +258,7 @@ def summarize(raw: dict[str, Any], pipeline: dict[str, Any]) -> dict[str, Any]:
         "server_loads": pipeline.get("server", {}).get("loads"),
         "server_peak_concurrency": pipeline.get("server", {}).get("peak_concurrent_generations"),
         "work_items": pipeline["work_items"],
-        "cpu": cpu_by_stage(raw, pipeline, config["in_flight"]),
+        "cpu": cpu_by_stage(raw, pipeline),
         "sensor_ticks": pipeline["sensor_ticks"],
         "peak_rss_mb": pipeline["peak_rss_mb"],
         "loadavg": [raw["loadavg_before"], pipeline["loadavg_before"], pipeline["loadavg_after"]],
@@ -267,10 +267,10 @@ def summarize(raw: dict[str, Any], pipeline: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def cpu_by_stage(raw: dict[str, Any], pipeline: dict[str, Any], slots: int) -> dict[str, Any]:
+def cpu_by_stage(raw: dict[str, Any], pipeline: dict[str, Any]) -> dict[str, Any]:
     """The group's CPU a posting (the runs' process), the faithfulness check's and the scripts' shares,
     the orchestration beyond the raw loop's client calls, the model server's time a posting and the
-    cores that keep it busy (its least wall time a posting at its slots: `slots` requests in flight)."""
+    cores that keep it busy (its least wall time a posting at all its slots)."""
     postings = max(pipeline["postings"], 1)
     per_posting = pipeline["cpu_seconds"] / postings
     stages = {
@@ -293,7 +293,7 @@ def cpu_by_stage(raw: dict[str, Any], pipeline: dict[str, Any], slots: int) -> d
         figures.update(
             model_server_seconds_per_posting=round(server["model_seconds"] / postings, 4),
             model_server_least_seconds_per_posting=round(least, 4),
-            slots=slots,
+            slots=server.get("parallel"),
             cores_to_keep_the_slots_busy=cores_to_keep_busy(per_posting, least),
         )
     return figures
@@ -346,7 +346,7 @@ def markdown(results: dict[str, Any]) -> str:
         f"{_server_time(results['settings'])} a request, "
         f"{results['settings']['parallel']} parallel slots): "
         "the model's time is a stand-in, the CPU around it is real. `embedded` is Gemma 3 270M on this CPU. "
-        f"Postings: {results['settings']['postings_source']}.",
+        f"Postings: {_postings_line(results['settings']['postings_source'])}.",
         "",
         "| backend | Dagster storage | app DB | postings | batch | in flight | raw s | pipeline s | "
         "efficiency (busy) | LLM s | judge s (calls) | overhead ms/posting/asset (CPU) | runs (max) | "
@@ -440,6 +440,11 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _postings_line(texts: dict[str, Any]) -> str:
+    distinct, words = texts["distinct_descriptions"], texts["mean_words"]
+    return f"{texts['source']}, {distinct} distinct texts of {words} words on average"
+
+
 def _server_time(settings: dict[str, Any]) -> str:
     """A simulated request's time as the settings give it: fixed, and per token when rates are set."""
     rates = settings.get("token_rates") or {}
@@ -460,8 +465,8 @@ def _stage_lines(rows: list[dict[str, Any]]) -> list[str]:
         "",
         "Of the measured group's use cases, in the runs' process: the whole, the faithfulness check, the "
         "raw loop's client calls (the same prompts sent straight to the server), the orchestration (the "
-        "rest); the model server's generation time and least wall time a posting at the requests in "
-        "flight, and the cores that keep that many slots busy (CPU a posting x postings a second).",
+        "rest); the model server's generation time and least wall time a posting with all its slots busy, "
+        "and the cores that keep them busy (CPU a posting x postings a second).",
         "",
         "| backend | Dagster storage | in flight | batch | use cases | CPU s/posting | faithfulness check | "
         "raw loop (client) | orchestration | server s/posting | least wall s/posting "

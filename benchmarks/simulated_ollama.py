@@ -177,8 +177,10 @@ def answer_for(prompt: str, schema: Any) -> str:
     """A response the shipped use cases accept, shaped by the requested JSON schema."""
     properties = schema.get("properties", {}) if isinstance(schema, dict) else {}
     if "summary" in properties:
-        title = _clipped(_last_field(prompt, "Title") or "role", 80)
-        return json.dumps({"summary": f"An employer is hiring for the role of {title}, as described."})
+        # the title line as it stands: "hiring for the role of" claimed a role that a real posting's first
+        # line (SkillSpan's "For the summer season of 2014 ...") does not name, and the check blocked it
+        title = _clipped(_last_field(prompt, "Title") or "a role", 80)
+        return json.dumps({"summary": f"An employer is hiring: {title}."})
     if "knowledge" in properties and "skills" in properties:
         phrases = _phrases(_last_field(prompt, "Posting"))
         return json.dumps({"knowledge": phrases[:1], "skills": phrases[1:2]})
