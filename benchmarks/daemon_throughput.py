@@ -188,6 +188,8 @@ def simulated_hosts(
             )
             process.url = process.stdout.readline().strip()  # type: ignore[attr-defined]
             processes.append(process)
+            if not process.url.startswith("http"):  # type: ignore[attr-defined]
+                raise RuntimeError(f"the simulated server on port {port} did not start (the port taken?)")
         yield processes
     finally:
         for process in processes:
