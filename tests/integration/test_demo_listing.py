@@ -62,7 +62,7 @@ def test_the_demo_ends_by_writing_its_enriched_postings_to_parquet_and_says_wher
     skipped, so every output column is null, and every posting is still a row)."""
     monkeypatch.setenv("PIPELINE_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("PIPELINE_DATABASE_URL", sqlite_url)
-    monkeypatch.setattr(run_commands, "_run_all", lambda *args, **kwargs: ([], True))
+    monkeypatch.setattr(run_commands, "_run_all", lambda *args, **kwargs: run_commands.RunOutcome())
 
     assert main(["demo"]) == 0
     out = capsys.readouterr().out

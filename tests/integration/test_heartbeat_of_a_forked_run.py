@@ -9,11 +9,11 @@ the finished run dead ("its process is gone"). The process here is forked the sa
 
 from __future__ import annotations
 
-import multiprocessing
 import uuid
 
 from appdb import heartbeats
 from appdb.database import migrate, session_scope
+from pipeline_defs.run_processes import forking_context
 from resources.run_heartbeat import RunHeartbeat
 
 
@@ -25,9 +25,9 @@ def a_run_that_finishes(url: str, run_id: str) -> None:
 def test_a_finished_run_in_a_forked_process_is_recorded_ended_not_alive(app_db_url: str) -> None:
     migrate(app_db_url)
     run_id = uuid.uuid4().hex
-    process = multiprocessing.get_context("forkserver").Process(
-        target=a_run_that_finishes, args=(app_db_url, run_id)
-    )
+    # the code server's own context: a plain forkserver context would start this process's forkserver
+    # without the code location preloaded, and every later fork in it would lack it
+    process = forking_context().Process(target=a_run_that_finishes, args=(app_db_url, run_id))
     process.start()
     process.join(timeout=120)
     assert process.exitcode == 0

@@ -154,8 +154,8 @@ def test_an_unexpected_error_mid_batch_gives_the_claims_back_at_once(
     if answers == "all in at once":
         grouped = single_call.generate_in_ready_groups
 
-        def one_group(llm, requests, most):  # noqa: ANN001, ANN202
-            return [[pair for group in grouped(llm, requests, most) for pair in group]]
+        def one_group(llm, requests, most, **kwargs):  # noqa: ANN001, ANN003, ANN202
+            return [[pair for group in grouped(llm, requests, most, **kwargs) for pair in group]]
 
         monkeypatch.setattr(single_call, "generate_in_ready_groups", one_group)
     FakeOllama(httpserver)
