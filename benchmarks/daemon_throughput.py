@@ -110,7 +110,12 @@ from benchmarks.process_tree_cpu import (
 )
 from benchmarks.report import write_report
 from benchmarks.simulated_ollama import GPU_7B, NO_TOKENS, TokenRates, least_seconds, server_arguments
-from benchmarks.skillspan_postings import POSTING_SETS, SKILLSPAN, TINY, benchmark_postings, describe
+from benchmarks.skillspan_postings import (
+    TINY,
+    add_posting_options,
+    benchmark_postings,
+    describe,
+)
 from benchmarks.stage_cpu import (
     FAITHFULNESS,
     LINKER,
@@ -1568,22 +1573,7 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line read and checked: with the postings (`rows`) and the server's token rates."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--postings", type=int, default=1000)
-    parser.add_argument(
-        "--posting-set",
-        default=SKILLSPAN,
-        choices=POSTING_SETS,
-        help="skillspan: real postings, SkillSpan's train set cycled and made unique (default); tiny: "
-        "8-word postings and a fixed latency, the orchestration alone",
-    )
-    parser.add_argument(
-        "--postings-file", type=Path, help="your own postings (JSON lines: key, title, description), cycled"
-    )
-    parser.add_argument(
-        "--fixed-latency",
-        action="store_true",
-        help="every simulated call takes --latency-ms (default 100), whatever its tokens: the orchestration "
-        "with real postings, as issue 61's table measured it (tiny postings always do)",
-    )
+    add_posting_options(parser)
     parser.add_argument("--data-dir", help="the shared data folder (else the PIPELINE_SHARED_DATA setting)")
     parser.add_argument(
         "--latency-ms",

@@ -53,7 +53,12 @@ from typing import Any
 
 from benchmarks.report import SHARED_DATA_ENV, shared_data_dir, write_report
 from benchmarks.simulated_ollama import GPU_7B, NO_TOKENS, TokenRates, server_arguments
-from benchmarks.skillspan_postings import POSTING_SETS, SKILLSPAN, TINY, benchmark_postings, describe
+from benchmarks.skillspan_postings import (
+    TINY,
+    add_posting_options,
+    benchmark_postings,
+    describe,
+)
 from benchmarks.stage_cpu import FAITHFULNESS, cores_to_keep_busy
 from benchmarks.throughput_harness import DEFAULT_POSTGRES_ADMIN_URL, POSTGRES_ADMIN_ENV, RunConfig
 
@@ -567,22 +572,7 @@ def main(argv: list[str] | None = None) -> int:
         help="same: the Dagster storage's engine",
     )
     parser.add_argument("--in-flight", type=_csv_ints, default=[1, 2, 4], help="simulated backend only")
-    parser.add_argument(
-        "--posting-set",
-        default=SKILLSPAN,
-        choices=POSTING_SETS,
-        help="skillspan: real postings, SkillSpan's train set cycled and made unique (default); tiny: "
-        "8-word postings and a fixed latency, the orchestration alone",
-    )
-    parser.add_argument(
-        "--postings-file", type=Path, help="your own postings (JSON lines: key, title, description), cycled"
-    )
-    parser.add_argument(
-        "--fixed-latency",
-        action="store_true",
-        help="every simulated call takes --latency-ms (default 100), whatever its tokens: the orchestration "
-        "with real postings, as issue 61's table measured it (tiny postings always do)",
-    )
+    add_posting_options(parser)
     parser.add_argument(
         "--latency-ms",
         type=float,

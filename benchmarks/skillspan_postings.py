@@ -166,3 +166,23 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def add_posting_options(parser: argparse.ArgumentParser) -> None:
+    """The postings options the throughput benchmarks share: which set, a user's own file, fixed latency."""
+    parser.add_argument(
+        "--posting-set",
+        default=SKILLSPAN,
+        choices=POSTING_SETS,
+        help="skillspan: real postings, SkillSpan's train set cycled and made unique (default); tiny: "
+        "8-word postings and a fixed latency, the orchestration alone",
+    )
+    parser.add_argument(
+        "--postings-file", type=Path, help="your own postings (JSON lines: key, title, description), cycled"
+    )
+    parser.add_argument(
+        "--fixed-latency",
+        action="store_true",
+        help="every simulated call takes --latency-ms (default 100), whatever its tokens: the orchestration "
+        "with real postings, as issue 61's table measured it (tiny postings always do)",
+    )
