@@ -3,7 +3,7 @@
 A run stores its outputs in the application database a group at a time and then yields one
 materialization per output. With the pooled storages (`PIPELINE_DAGSTER_STORAGE=pooled`, the default
 on a model server) those materializations wait while a group is yielded and are written together
-(`HoldsAssetEventsForABatch` in `pipeline_defs/dagster_storage.py`); Dagster's own storages write each
+(`HoldsAssetEventsForABatch` in `pipeline_defs/runtime/dagster_storage.py`); Dagster's own storages write each
 as it comes, and the flush does nothing."""
 
 from collections.abc import Callable, Iterator

@@ -230,7 +230,7 @@ def measure(config: ScaleConfig) -> dict[str, Any]:
 
     from appdb.database import dispose, get_engine
     from assets.factory import build_work_groups
-    from pipeline_defs.dagster_home import ensure_dagster_home
+    from pipeline_defs.runtime.dagster_home import ensure_dagster_home
     from pipeline_defs.settings import Settings
     from pipeline_defs.wiring import build_use_cases
     from resources.app_database import AppDatabase

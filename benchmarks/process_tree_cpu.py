@@ -37,8 +37,8 @@ PR_SET_CHILD_SUBREAPER = 36
 PROCESS_KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("run worker", ("api execute_run", "api execute_step", "api resume_run", "execute_run", "execute_step")),
     ("code server", ("api grpc", "code-server start", "code_server")),
-    ("daemon", ("pipeline_defs.daemon", "dagster._daemon", "dagster-daemon")),
-    ("webserver", ("pipeline_defs.webserver", "dagster_webserver", "dagster-webserver")),
+    ("daemon", ("pipeline_defs.runtime.daemon", "dagster._daemon", "dagster-daemon")),
+    ("webserver", ("pipeline_defs.runtime.webserver", "dagster_webserver", "dagster-webserver")),
     ("dagster dev (pipeline ui)", ("pipeline_defs.cli.main ui", "dagster dev")),
 )
 OTHER_KIND = "other"
@@ -258,7 +258,7 @@ class ProcessTreeCpu:
                 born_in_window=born_in_window,
             )
             kind, run_pid = parent_seen.kind, parent_seen.run_pid
-            forked_run = FORKSERVER in parent_seen.command_line  # pipeline_defs/run_processes.py
+            forked_run = FORKSERVER in parent_seen.command_line  # pipeline_defs/runtime/run_processes.py
             if kind == CODE_SERVER_KIND and (MULTIPROCESSING_CHILD in command_line or forked_run):
                 kind, run_pid = RUN_WORKER_KIND, pid
         elif kind == RUN_WORKER_KIND:

@@ -338,8 +338,8 @@ def measure_pipeline(config: RunConfig, env: Environment, workdir: Path) -> dict
     from domain.quality.judge_rubric import JUDGE_SUFFIX
     from pipeline_defs.catalog import declared_use_cases
     from pipeline_defs.cli.in_process_runs import QUIET_LOGS
-    from pipeline_defs.dagster_home import ensure_dagster_home
     from pipeline_defs.definitions import build_definitions
+    from pipeline_defs.runtime.dagster_home import ensure_dagster_home
     from pipeline_defs.wiring import build_use_cases
     from resources.app_database import AppDatabase
 

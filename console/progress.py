@@ -22,8 +22,8 @@ from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TextIO
 
+from console.terminal import one_line
 from domain.core.progress import ProgressReporter, ProgressTask, duration, use_reporter
-from pipeline_defs.cli.terminal import one_line
 
 PROGRESS_MODES = ("auto", "always", "never")
 POLL_SECONDS = 0.5

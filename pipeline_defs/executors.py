@@ -17,7 +17,8 @@ from assets.factory import CELERY_QUEUE_TAG
 from domain.language.declaration import UseCase
 from pipeline_defs.settings import Settings
 
-# The Celery app's settings on the sending side (each run); a worker's own are in pipeline_defs/worker.py.
+# The Celery app's settings on the sending side (each run); a worker's own are in
+# pipeline_defs/runtime/worker.py.
 CELERY_APP_CONFIG: dict[str, Any] = {
     "worker_prefetch_multiplier": 1,  # dagster-celery's own: a worker takes one step at a time
     "task_default_queue": "dagster",

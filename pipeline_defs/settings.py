@@ -64,7 +64,7 @@ EXECUTOR_PACKAGES = {"celery": ("dagster_celery", "celery"), "k8s": ("dagster_k8
 DEFAULT_CELERY_BROKER_URL = "pyamqp://guest@127.0.0.1:5672//"
 DEFAULT_RUNS_PER_HOST = 3
 # The least time between two ticks of a discovery sensor. The daemon looks every 5 s, and at once when
-# subjects arrive (pipeline_defs/daemon.py); an idle tick is one cheap query (docs/performance.md).
+# subjects arrive (pipeline_defs/runtime/daemon.py); an idle tick is one cheap query (docs/performance.md).
 DEFAULT_SENSOR_INTERVAL_SECONDS = 1
 # How long a sensor's run of a one-use-case work group keeps claiming more pending subjects after its
 # own batch (assets/batch_run.py): each new run is a process loading the code location.

@@ -494,7 +494,7 @@ def build_discovery_sensor(
     backends: Mapping[str, str] | None = None,
 ) -> SensorDefinition:
     """The group's sensor; it ticks at most every `interval_seconds` (PIPELINE_SENSOR_INTERVAL_SECONDS): at
-    the daemon's 5 s look, or sooner when subjects arrive (`pipeline_defs/daemon.py`). With
+    the daemon's 5 s look, or sooner when subjects arrive (`pipeline_defs/runtime/daemon.py`). With
     `hosts` (a server backend) each LLM run is pinned to one of them (`sensors/host_pinning.py`).
 
     A script group (no model) whose inputs are still being written by runs of other `groups` waits

@@ -4,7 +4,7 @@ Embedding a taxonomy's labels, scanning a tree of files, reading a large ingest 
 opens a `progress_task` and advances it; it does not know whether a terminal, a log or nobody is
 watching. The reporter decides: by default a log line when the task starts (with what it will cost)
 and at most every `LOG_EVERY_SECONDS` after; the `pipeline` command line installs one that draws a
-line with counts, rate and time left on the terminal (`pipeline_defs.cli.progress`).
+line with counts, rate and time left on the terminal (`console.progress`).
 
 The reporter is one per process (`use_reporter`), not passed through every call: a run that
 `pipeline run` executes in this process reaches the terminal without Dagster knowing of it.

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from appdb import reports
 from appdb.database import session_scope
-from pipeline_defs.cli.progress import add_progress_argument
-from pipeline_defs.cli.terminal import EXIT_ERROR, EXIT_REJECTED, JSON_HELP, clip, print_json, table
+from console.progress import add_progress_argument
+from console.terminal import EXIT_ERROR, EXIT_REJECTED, JSON_HELP, clip, print_json, table
 from pipeline_defs.settings import Settings
 from plugins.autodo import autodo_store as store
 from plugins.autodo import service

@@ -14,8 +14,8 @@ from assets.factory import WorkGroup, build_work_groups
 from assets.partitions import add_partitions
 from assets.run_tags import SOURCE_TAG, partition_range_tags
 from pipeline_defs.cli.in_process_runs import QUIET_LOGS, run_pending
-from pipeline_defs.dagster_home import ensure_dagster_home
 from pipeline_defs.definitions import build_definitions
+from pipeline_defs.runtime.dagster_home import ensure_dagster_home
 from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import build_use_cases
 from plugins.autodo.autodo_kind import KIND

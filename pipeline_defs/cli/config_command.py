@@ -9,9 +9,9 @@ import json
 from dataclasses import dataclass
 
 from appdb.redaction import MASK, redact
+from console.terminal import EXIT_OK, EXIT_REJECTED, table
 from domain.core.configuration import declared_settings
 from pipeline_defs.catalog import declared_use_cases
-from pipeline_defs.cli.terminal import EXIT_OK, EXIT_REJECTED, table
 from pipeline_defs.model_choice import JUDGE, choices, judge_choice
 from pipeline_defs.settings import PLUGIN_SECTIONS, Settings
 

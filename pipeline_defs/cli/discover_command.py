@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from appdb import discovery, pauses
 from appdb.database import read_only_session
 from appdb.redaction import redact
-from pipeline_defs.cli.terminal import EXIT_DIFFERENT, EXIT_ERROR, describe_pause, key_list
+from console.terminal import EXIT_DIFFERENT, EXIT_ERROR, describe_pause, key_list
 from pipeline_defs.settings import Settings
 
 if TYPE_CHECKING:

@@ -10,8 +10,8 @@ from appdb import events
 from appdb.database import session_scope
 from appdb.models import utcnow
 from appdb.redaction import redact
-from pipeline_defs.cli.arguments import row_limit
-from pipeline_defs.cli.terminal import ERROR_CHARS, JSON_HELP, clip, print_json, table, when
+from console.arguments import row_limit
+from console.terminal import ERROR_CHARS, JSON_HELP, clip, print_json, table, when
 from pipeline_defs.settings import Settings
 
 CENTURY_HOURS = 100 * 366 * 24.0

@@ -19,9 +19,9 @@ from sqlalchemy.orm import Session
 
 from appdb.database import session_scope
 from appdb.local_files import make_private_dirs
+from console.progress import add_progress_argument
+from console.terminal import EXIT_ERROR, EXIT_OK
 from domain.core import progress
-from pipeline_defs.cli.progress import add_progress_argument
-from pipeline_defs.cli.terminal import EXIT_ERROR, EXIT_OK
 from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import build_use_cases
 from plugins.postings.store.enriched_export import (

@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from appdb.run_progress import FailedAttempt, FailureCounts
-from pipeline_defs.cli.terminal import clip, safe_text
+from console.terminal import clip, safe_text
 
 ERROR_WIDTH = 160
 KEYS_SHOWN = 5

@@ -24,8 +24,8 @@ from assets.partitions import add_partitions
 from assets.run_tags import SOURCE_TAG
 from pipeline_defs.cli.database_blips import DatabaseBlips, is_connection_error_name
 from pipeline_defs.cli.run_watch import RunWatch
-from pipeline_defs.dagster_home import ensure_dagster_home, ensure_pools
 from pipeline_defs.definitions import build_definitions
+from pipeline_defs.runtime.dagster_home import ensure_dagster_home, ensure_pools
 from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import build_use_cases
 from resources.app_database import AppDatabase

@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 from appdb.database import session_scope
+from console.progress import add_progress_argument
+from console.terminal import EXIT_ERROR, EXIT_REJECTED, safe_text
 from domain.core.merge import resolve_merge
-from pipeline_defs.cli.progress import add_progress_argument
-from pipeline_defs.cli.terminal import EXIT_ERROR, EXIT_REJECTED, safe_text
 from pipeline_defs.settings import Settings
 from plugins.postings.store.ingest import IngestReport, Rejection, ingest_files
 
@@ -59,7 +59,7 @@ def record_in_dagster(settings: Settings, report: IngestReport, source: str) -> 
     try:
         from dagster import DagsterInstance
 
-        from pipeline_defs.dagster_home import ensure_dagster_home
+        from pipeline_defs.runtime.dagster_home import ensure_dagster_home
         from plugins.postings.postings_asset import report_ingest
         from plugins.postings.store.postings_kind import POSTINGS
 

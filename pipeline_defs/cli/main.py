@@ -51,7 +51,7 @@ from importlib import import_module
 from types import TracebackType
 from typing import Any, NamedTuple, TextIO
 
-from pipeline_defs.cli.terminal import EXIT_ERROR, EXIT_FAILED, SafeStream, hide_dagster_warnings, safe_text
+from console.terminal import EXIT_ERROR, EXIT_FAILED, SafeStream, hide_dagster_warnings, safe_text
 
 DISTRIBUTION = "posting-enrichment"
 
@@ -237,8 +237,8 @@ def _run_command(argv: list[str] | None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    from console.progress import install_reporter
     from domain.core.progress import use_reporter
-    from pipeline_defs.cli.progress import install_reporter
 
     # what long work below the command shows; put back when it ends (main() is also called in process)
     previous_reporter = install_reporter(getattr(args, "progress", "auto"))

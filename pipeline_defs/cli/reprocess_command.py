@@ -6,8 +6,8 @@ import argparse
 import sys
 
 from appdb.database import session_scope
-from pipeline_defs.cli.progress import RunProgress, add_progress_argument, progress_wanted, terminal_stream
-from pipeline_defs.cli.terminal import EXIT_ERROR
+from console.progress import RunProgress, add_progress_argument, progress_wanted, terminal_stream
+from console.terminal import EXIT_ERROR
 from pipeline_defs.settings import Settings
 
 
@@ -30,8 +30,8 @@ def cmd_reprocess(settings: Settings, args: argparse.Namespace) -> int:
 
     from assets.factory import upstream_first
     from pipeline_defs.cli.stale_reprocessing import find_stale, reprocess_stale
-    from pipeline_defs.dagster_home import ensure_dagster_home
     from pipeline_defs.definitions import build_definitions
+    from pipeline_defs.runtime.dagster_home import ensure_dagster_home
     from pipeline_defs.wiring import build_use_cases
     from resources.app_database import AppDatabase
 

@@ -8,7 +8,7 @@ import sys
 from datetime import UTC, datetime
 
 from appdb.database import session_scope
-from pipeline_defs.cli.terminal import EXIT_ERROR
+from console.terminal import EXIT_ERROR
 from pipeline_defs.settings import Settings
 
 
@@ -26,7 +26,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def cmd_retire(settings: Settings, args: argparse.Namespace) -> int:
     from assets.retention import retirable, retire_partitions
-    from pipeline_defs.dagster_home import ensure_dagster_home
+    from pipeline_defs.runtime.dagster_home import ensure_dagster_home
     from pipeline_defs.wiring import build_use_cases
 
     try:

@@ -24,12 +24,12 @@ from typing import Any
 
 from appdb import reports, review
 from appdb.database import session_scope
+from console.arguments import row_id
+from console.terminal import EXIT_ERROR, JSON_HELP, clip, one_line, print_json, safe_text, table
 from domain.language.declaration import display_output
 from domain.quality.corrections import CorrectionError, Edits
 from domain.quality.review_actions import accept, correct, reject
 from pipeline_defs.catalog import REVIEW_OPTIONS, declared_kinds, find_subject, leased_use_cases
-from pipeline_defs.cli.arguments import row_id
-from pipeline_defs.cli.terminal import EXIT_ERROR, JSON_HELP, clip, one_line, print_json, safe_text, table
 from pipeline_defs.settings import Settings
 
 STATUSES = ("open", "accepted", "rejected", "corrected", "all")
@@ -245,8 +245,8 @@ def _evaluate(settings: Settings) -> dict[str, dict[str, Any]]:
     from assets.gym_checks import GYM_JOB
     from assets.run_tags import SOURCE_TAG
     from pipeline_defs.cli.in_process_runs import QUIET_LOGS
-    from pipeline_defs.dagster_home import ensure_dagster_home
     from pipeline_defs.definitions import build_definitions
+    from pipeline_defs.runtime.dagster_home import ensure_dagster_home
 
     ensure_dagster_home(settings)
     defs = build_definitions(settings)

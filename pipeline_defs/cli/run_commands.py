@@ -13,12 +13,12 @@ from appdb.database import migrate, session_scope
 from appdb.models import utcnow
 from appdb.redaction import redact
 from appdb.run_progress import FailedAttempt, failed_attempts, failure_counts, finished_since
+from console.progress import RunProgress, add_progress_argument, progress_wanted, terminal_stream
+from console.terminal import EXIT_ERROR, EXIT_FAILED, EXIT_OK, clip, one_line
 from domain.language.output_parsing import BlockedOutput
 from pipeline_defs.catalog import declared_use_cases
 from pipeline_defs.cli.failed_work import DETAILS, describe_failures, error_lines
 from pipeline_defs.cli.ingest_command import record_in_dagster
-from pipeline_defs.cli.progress import RunProgress, add_progress_argument, progress_wanted, terminal_stream
-from pipeline_defs.cli.terminal import EXIT_ERROR, EXIT_FAILED, EXIT_OK, clip, one_line
 from pipeline_defs.settings import PROJECT_ROOT, Settings, running_from_a_clone
 from plugins.postings.store.ingest import ingest_files
 from plugins.postings.store.postings_kind import POSTINGS

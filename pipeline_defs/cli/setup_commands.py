@@ -21,7 +21,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
-    from pipeline_defs.dagster_home import ensure_dagster_storage
+    from pipeline_defs.runtime.dagster_home import ensure_dagster_storage
 
     migrate(settings.database_url)
     print(f"application database is at the newest schema: {redact(settings.database_url)}")

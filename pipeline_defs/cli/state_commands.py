@@ -9,8 +9,7 @@ from appdb import claims, discovery, events, heartbeats, pauses, reports, run_pr
 from appdb.database import session_scope
 from appdb.models import utcnow
 from appdb.redaction import redact
-from pipeline_defs.cli.failed_work import DETAILS, describe_failures, error_head, error_lines
-from pipeline_defs.cli.terminal import (
+from console.terminal import (
     ERROR_CHARS,
     JSON_HELP,
     clip,
@@ -20,6 +19,7 @@ from pipeline_defs.cli.terminal import (
     table,
     when,
 )
+from pipeline_defs.cli.failed_work import DETAILS, describe_failures, error_head, error_lines
 from pipeline_defs.settings import Settings, export_for_dagster
 
 if TYPE_CHECKING:

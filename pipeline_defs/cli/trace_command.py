@@ -9,8 +9,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from appdb.database import session_scope
+from console.terminal import EXIT_ERROR
 from pipeline_defs.catalog import PLUGINS, declared_work
-from pipeline_defs.cli.terminal import EXIT_ERROR
 from pipeline_defs.cli.trace_report import (
     SubjectNotFound,
     render_markdown,

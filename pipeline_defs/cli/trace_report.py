@@ -12,10 +12,10 @@ from sqlalchemy.orm import Session
 from appdb import discovery, reports
 from appdb.discovery import WorkSpec
 from appdb.models import Interaction, UseCaseOutput
+from console.terminal import clip, markdown_code_block, markdown_text, one_line, safe_text
 from domain.language.chat_prompts import messages_of
 from domain.language.subject_kinds import SubjectKind
 from domain.quality.judge_rubric import JUDGE_SUFFIX
-from pipeline_defs.cli.terminal import clip, markdown_code_block, markdown_text, one_line, safe_text
 
 
 @dataclass(frozen=True)

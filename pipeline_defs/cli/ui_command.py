@@ -2,12 +2,12 @@
 `pipeline webserver` and `pipeline daemon` (each alone, for a service).
 
 `pipeline ui` runs `dagster dev` in this process with two changes: the webserver process it starts is
-`python -m pipeline_defs.webserver` (dagster-webserver with the same arguments, its app wrapped in
-`pipeline_defs.request_guard.RequestGuard`) instead of `python -m dagster_webserver`, and the daemon is
-`python -m pipeline_defs.daemon` (dagster-daemon, its sensors woken when postings arrive instead of
-waiting for Dagster's next 5 s look). The shared code server, logging and shutdown stay dagster dev's.
-Everything the processes it starts write goes through `safe_text` (credentials redacted, control
-sequences dropped) on its way to the terminal.
+`python -m pipeline_defs.runtime.webserver` (dagster-webserver with the same arguments, its app wrapped in
+`pipeline_defs.runtime.request_guard.RequestGuard`) instead of `python -m dagster_webserver`, and the
+daemon is `python -m pipeline_defs.runtime.daemon` (dagster-daemon, its sensors woken when postings
+arrive instead of waiting for Dagster's next 5 s look). The shared code server, logging and shutdown stay
+dagster dev's. Everything the processes it starts write goes through `safe_text` (credentials redacted,
+control sequences dropped) on its way to the terminal.
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline_defs.cli.arguments import port_number
-from pipeline_defs.cli.terminal import safe_text
+from console.arguments import port_number
+from console.terminal import safe_text
 from pipeline_defs.settings import PROJECT_ROOT, Settings, running_from_a_clone
 
 WEBSERVER_MODULE = "dagster_webserver"
-GUARDED_WEBSERVER_MODULE = "pipeline_defs.webserver"
+GUARDED_WEBSERVER_MODULE = "pipeline_defs.runtime.webserver"
 DAEMON_MODULE = "dagster._daemon"
-QUICK_DAEMON_MODULE = "pipeline_defs.daemon"
+QUICK_DAEMON_MODULE = "pipeline_defs.runtime.daemon"
 SWAPPED_MODULES = {WEBSERVER_MODULE: GUARDED_WEBSERVER_MODULE, DAEMON_MODULE: QUICK_DAEMON_MODULE}
 PUMP_CHUNK = 65536
 PUMP_DRAIN_SECONDS = 5
@@ -74,9 +74,9 @@ def cmd_ui(settings: Settings, args: argparse.Namespace) -> int:
     handlers = {sig: signal.signal(sig, signal.default_int_handler) for sig in stop_signals}
     original = dagster_dev.open_ipc_subprocess
     dagster_dev.open_ipc_subprocess = swap_modules(original)
-    from pipeline_defs.run_processes import install_server_opener
+    from pipeline_defs.runtime.run_processes import install_server_opener
 
-    install_server_opener()  # the code server dagster dev opens is pipeline_defs/run_processes.py
+    install_server_opener()  # the code server dagster dev opens is pipeline_defs/runtime/run_processes.py
     workspace = workspace_file(settings)
     try:
         with output_through_safe_text():
@@ -103,7 +103,7 @@ def cmd_ui(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_webserver(settings: Settings, args: argparse.Namespace) -> int:
-    from pipeline_defs import webserver
+    from pipeline_defs.runtime import webserver
 
     _storage_ready(settings)
     workspace = workspace_file(settings)
@@ -113,7 +113,7 @@ def cmd_webserver(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_daemon(settings: Settings, args: argparse.Namespace) -> int:
-    from pipeline_defs import daemon
+    from pipeline_defs.runtime import daemon
 
     _storage_ready(settings)
     sys.argv = ["dagster-daemon", "run", "-w", workspace_file(settings)]
@@ -126,7 +126,7 @@ def _storage_ready(settings: Settings) -> Path:
     starts: a wrong URL or an unusable data directory is then one line at start (`main`), not a
     server that comes up and fails in every sensor tick."""
     from appdb.database import migrate
-    from pipeline_defs.dagster_home import ensure_dagster_storage
+    from pipeline_defs.runtime.dagster_home import ensure_dagster_storage
 
     migrate(settings.database_url)
     return ensure_dagster_storage(settings)

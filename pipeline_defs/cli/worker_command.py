@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from console.terminal import EXIT_ERROR
 from domain.core.configuration import SettingError
-from pipeline_defs.cli.terminal import EXIT_ERROR
 from pipeline_defs.settings import Settings, queue_name
 
 HELP = "a Celery worker for the batch runs' steps (PIPELINE_EXECUTOR=celery), on the queues named"
@@ -33,8 +33,8 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def cmd_worker(settings: Settings, args: argparse.Namespace) -> int:
-    from pipeline_defs.dagster_home import ensure_dagster_home
-    from pipeline_defs.worker import (
+    from pipeline_defs.runtime.dagster_home import ensure_dagster_home
+    from pipeline_defs.runtime.worker import (
         WorkerSetupError,
         celery_app,
         check_broker,

@@ -1,4 +1,4 @@
-"""dagster-daemon whose sensors wake when work arrives: `python -m pipeline_defs.daemon` takes
+"""dagster-daemon whose sensors wake when work arrives: `python -m pipeline_defs.runtime.daemon` takes
 dagster-daemon's own arguments (what `pipeline ui` runs in place of `python -m dagster._daemon`, and what
 a service runs through `pipeline daemon`).
 
@@ -131,13 +131,14 @@ def main() -> None:
     """dagster-daemon's command line (it reads sys.argv), its sensors woken by arriving work."""
     from dagster._daemon.cli import main as daemon_main
 
-    from pipeline_defs.run_processes import install_server_opener
+    from pipeline_defs.runtime.run_processes import install_server_opener
 
     settings = Settings.from_env()
     install_server_opener()  # a code server it opens itself (`pipeline daemon`): run_processes.py
     if install_wake(settings) is None:
         print(
-            "warning: this Dagster version's sensor loop is not where pipeline_defs/daemon.py expects it; "
+            "warning: this Dagster version's sensor loop is not where pipeline_defs/runtime/daemon.py "
+            "expects it; "
             "sensors are looked at on Dagster's own 5 s period",
             file=sys.stderr,
         )

@@ -3,11 +3,14 @@
 SQLite by default; dagster-postgres when PIPELINE_DAGSTER_POSTGRES_URL is set. With
 PIPELINE_DAGSTER_STORAGE=stock (the default on the embedded model) Dagster's storage classes
 are used as they are; with `pooled` (the default on Ollama) the run and event log storages are
-the pooled variants in `pipeline_defs.dagster_storage` (same tables and files, connections kept
+the pooled variants in `pipeline_defs.runtime.dagster_storage` (same tables and files, connections kept
 open), which cut the per-partition cost of a batch run several times over
 (docs/dagster-storage.md). On the embedded model LLM steps share one concurrency pool (`llm`, one
 step at a time) so concurrent runs do not fight over the CPU; on a model server the run queue limits
 the runs per host instead (`run_limits`). Run monitoring frees the slots of runs that died.
+
+It uses Dagster's public instance API only; the dagster.yaml it writes is pinned by
+`tests/integration/test_dagster_home.py` (a home that Dagster opens, with the storages asked for).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import Any
 from appdb.database import normalize_url
 from appdb.local_files import make_private_dirs
 from appdb.redaction import url_passwords
-from pipeline_defs.dagster_storage import DEFAULT_EVENT_BATCH_SIZE
+from pipeline_defs.runtime.dagster_storage import DEFAULT_EVENT_BATCH_SIZE
 from pipeline_defs.settings import Settings, export_for_dagster
 from resources.llm_hosts import LLM_HOST_TAG
 
@@ -44,7 +47,7 @@ LAUNCH_RETRIES = 3
 LAUNCH_RETRY_DELAY_SECONDS = 30
 SENSOR_WORKERS = 4
 FREE_SLOTS_AFTER_RUN_END_SECONDS = 60
-STORAGE_MODULE = "pipeline_defs.dagster_storage"
+STORAGE_MODULE = "pipeline_defs.runtime.dagster_storage"
 POSTGRES_URL_VARIABLE = "PIPELINE_DAGSTER_POSTGRES_URL"
 _CLEAR_PASSWORD_KEY = re.compile(r"(?im)^[ \t]*(?:password|passwd)[ \t]*:[ \t]*[^{\s]")
 CONFIG_MODE = 0o600  # the file names storage and may be edited to hold secrets: its owner only
@@ -101,7 +104,7 @@ def dagster_yaml(settings: Settings) -> str:
         f"  max_user_code_failure_retries: {LAUNCH_RETRIES}",
         f"  user_code_failure_retry_delay: {LAUNCH_RETRY_DELAY_SECONDS}",
         # Sensors tick side by side (one after another, a loop took 1-3 s on a busy machine and the
-        # daemon looks every second: `pipeline_defs/daemon.py`).
+        # daemon looks every second: `pipeline_defs/runtime/daemon.py`).
         "sensors:",
         "  use_threads: true",
         f"  num_workers: {SENSOR_WORKERS}",

@@ -44,7 +44,9 @@ is the planned materialization of every posting partition, written when a run is
 The `event_batch_size` config field (default 1000) sets that variable in each process that
 uses the storage, unless the environment already sets it.
 
-`pipeline_defs.dagster_home` writes them into the dagster.yaml of a new DAGSTER_HOME.
+`pipeline_defs.runtime.dagster_home` writes them into the dagster.yaml of a new DAGSTER_HOME. The private
+methods they override are pinned by `tests/unit/test_dagster_private_api.py`, the migrations folder read
+once per process by `tests/unit/test_dagster_runtime_swaps.py`.
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ launch backfills, wipe assets or stop sensors through the operator's browser. Th
 Requests without Origin (curl, scripts, Dagster's Python clients) pass when their Host is right: they
 are not a browser acting for another site. It is no authentication: anyone who can reach the port can
 use the UI. See docs/operations.md (a reverse proxy with authentication for a shared deployment).
+Pinned by `tests/unit/test_request_guard.py` (what it refuses) and `tests/unit/test_dagster_runtime_swaps.py`
+(dagster-webserver still hands its app to the `uvicorn.run` that `webserver.py` wraps).
 """
 
 from __future__ import annotations

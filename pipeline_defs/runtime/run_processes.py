@@ -9,11 +9,11 @@ with the code location loaded. The forkserver is started with the code server's 
 code server's environment, and goes with the code server (a reload of the location starts a new one).
 
 Two swaps, both in processes this project starts (the first whatever `PIPELINE_RUN_START`, so that the
-code server's sensor ticks share one Dagster instance, `pipeline_defs/sensor_instance.py`):
+code server's sensor ticks share one Dagster instance, `pipeline_defs/runtime/sensor_instance.py`):
 
 - a process that opens a code server (`pipeline ui`'s dagster dev, and a code server that opens
   another: `dagster code-server start` serves through a `dagster api grpc` of its own) opens
-  `python -m pipeline_defs.run_processes ...` in place of `python -m dagster ...`, with the same
+  `python -m pipeline_defs.runtime.run_processes ...` in place of `python -m dagster ...`, with the same
   arguments (`open_server_process` calls the module global `open_ipc_subprocess`);
 - that entry gives each `DagsterApiServer` it creates the forkserver context, then runs Dagster's own
   command line.
@@ -29,7 +29,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-THIS_MODULE = "pipeline_defs.run_processes"
+THIS_MODULE = "pipeline_defs.runtime.run_processes"
 DAGSTER_ENTRY = ("-m", "dagster")
 SERVER_COMMANDS = (("api", "grpc"), ("code-server", "start"))
 PRELOADED = ("pipeline_defs.definitions", "dagster._grpc.impl")
@@ -38,8 +38,8 @@ Dagster's code server runs in each run process."""
 
 
 def through_this_module(args: Sequence[str]) -> list[str]:
-    """`python -m dagster api grpc ...` (or `code-server start`) as `python -m pipeline_defs.run_processes
-    api grpc ...`; any other command unchanged."""
+    """`python -m dagster api grpc ...` (or `code-server start`) as
+    `python -m pipeline_defs.runtime.run_processes api grpc ...`; any other command unchanged."""
     args = list(args)
     if tuple(args[1:3]) == DAGSTER_ENTRY and tuple(args[3:5]) in SERVER_COMMANDS:
         return [args[0], "-m", THIS_MODULE, *args[3:]]
@@ -94,19 +94,19 @@ def main() -> None:
     `PIPELINE_RUN_START=forkserver`), its sensor ticks sharing one instance (`sensor_instance.py`)."""
     from dagster._cli import main as dagster_main
 
-    from pipeline_defs.sensor_instance import install_kept_sensor_instance
+    from pipeline_defs.runtime.sensor_instance import install_kept_sensor_instance
     from pipeline_defs.settings import Settings
 
     install_server_opener()  # a code server that opens another (`code-server start`) opens it here too
     if Settings.from_env().run_start == "forkserver" and not install_forking_runs():
         _warn(
-            "starts runs otherwise than pipeline_defs/run_processes.py expects; each run loads the code "
-            "location anew"
+            "starts runs otherwise than pipeline_defs/runtime/run_processes.py expects; each run loads the "
+            "code location anew"
         )
     if not install_kept_sensor_instance():
         _warn(
-            "makes sensor contexts otherwise than pipeline_defs/sensor_instance.py expects; each sensor "
-            "tick opens a Dagster instance"
+            "makes sensor contexts otherwise than pipeline_defs/runtime/sensor_instance.py expects; each "
+            "sensor tick opens a Dagster instance"
         )
     sys.argv = ["dagster", *sys.argv[1:]]
     dagster_main()

@@ -10,7 +10,7 @@ one instance per ref, opened at the first tick and kept while the process lives,
 the webserver keep theirs for all their threads; a reload of the code location is a new code server.
 
 The swap replaces the context class `dagster._grpc.impl` names, in the code server's process only
-(installed by `pipeline_defs/run_processes.py`, the code server's entry); pinned by
+(installed by `pipeline_defs/runtime/run_processes.py`, the code server's entry); pinned by
 `tests/unit/test_dagster_runtime_swaps.py`. Where this Dagster lacks that name, ticks open their
 own instance, Dagster's way.
 """

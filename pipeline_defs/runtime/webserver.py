@@ -1,9 +1,10 @@
-"""dagster-webserver behind `RequestGuard`: `python -m pipeline_defs.webserver` takes dagster-webserver's
-own arguments (what `pipeline ui` runs in place of `python -m dagster_webserver`, and what a service
-runs through `pipeline webserver`).
+"""dagster-webserver behind `RequestGuard`: `python -m pipeline_defs.runtime.webserver` takes
+dagster-webserver's own arguments (what `pipeline ui` runs in place of `python -m dagster_webserver`,
+and what a service runs through `pipeline webserver`).
 
 dagster-webserver builds its Starlette app and hands it to `uvicorn.run`; the app is wrapped on the way,
 so everything else (instance, workspace, code servers, logging, shutdown) stays dagster-webserver's.
+Pinned by `tests/unit/test_dagster_runtime_swaps.py` (the module's `uvicorn.run`, called with host and port).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 import uvicorn
 
-from pipeline_defs.request_guard import RequestGuard, allowed_hosts
+from pipeline_defs.runtime.request_guard import RequestGuard, allowed_hosts
 from pipeline_defs.settings import Settings
 
 ANY_ADDRESS = ("0.0.0.0", "::", "")
@@ -43,10 +44,10 @@ def main() -> None:
     """dagster-webserver's command line (it reads sys.argv), serving the guarded app."""
     from dagster_webserver import cli as webserver_cli
 
-    from pipeline_defs.run_processes import install_server_opener
+    from pipeline_defs.runtime.run_processes import install_server_opener
 
     settings = Settings.from_env()
-    install_server_opener()  # the code server it opens is pipeline_defs/run_processes.py
+    install_server_opener()  # the code server it opens is pipeline_defs/runtime/run_processes.py
     webserver_cli.uvicorn = types.SimpleNamespace(run=guarded_run(uvicorn.run, settings.ui_allowed_hosts))
     webserver_cli.main()
 

@@ -5,6 +5,8 @@ send its events back), in a Celery app built from our settings instead of a conf
 location loaded once before the worker forks its processes (each step then costs no import).
 A step's message is acknowledged when the step ends, not when it starts: a worker that dies or loses
 the broker mid-step leaves it to the broker, which gives it to another worker of the same queue.
+dagster-celery's app and task are pinned by `tests/integration/test_celery_executor.py` (a real broker and
+worker); the worker's refusals by `tests/unit/test_executors.py`.
 """
 
 from __future__ import annotations

@@ -103,7 +103,7 @@ def test_runs_are_forked_from_a_process_that_loaded_the_code_location_once(
     live_pipeline: LivePipeline, enriched_postings: list[str]
 ) -> None:
     """The code server's runs come from its forkserver, which imported the code location before the
-    first run (pipeline_defs/run_processes.py): a spawned run imported it again, ~2.5 CPU s a run."""
+    first run (pipeline_defs/runtime/run_processes.py): a spawned run imported it again, ~2.5 CPU s a run."""
     processes = live_pipeline.processes()
     forked = {
         pid

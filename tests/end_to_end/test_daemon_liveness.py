@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from appdb.database import dispose, migrate
-from pipeline_defs.dagster_home import dagster_yaml
+from pipeline_defs.runtime.dagster_home import dagster_yaml
 from pipeline_defs.settings import PROJECT_ROOT, Settings
 from tests.support.fake_ollama_server import FakeOllamaServer
 from tests.support.live_pipeline import (

@@ -35,7 +35,7 @@ REGISTER_PARTITIONS = """
 import sys
 from dagster import DagsterInstance
 from assets.partitions import add_partitions
-from pipeline_defs.dagster_home import ensure_dagster_home
+from pipeline_defs.runtime.dagster_home import ensure_dagster_home
 from pipeline_defs.settings import Settings
 ensure_dagster_home(Settings.from_env())
 with DagsterInstance.get() as instance:

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from console import progress as cli_progress
+from console.progress import NotesReporter, RunProgress, StatusLine, TerminalReporter
 from domain.core.progress import progress_task, reporting_to
-from pipeline_defs.cli import progress as cli_progress
 from pipeline_defs.cli.main import main
-from pipeline_defs.cli.progress import NotesReporter, RunProgress, StatusLine, TerminalReporter
 from tests.support.autodo_tree import write_sample_tree
 
 POSTINGS = 1_200

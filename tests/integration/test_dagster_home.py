@@ -12,8 +12,8 @@ from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorag
 from dagster_postgres.run_storage.run_storage import PostgresRunStorage
 from pytest_httpserver import HTTPServer
 
-from pipeline_defs.dagster_home import ensure_dagster_home
 from pipeline_defs.definitions import build_definitions
+from pipeline_defs.runtime.dagster_home import ensure_dagster_home
 from pipeline_defs.settings import Settings
 from resources.ollama_backend import OllamaResource
 from tests.support.fakes import FakeOllama

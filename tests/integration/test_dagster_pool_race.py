@@ -22,7 +22,7 @@ from sqlalchemy import create_engine, select, text
 from appdb.database import dispose, session_scope
 from appdb.models import UseCaseOutput
 from pipeline_defs.cli.main import main
-from pipeline_defs.dagster_home import ensure_dagster_home
+from pipeline_defs.runtime.dagster_home import ensure_dagster_home
 from pipeline_defs.settings import PROJECT_ROOT, Settings
 from tests.support.fake_ollama_server import FakeOllamaServer
 from tests.support.live_pipeline import free_port, make_postings

@@ -15,9 +15,9 @@ from pytest_httpserver import HTTPServer
 from sqlalchemy.engine import make_url
 
 from assets.event_batches import asset_events_in_batches
-from pipeline_defs.dagster_home import ensure_dagster_home
-from pipeline_defs.dagster_storage import OPEN_RUN_SHARDS
 from pipeline_defs.definitions import build_definitions
+from pipeline_defs.runtime.dagster_home import ensure_dagster_home
+from pipeline_defs.runtime.dagster_storage import OPEN_RUN_SHARDS
 from pipeline_defs.settings import Settings
 from resources.ollama_backend import OllamaResource
 from tests.support.fakes import FakeOllama

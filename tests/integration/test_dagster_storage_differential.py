@@ -1,5 +1,5 @@
 """Stock and pooled Dagster storages, side by side: the same batch through each, and what the UI would
-read from them compared. The pooled storages (pipeline_defs/dagster_storage.py) override private
+read from them compared. The pooled storages (pipeline_defs/runtime/dagster_storage.py) override private
 methods of Dagster's; if a Dagster release changes what those methods store, this test sees the two
 views differ (and tests/unit/test_dagster_private_api.py sees the methods change)."""
 
@@ -13,8 +13,8 @@ import pytest
 from dagster import AssetKey, DagsterEventType, DagsterInstance, EventRecordsFilter
 
 from domain.language.llm_types import Generation
-from pipeline_defs.dagster_home import ensure_dagster_home
 from pipeline_defs.definitions import build_definitions
+from pipeline_defs.runtime.dagster_home import ensure_dagster_home
 from pipeline_defs.settings import Settings
 from resources.llm import LLMResource
 from tests.support.postings import run_use_case, seed_postings

@@ -17,8 +17,8 @@ from werkzeug import Request, Response
 
 from appdb.database import migrate, session_scope
 from appdb.models import WorkItem, utcnow
+from console.progress import RunProgress
 from pipeline_defs.cli.main import main
-from pipeline_defs.cli.progress import RunProgress
 from tests.support.fakes import FakeOllama
 from tests.support.postings import POSTINGS, seed_postings
 

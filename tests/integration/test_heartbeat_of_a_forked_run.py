@@ -2,7 +2,7 @@
 recorded `dead` (issue 66, item 8).
 
 The code server forks each run from a forkserver (`PIPELINE_RUN_START=forkserver`, the default,
-`pipeline_defs/run_processes.py`), and a forkserver's child ends with `os._exit`: the heartbeat's
+`pipeline_defs/runtime/run_processes.py`), and a forkserver's child ends with `os._exit`: the heartbeat's
 `atexit` hook never ran, the row stayed `alive` for a pid that was gone, and the reaper then marked
 the finished run dead ("its process is gone"). The process here is forked the same way.
 """
@@ -13,7 +13,7 @@ import uuid
 
 from appdb import heartbeats
 from appdb.database import migrate, session_scope
-from pipeline_defs.run_processes import forking_context
+from pipeline_defs.runtime.run_processes import forking_context
 from resources.run_heartbeat import RunHeartbeat
 
 

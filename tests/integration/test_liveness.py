@@ -28,8 +28,8 @@ from appdb.process_identity import ProcessIdentity, state_and_start, this_proces
 from assets.factory import build_work_groups
 from pipeline_defs.cli.in_process_runs import run_pending
 from pipeline_defs.cli.main import main
-from pipeline_defs.dagster_home import dagster_yaml
 from pipeline_defs.definitions import build_definitions
+from pipeline_defs.runtime.dagster_home import dagster_yaml
 from pipeline_defs.settings import PROJECT_ROOT, Settings
 from pipeline_defs.wiring import build_use_cases
 from plugins.postings.use_cases.posting_summary import POSTING_SUMMARY

@@ -17,7 +17,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
 from assets.partitions import add_partitions, delete_partitions
-from pipeline_defs.dagster_home import ensure_dagster_home
+from pipeline_defs.runtime.dagster_home import ensure_dagster_home
 from pipeline_defs.settings import Settings
 
 KEYS = [f"p-{index:05d}" for index in range(12_000)]

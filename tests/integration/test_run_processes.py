@@ -1,4 +1,4 @@
-"""Runs forked from a process that loaded the code location (pipeline_defs/run_processes.py): a run's
+"""Runs forked from a process that loaded the code location (pipeline_defs/runtime/run_processes.py): a run's
 process starts with it loaded, and code servers are opened through the entry that forks their runs."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 import time
 
-from pipeline_defs.run_processes import THIS_MODULE, forking_context, through_this_module
+from pipeline_defs.runtime.run_processes import THIS_MODULE, forking_context, through_this_module
 
 
 def _report_what_is_loaded(queue) -> None:  # noqa: ANN001 - in the run's process

@@ -13,8 +13,8 @@ from sqlalchemy import update
 
 from appdb.database import migrate, session_scope
 from appdb.models import UseCaseOutput, WorkItem, utcnow
+from console.progress import RunProgress, progress_wanted
 from pipeline_defs.cli.main import main
-from pipeline_defs.cli.progress import RunProgress, progress_wanted
 from tests.support.autodo_tree import write_sample_tree
 
 

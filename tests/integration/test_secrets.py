@@ -23,8 +23,8 @@ from sqlalchemy.engine import make_url
 from appdb import pauses
 from appdb.database import dispose, migrate, session_scope
 from pipeline_defs.cli.main import main
-from pipeline_defs.dagster_home import ensure_dagster_home
 from pipeline_defs.definitions import build_definitions
+from pipeline_defs.runtime.dagster_home import ensure_dagster_home
 from pipeline_defs.settings import Settings
 from tests.support.live_pipeline import free_port
 from tests.support.postings import POSTINGS, run_use_case, seed_postings, write_jsonl

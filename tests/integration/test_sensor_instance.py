@@ -1,4 +1,4 @@
-"""A code server's sensor ticks share one Dagster instance (pipeline_defs/sensor_instance.py): ticks
+"""A code server's sensor ticks share one Dagster instance (pipeline_defs/runtime/sensor_instance.py): ticks
 evaluated the way the code server evaluates them (`dagster._grpc.impl.get_external_sensor_execution`,
 from the daemon's instance ref) open it once, and each tick still sees what changed since the last."""
 
@@ -19,7 +19,7 @@ from dagster import (
 )
 from dagster._grpc import impl
 
-from pipeline_defs.sensor_instance import install_kept_sensor_instance
+from pipeline_defs.runtime.sensor_instance import install_kept_sensor_instance
 
 
 class Label(ConfigurableResource):

@@ -10,7 +10,7 @@ from pathlib import Path
 import grimp
 
 PROJECT = Path(__file__).resolve().parents[2]
-PACKAGES = ("pipeline_defs", "sensors", "assets", "resources", "domain", "appdb")
+PACKAGES = ("pipeline_defs", "console", "sensors", "assets", "resources", "domain", "appdb")
 
 
 def cycles(edges: Mapping[str, Iterable[str]]) -> list[list[str]]:

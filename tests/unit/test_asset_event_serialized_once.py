@@ -1,4 +1,4 @@
-"""The pooled event log storages serialize a materialization once (pipeline_defs/dagster_storage.py):
+"""The pooled event log storages serialize a materialization once (pipeline_defs/runtime/dagster_storage.py):
 the asset row's `last_materialization` is built from the event row's string, and must be exactly what
 Dagster's own serialization of the wrapping `EventLogRecord` would have stored."""
 
@@ -12,7 +12,7 @@ from dagster._core.events import DagsterEvent, DagsterEventType, StepMaterializa
 from dagster._core.events.log import EventLogEntry
 from dagster_shared.serdes import deserialize_value, serialize_value
 
-from pipeline_defs.dagster_storage import event_log_record_json
+from pipeline_defs.runtime.dagster_storage import event_log_record_json
 
 
 def _materialization_entry() -> EventLogEntry:

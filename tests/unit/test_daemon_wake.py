@@ -1,6 +1,6 @@
-"""`pipeline_defs.daemon`: the sensor daemon wakes when postings arrive instead of waiting out Dagster's
-5 s loop. It wraps a private Dagster loop: these tests run Dagster's real loop, so an upgrade that moves
-the loop or its wait fails here."""
+"""`pipeline_defs.runtime.daemon`: the sensor daemon wakes when postings arrive instead of waiting out
+Dagster's 5 s loop. It wraps a private Dagster loop: these tests run Dagster's real loop, so an upgrade
+that moves the loop or its wait fails here."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from dagster._daemon import sensor as sensor_module
 
 from appdb import events, heartbeats
 from appdb.database import session_scope
-from pipeline_defs.daemon import WakeableShutdown, install_wake, wake_on, watch_arrivals
+from pipeline_defs.runtime.daemon import WakeableShutdown, install_wake, wake_on, watch_arrivals
 from pipeline_defs.settings import Settings
 from plugins.postings.store.ingest import ingest_files
 from plugins.postings.store.postings_kind import POSTINGS_TABLE

@@ -1,4 +1,4 @@
-"""A canary for the pooled Dagster storages (pipeline_defs/dagster_storage.py): they override private
+"""A canary for the pooled Dagster storages (pipeline_defs/runtime/dagster_storage.py): they override private
 methods of Dagster's storage classes and call private helpers. If a Dagster release changes any of
 them (its source or signature), this test fails and names it, instead of the UI quietly drifting from
 what the runs stored.
@@ -23,7 +23,7 @@ from pathlib import Path
 import dagster
 import dagster_postgres
 
-from pipeline_defs import dagster_storage
+from pipeline_defs.runtime import dagster_storage
 
 PINS = Path(__file__).with_name("snapshots") / "dagster_private_api.json"
 OURS = (

@@ -3,15 +3,15 @@ the swap relies on, so a Dagster upgrade that moves it fails here, loudly, namin
 the project quietly running without it (the pooled storages have their own canary,
 `test_dagster_private_api.py`):
 
-- the daemon's sensor loop (`pipeline_defs/daemon.py`: its waits cut short when work arrives);
-- dagster-webserver's `uvicorn` (`pipeline_defs/webserver.py`: the app served inside `RequestGuard`);
+- the daemon's sensor loop (`pipeline_defs/runtime/daemon.py`: its waits cut short when work arrives);
+- dagster-webserver's `uvicorn` (`pipeline_defs/runtime/webserver.py`: the app served inside `RequestGuard`);
 - dagster dev's subprocess opener (`pipeline_defs/cli/ui_command.py`: the guarded webserver and the
   waking daemon started in place of Dagster's own);
-- the migrations folder Dagster reads to check a storage's revision (`pipeline_defs/dagster_storage.py`:
-  read once per process, not at every opening of the instance);
-- the code server's run processes and the opener of code servers (`pipeline_defs/run_processes.py`:
+- the migrations folder Dagster reads to check a storage's revision
+  (`pipeline_defs/runtime/dagster_storage.py`: read once per process, not at every opening of the instance);
+- the code server's run processes and the opener of code servers (`pipeline_defs/runtime/run_processes.py`:
   runs forked from a process that loaded the code location once);
-- the code server's sensor contexts (`pipeline_defs/sensor_instance.py`: one Dagster instance for
+- the code server's sensor contexts (`pipeline_defs/runtime/sensor_instance.py`: one Dagster instance for
   every tick, not one opened and disposed per tick).
 
 When one fails after an upgrade: read the new source, bring the swap in line, and run the end-to-end
@@ -46,8 +46,8 @@ def test_the_webserver_serves_through_its_modules_uvicorn_run_with_host_and_port
 
 
 def test_the_guarded_run_wraps_the_app_it_is_handed() -> None:
-    from pipeline_defs.request_guard import RequestGuard
-    from pipeline_defs.webserver import guarded_run
+    from pipeline_defs.runtime.request_guard import RequestGuard
+    from pipeline_defs.runtime.webserver import guarded_run
 
     served: list[object] = []
     run = guarded_run(lambda app, *args, **kwargs: served.append(app), ("proxy.example",))
@@ -79,7 +79,7 @@ def test_pipeline_ui_calls_dagster_devs_body_which_warns_of_nothing() -> None:
 def test_dagster_checks_storage_revisions_through_its_modules_script_directory() -> None:
     from dagster._core.storage import sql as dagster_sql
 
-    from pipeline_defs import dagster_storage
+    from pipeline_defs.runtime import dagster_storage
 
     # a module global that `check_alembic_revision` looks up when it runs: the swap replaces it
     assert dagster_sql.ScriptDirectory is dagster_storage._ScriptDirectoryOnce
@@ -92,7 +92,7 @@ def test_the_migrations_are_read_once_per_folder_and_still_name_dagsters_head() 
     from dagster._core.storage.runs.sqlite import sqlite_run_storage
     from dagster._core.storage.sql import get_alembic_config
 
-    from pipeline_defs import dagster_storage
+    from pipeline_defs.runtime import dagster_storage
 
     config = get_alembic_config(sqlite_run_storage.__file__)
     once = dagster_storage._ScriptDirectoryOnce
@@ -102,8 +102,8 @@ def test_the_migrations_are_read_once_per_folder_and_still_name_dagsters_head() 
 
 
 def test_the_code_server_starts_runs_through_its_own_multiprocessing_context() -> None:
-    """pipeline_defs/run_processes.py gives each `DagsterApiServer` a forkserver context in place of the
-    spawn context it creates, and its runs are that context's processes."""
+    """pipeline_defs/runtime/run_processes.py gives each `DagsterApiServer` a forkserver context in place of
+    the spawn context it creates, and its runs are that context's processes."""
     from dagster._grpc import server
 
     init = inspect.getsource(server.DagsterApiServer.__init__)
@@ -121,7 +121,7 @@ def test_code_servers_are_opened_as_python_m_dagster_through_the_modules_opener(
     from dagster._grpc import server
     from dagster._grpc.constants import GrpcServerCommand
 
-    from pipeline_defs.run_processes import DAGSTER_ENTRY, SERVER_COMMANDS
+    from pipeline_defs.runtime.run_processes import DAGSTER_ENTRY, SERVER_COMMANDS
 
     assert tuple(get_python_environment_entry_point("python")[1:]) == DAGSTER_ENTRY
     assert {tuple(command.server_command[:2]) for command in GrpcServerCommand} == set(SERVER_COMMANDS)
@@ -131,13 +131,13 @@ def test_code_servers_are_opened_as_python_m_dagster_through_the_modules_opener(
 
 
 def test_the_code_server_makes_sensor_contexts_through_its_modules_name_and_they_open_lazily() -> None:
-    """pipeline_defs/sensor_instance.py replaces the context class `dagster._grpc.impl` names; its
+    """pipeline_defs/runtime/sensor_instance.py replaces the context class `dagster._grpc.impl` names; its
     subclass hands the context an instance before the context's own `instance` would open one from
     the ref (and dispose it at the tick's end)."""
     from dagster import SensorEvaluationContext
     from dagster._grpc import impl
 
-    from pipeline_defs.sensor_instance import KeptInstanceSensorContext
+    from pipeline_defs.runtime.sensor_instance import KeptInstanceSensorContext
 
     assert impl.SensorEvaluationContext in (SensorEvaluationContext, KeptInstanceSensorContext)
     assert "with SensorEvaluationContext(" in inspect.getsource(impl.get_external_sensor_execution)

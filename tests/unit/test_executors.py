@@ -10,8 +10,8 @@ import yaml
 from dagster import validate_run_config
 
 from pipeline_defs.definitions import build_definitions
+from pipeline_defs.runtime.worker import WorkerSetupError, check_worker_settings
 from pipeline_defs.settings import PROJECT_ROOT, Settings
-from pipeline_defs.worker import WorkerSetupError, check_worker_settings
 
 QUEUE_TAG = "dagster-celery/queue"
 BATCH_JOBS = {"gemma3_270m_batch_job", "posting_skills_batch_job", "skill_entities_batch_job"}

@@ -14,8 +14,8 @@ from dagster import DagsterInstance
 
 from assets.factory import build_work_groups
 from domain.language.declaration import UseCase
-from pipeline_defs.dagster_home import ensure_dagster_home
 from pipeline_defs.definitions import build_definitions
+from pipeline_defs.runtime.dagster_home import ensure_dagster_home
 from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import build_use_cases
 from sensors.discovery_sensor import run_size

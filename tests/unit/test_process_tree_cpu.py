@@ -87,8 +87,8 @@ def test_a_command_name_with_spaces_and_parentheses_is_read_right() -> None:
 
 def test_the_processes_of_pipeline_ui_are_told_apart_by_their_command_line() -> None:
     python = "/work/.venv/bin/python"
-    assert process_kind(f"{python} -m pipeline_defs.daemon run -w workspace.yaml") == "daemon"
-    assert process_kind(f"{python} -m pipeline_defs.webserver -h 127.0.0.1 -p 3000") == "webserver"
+    assert process_kind(f"{python} -m pipeline_defs.runtime.daemon run -w workspace.yaml") == "daemon"
+    assert process_kind(f"{python} -m pipeline_defs.runtime.webserver -h 127.0.0.1 -p 3000") == "webserver"
     assert process_kind(f"{python} -m dagster api grpc --lazy-load-user-code --port 4000") == "code server"
     assert (
         process_kind(f'{python} -m dagster api execute_run {{"job_name": "x", "api grpc": 1}}')
@@ -132,7 +132,7 @@ def test_a_code_servers_multiprocessing_child_is_a_run_worker_and_its_helpers_st
 
 
 def test_a_fork_of_the_code_servers_forkserver_is_a_run_worker_and_the_forkserver_code_server() -> None:
-    """With runs forked (pipeline_defs/run_processes.py) each run is a child of the code server's
+    """With runs forked (pipeline_defs/runtime/run_processes.py) each run is a child of the code server's
     forkserver, with the forkserver's own command line: the runs are run workers, the forkserver (idle
     but for the first import) the code server's."""
     forkserver = (

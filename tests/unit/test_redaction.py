@@ -11,7 +11,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from appdb.redaction import redact
-from pipeline_defs.dagster_home import STORAGE_READY, ensure_dagster_home
+from pipeline_defs.runtime.dagster_home import STORAGE_READY, ensure_dagster_home
 from pipeline_defs.settings import Settings
 
 # trust authentication, and a PGPASSWORD left over from a Docker set-up that names the user's word

@@ -1,4 +1,4 @@
-"""The guard in front of the webserver (pipeline_defs/request_guard.py), over a stand-in app that
+"""The guard in front of the webserver (pipeline_defs/runtime/request_guard.py), over a stand-in app that
 records what reached it: forged requests get 403 and never reach it; the UI's own requests do."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from starlette.testclient import TestClient
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from pipeline_defs.cli.ui_command import swap_modules
-from pipeline_defs.request_guard import RequestGuard, allowed_hosts
+from pipeline_defs.runtime.request_guard import RequestGuard, allowed_hosts
+from pipeline_defs.runtime.webserver import guarded_app_hosts
 from pipeline_defs.settings import Settings
-from pipeline_defs.webserver import guarded_app_hosts
 
 PORT = 3000
 OWN = f"http://127.0.0.1:{PORT}"
@@ -149,8 +149,8 @@ def test_dagster_dev_starts_the_guarded_webserver_and_the_quick_daemon() -> None
     open_swapped(["/venv/bin/python", "-m", "dagster._daemon", "run"], pass_fds=[6])
     open_swapped(["/venv/bin/python", "-m", "dagster", "code-server", "start"], pass_fds=[7])
     assert started == [
-        ["/venv/bin/python", "-m", "pipeline_defs.webserver", "--port", "3000"],
-        ["/venv/bin/python", "-m", "pipeline_defs.daemon", "run"],
+        ["/venv/bin/python", "-m", "pipeline_defs.runtime.webserver", "--port", "3000"],
+        ["/venv/bin/python", "-m", "pipeline_defs.runtime.daemon", "run"],
         ["/venv/bin/python", "-m", "dagster", "code-server", "start"],
     ]
     # that dagster dev still starts them that way: tests/unit/test_dagster_runtime_swaps.py
