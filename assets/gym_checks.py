@@ -65,20 +65,22 @@ JUDGE_CHECK = "judge_grades"
 def is_judged(use_case: UseCase) -> bool:
     """An output the judge can read, and a judge that can grade it: a deterministic grader the use case
     declares, or an LLM (only use cases that call one have it in their runs)."""
-    return use_case.judge_view is not None and (use_case.quality_grade is not None or use_case.uses_llm)
+    loop = use_case.quality
+    return loop.judge_view is not None and (loop.quality_grade is not None or use_case.uses_llm)
 
 
 def gym_check_specs(use_case: UseCase) -> list[AssetCheckSpec]:
     """The checks the gym adds to a use case's asset (the judge, when the use case is judged)."""
     if not is_judged(use_case):
         return []
+    rubric = use_case.quality.judge_rubric
     return [
         AssetCheckSpec(
             JUDGE_CHECK,
             asset=use_case.name,
             description=(
                 "A judge grades each run's new outputs (a model: a sample of them)"
-                + (f" ({', '.join(use_case.judge_rubric.criteria)}: 1-5)" if use_case.judge_rubric else "")
+                + (f" ({', '.join(rubric.criteria)}: 1-5)" if rubric else "")
                 + "; outputs graded below the review threshold go to review."
             ),
         )
@@ -135,7 +137,7 @@ def judge_batch(run: BatchRun, gym: GymResource) -> AssetCheckResult:
     passed the use case's calibration set; a refused judge falls back to the deterministic one.
     """
     use_case, outcome = run.use_case, run.outcome
-    rubric = gym.rubric_for(use_case.judge_rubric) or Rubric({})
+    rubric = gym.rubric_for(use_case.quality.judge_rubric) or Rubric({})
     judge, refusal = _choose_judge(run, gym, rubric)
     with run.app_db.session() as session:
         rows = inputs.existing_outputs(session, use_case.name, outcome.done)
@@ -222,20 +224,20 @@ def judge_batch(run: BatchRun, gym: GymResource) -> AssetCheckResult:
 def _choose_judge(run: BatchRun, gym: GymResource, rubric: Rubric) -> tuple[str | None, str | None]:
     """(the judge to use, or None for none; why the configured LLM judge was refused, if it was)."""
     use_case = run.use_case
-    deterministic = DETERMINISTIC_JUDGE if use_case.quality_grade is not None else None
+    deterministic = DETERMINISTIC_JUDGE if use_case.quality.quality_grade is not None else None
     if gym.judge_model == DETERMINISTIC_JUDGE or run.llm is None:
         return deterministic, None
     if not rubric.criteria:
         verdict = (False, f"judge {gym.judge_model} refused: {use_case.name} declares no rubric to grade by")
     elif not gym.calibrate_judge:
         return gym.judge_model, None
-    elif use_case.judge_calibration is None:
+    elif use_case.quality.judge_calibration is None:
         verdict = (False, f"judge {gym.judge_model} refused: {use_case.name} has no calibration set")
     else:
         with run.app_db.session() as session:
             verdict = review.judge_verdict(session, gym.judge_model, rubric.version)
         if verdict is None:
-            calibration = use_case.judge_calibration(gym.judge_model, _llm_grader(run, gym, rubric))
+            calibration = use_case.quality.judge_calibration(gym.judge_model, _llm_grader(run, gym, rubric))
             verdict = (calibration.passed, calibration.message())
             with run.app_db.session() as session:
                 review.record_judge_verdict(session, gym.judge_model, rubric.version, *verdict)
@@ -272,12 +274,12 @@ def _judgements(
     run: BatchRun, judge: str | None, rubric: Rubric, outputs: Sequence[tuple[str, Any]]
 ) -> Iterator[tuple[str, str, Generation | Exception | dict[str, Any]]]:
     """(key, what the judge was shown, its answer) per output: deterministic grades, or LLM answers."""
-    use_case, subjects = run.use_case, run.outcome.subjects
+    use_case, loop, subjects = run.use_case, run.use_case.quality, run.outcome.subjects
     if judge == DETERMINISTIC_JUDGE:
         for key, value in outputs:
-            shown = use_case.judge_view(value)
+            shown = loop.judge_view(value)
             try:
-                yield key, shown, {"status": "ok", "grades": use_case.quality_grade(subjects[key], value)}
+                yield key, shown, {"status": "ok", "grades": loop.quality_grade(subjects[key], value)}
             except Exception as exc:  # a bug in a grader is this grade's error, never a failed run
                 yield key, shown, {"status": "item_error", "error": f"{type(exc).__name__}: {exc}"}
         return
@@ -286,7 +288,7 @@ def _judgements(
     chat = _judge_style(run, run.context.resources.gym) == CHAT_STYLE
     requests = []
     for key, value in outputs:
-        shown = (use_case.name, use_case.subject.describe(subjects[key]), use_case.judge_view(value))
+        shown = (use_case.name, use_case.subject.describe(subjects[key]), loop.judge_view(value))
         if chat:
             messages = rubric.messages(*shown)
             request = LLMRequest(judge, messages_text(messages), "", rubric.schema, JUDGE_OPTIONS, messages)
@@ -415,14 +417,14 @@ def gold_check_result(use_case: UseCase, app_db: AppDatabase, gym: GymResource) 
     with app_db.session() as session:
         pairs = review.gold_pairs(session, use_case.name, use_case.version)
         rejected = len(review.rejected_keys(session, use_case.name, use_case.version))
-        public, path = use_case.public_gold, gym.public_gold_paths.get(use_case.name)
+        public, path = use_case.quality.public_gold, gym.public_gold_paths.get(use_case.name)
         public_scores = None
         if public is not None and path:
             gold = public.load(path)
             answers = review.current_values(session, use_case.name, use_case.version, list(gold))
-            items = use_case.gold_items or whole_output
+            items = use_case.quality.gold_items or whole_output
             public_scores = score_public(gold, {key: items(value) for key, value in answers.items()})
-    scores, waiting = score_corpus(pairs, rejected, use_case.gold_items)
+    scores, waiting = score_corpus(pairs, rejected, use_case.quality.gold_items)
     metadata: dict[str, Any] = {
         "corpus": len(pairs),
         "awaiting_current_output": waiting,

@@ -17,7 +17,7 @@ class GymResource(ConfigurableResource):
     which grades judge_sample outputs per use case and run (0: no judge) under the rubric once it
     passed its calibration set (calibrate_judge; a refused judge falls back to "deterministic").
     Outputs with a criterion graded below review_below go to review. public_gold_paths: use case ->
-    the file of the public gold set it declares (`UseCase.public_gold`), scored by its gold check too.
+    the file of the public gold set it declares (`QualityLoop.public_gold`), scored by its gold check too.
     The gold check passes while F1 is at least gold_min_f1. prompt_style: the LLM judge's prompt form
     (completion, chat, or auto: as its backend says of the judge model)."""
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +33,7 @@ from domain.language.chat_prompts import (
     messages_text,
 )
 from domain.language.declaration_parts import DeclarationError, OutputCheck, ScriptContext, validate_json
+from domain.language.quality_loop import NO_QUALITY_LOOP, QualityLoop
 from domain.language.steps import Chain
 from domain.language.subject_kinds import SubjectKind
 from domain.language.templates import render_templates, template_variables
@@ -90,27 +91,14 @@ class UseCase:
     after_store: `after_store(session, {subject_key: output})` writes derived rows in the
         same transaction as the outputs (e.g. resolved concepts, queryable by concept); it gets
         a group of outputs at a time, as a run stores them.
-    judge_view: `judge_view(output) -> text` shows an output to the judge model, which
-        grades a sample of each run's outputs (the gym); None: not judged.
-    gold_items: `gold_items(output) -> set of strings` makes outputs comparable with the
-        reviewers' corrections (precision and recall over the items); None: whole outputs.
     steps: makes this a multi-step use case (`domain/language/steps.py`) instead of one call;
         its model (and so its work group) is its first LLM step's model.
     retry: attempts before an item is parked, backoff, claim lease and outage pause
         (`appdb.retry_policy.RetryPolicy`); the default suits most use cases.
     subject: the kind of subject the use case runs on (`domain.language.subject_kinds.SubjectKind`,
         declared by its plugin): its table, and the fields a prompt may name.
-    display: `display(output) -> text`: an output in one line, as review lists show it (default: JSON).
-    review_edits: the corrections a reviewer may make (`domain.quality.corrections.ReviewEdit`: the
-        options of `pipeline review correct` and the hook that applies them).
-    quality_grade: `quality_grade(subject, output) -> {criterion: 1..5}`: the deterministic judge's
-        grades of one output (the gym's default judge; an LLM judge grades through `judge_view`).
-    judge_rubric: the rubric an LLM judge grades `judge_view` against (`domain.quality.judge_rubric`);
-        PIPELINE_JUDGE_RUBRIC replaces it. judge_calibration: `calibration(judge, grade)` runs a judge
-        over known good and bad outputs and returns a verdict (`.passed`, `.message()`); without one an
-        LLM judge grades this use case only when calibration is turned off.
-    public_gold: a public gold set (`domain.quality.gold.PublicGold`) the gold check also scores against,
-        once its path is configured.
+    quality: its part in the quality loop (`QualityLoop`: how its outputs are shown in review lists,
+        judged, compared with the reviewers' gold and corrected); the default takes no part.
     run_figures: `run_figures(outputs) -> {name: number}` over the outputs one run made: numeric
         metadata of the run's `outputs_valid` check, which the UI plots over runs.
     warm_up: `warm_up(ScriptContext)` loads what `function` needs (the resolver of skill_entities): a
@@ -138,21 +126,14 @@ class UseCase:
     resources: tuple[str, ...] = ()
     reference_inputs: tuple[str, ...] = ()
     after_store: Callable[[Any, Mapping[str, dict[str, Any]]], None] | None = None
-    judge_view: Callable[[dict[str, Any]], str] | None = None
-    gold_items: Callable[[dict[str, Any]], Iterable[str]] | None = None
     steps: Chain | None = None
     retry: RetryPolicy = DEFAULT_RETRY_POLICY
-    display: Callable[[dict[str, Any]], str] | None = None
-    review_edits: tuple[Any, ...] = ()  # domain.quality.corrections.ReviewEdit (above this layer)
     run_figures: Callable[[Sequence[dict[str, Any]]], Mapping[str, float | int]] | None = None
-    quality_grade: Callable[[Mapping[str, Any], dict[str, Any]], dict[str, int]] | None = None
     chat: ChatPrompt | None = None
     prompt_style: str = COMPLETION_STYLE
     backend: str = ""
-    judge_rubric: Any = None  # a domain.quality.judge_rubric.Rubric (the language knows no quality logic)
-    judge_calibration: Callable[[str, Callable[..., Any]], Any] | None = None
-    public_gold: Any = None  # a domain.quality.gold.PublicGold
     warm_up: Callable[[ScriptContext], object] | None = None
+    quality: QualityLoop = NO_QUALITY_LOOP
     subject: SubjectKind = field(kw_only=True)
 
     def __post_init__(self) -> None:
@@ -300,8 +281,8 @@ def display_output(use_case: UseCase | None, output: Any) -> str:
     declared, None)."""
     if not isinstance(output, dict):
         return "(none)"
-    if use_case is not None and use_case.display is not None:
-        return use_case.display(output)
+    if use_case is not None and use_case.quality.display is not None:
+        return use_case.quality.display(output)
     return json.dumps(output, ensure_ascii=False)
 
 

@@ -1,7 +1,7 @@
 """The judge: a second model grades outputs against a rubric (the gym's sampled scoring).
 
 A rubric is criteria with one-line descriptions and few-shot examples per use case (subject, output,
-grades); a use case declares its own (`UseCase.judge_rubric`), and a file given by PIPELINE_JUDGE_RUBRIC
+grades); a use case declares its own (`QualityLoop.judge_rubric`), and a file given by PIPELINE_JUDGE_RUBRIC
 (JSON: `criteria`, `examples`) replaces it. The prompt is a completion (instructions, then examples,
 then the output to grade) whose answer is forced by a JSON-schema grammar to one grade 1-5 per
 criterion, so it suits a base model such as the embedded Gemma 3 270M.

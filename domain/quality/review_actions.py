@@ -147,7 +147,7 @@ def correct(
     use_case = _use_case(item, use_cases)
     if edits.empty:
         raise CorrectionError(
-            f"say what to correct: {use_case.name} takes {flags(edit_options(use_case.review_edits))}"
+            f"say what to correct: {use_case.name} takes {flags(edit_options(use_case.quality.review_edits))}"
         )
     original = item.output or {}
     subject = _subject(session, use_case, item.subject_key)
@@ -192,12 +192,12 @@ def apply_edits(
     where = f"review item {item.id} ({item.use_case}, {use_case.subject.noun} {item.subject_key})"
     context = CorrectionContext(subject, where, session)
     for name in edits.names:
-        if not any(name in edit.option_names for edit in use_case.review_edits):
+        if not any(name in edit.option_names for edit in use_case.quality.review_edits):
             raise CorrectionError(
                 f"{where}: --{name} does not apply to {use_case.name} outputs "
-                f"(they take {flags(edit_options(use_case.review_edits))})"
+                f"(they take {flags(edit_options(use_case.quality.review_edits))})"
             )
-    for edit in use_case.review_edits:
+    for edit in use_case.quality.review_edits:
         if edit.option_names & set(edits.names):
             value = edit.apply(value, edits, context)
     try:

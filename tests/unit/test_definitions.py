@@ -28,7 +28,7 @@ def test_every_declared_use_case_has_its_asset_checks_job_and_sensor() -> None:
         assert AssetKey("postings") in node.parent_keys
         assert node.code_version == f"{use_case.version}@{model_label(use_case)}"  # both are its identity
         expected_checks = {"outputs_valid", "gold_agreement", *(check.name for check in use_case.checks)}
-        if use_case.judge_view is not None and use_case.uses_llm:
+        if use_case.quality.judge_view is not None and use_case.uses_llm:
             expected_checks.add("judge_grades")
         assert {check.name for check in node.check_keys} == expected_checks
         assert repository.has_job(f"{use_case.name}_job")

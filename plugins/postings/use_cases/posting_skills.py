@@ -27,6 +27,7 @@ from typing import Any
 from domain.language.chat_prompts import ChatPrompt
 from domain.language.declaration import UseCase
 from domain.language.declaration_parts import OutputCheck
+from domain.language.quality_loop import QualityLoop
 from domain.language.steps import Chain, LLMStep, Route, ScriptStep, StepContext
 from domain.quality.corrections import CorrectionContext, CorrectionError, Edits, ReviewEdit
 from plugins.postings.quality import output_checks
@@ -410,6 +411,15 @@ SKILLS_CHECKS = (
 )
 
 SKILLS_EDITS = (ReviewEdit((ADD_SKILL, REMOVE_SKILL), edit_skills),)
+SKILLS_QUALITY = QualityLoop(
+    display=skills_display,
+    judge_view=skills_for_judge,
+    judge_rubric=POSTINGS_RUBRIC,
+    judge_calibration=calibrate_judge,
+    gold_items=skills_gold_items,
+    public_gold=SKILLSPAN_GOLD,
+    review_edits=SKILLS_EDITS,
+)
 
 # --- the declarations ------------------------------------------------------------------------------
 
@@ -436,13 +446,7 @@ POSTING_SKILLS = UseCase(
     priority=9,
     batch_size=500,  # the CPU tagger: a run's process start (2-3 s of CPU) costs more than 100 postings' work
     checks=SKILLS_CHECKS,
-    judge_view=skills_for_judge,
-    judge_rubric=POSTINGS_RUBRIC,
-    judge_calibration=calibrate_judge,
-    gold_items=skills_gold_items,
-    public_gold=SKILLSPAN_GOLD,
-    display=skills_display,
-    review_edits=SKILLS_EDITS,
+    quality=SKILLS_QUALITY,
     run_figures=skills_figures,
     preview_field="skills",  # a table in the UI: mention, kind, evidence, field, offsets
 )
@@ -486,13 +490,7 @@ def verified_skills(model: str) -> UseCase:
         priority=POSTING_SKILLS.priority,
         batch_size=25,
         checks=SKILLS_CHECKS,
-        judge_view=skills_for_judge,
-        judge_rubric=POSTINGS_RUBRIC,
-        judge_calibration=calibrate_judge,
-        gold_items=skills_gold_items,
-        public_gold=SKILLSPAN_GOLD,
-        display=skills_display,
-        review_edits=SKILLS_EDITS,
+        quality=SKILLS_QUALITY,
         run_figures=skills_figures,
         preview_field="skills",
     )
@@ -514,13 +512,7 @@ POSTING_SKILLS_LLM = UseCase(
     input_limits={"description": 2500},
     postprocess=ground_skill_mentions,
     checks=SKILLS_CHECKS,
-    judge_view=skills_for_judge,
-    judge_rubric=POSTINGS_RUBRIC,
-    judge_calibration=calibrate_judge,
-    gold_items=skills_gold_items,
-    public_gold=SKILLSPAN_GOLD,
-    display=skills_display,
-    review_edits=SKILLS_EDITS,
+    quality=SKILLS_QUALITY,
     run_figures=skills_figures,
     preview_field="skills",  # a table in the UI: mention, kind, evidence, field, offsets
 )

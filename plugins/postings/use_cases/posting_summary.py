@@ -14,6 +14,7 @@ from typing import Any
 from domain.language.chat_prompts import ChatPrompt
 from domain.language.declaration import UseCase
 from domain.language.declaration_parts import OutputCheck
+from domain.language.quality_loop import QualityLoop
 from domain.quality.corrections import CorrectionContext, Edits, ReviewEdit
 from plugins.postings.quality import faithfulness, output_checks
 from plugins.postings.quality.judge_calibration import calibrate_judge
@@ -195,11 +196,13 @@ POSTING_SUMMARY = UseCase(
             blocking=True,
         ),
     ),
-    judge_view=summary_for_judge,
-    judge_rubric=POSTINGS_RUBRIC,
-    judge_calibration=calibrate_judge,
-    gold_items=summary_gold_items,
-    display=summary_for_judge,
-    quality_grade=summary_quality,
-    review_edits=(ReviewEdit((SUMMARY,), edit_summary),),
+    quality=QualityLoop(
+        display=summary_for_judge,
+        judge_view=summary_for_judge,
+        quality_grade=summary_quality,
+        judge_rubric=POSTINGS_RUBRIC,
+        judge_calibration=calibrate_judge,
+        gold_items=summary_gold_items,
+        review_edits=(ReviewEdit((SUMMARY,), edit_summary),),
+    ),
 )

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from domain.language.declaration import UseCase
 from domain.language.declaration_parts import OutputCheck, ScriptContext
+from domain.language.quality_loop import QualityLoop
 from domain.language.steps import Chain, LLMStep, Route, ScriptStep, StepContext
 from domain.quality.corrections import CorrectionContext, CorrectionError, Edits, ReviewEdit
 from plugins.postings.quality import output_checks
@@ -212,11 +213,13 @@ SKILL_ENTITIES = UseCase(
             output_checks.resolution_coverage,
         ),
     ),
-    gold_items=entities_gold_items,
     run_figures=resolution_figures,
     preview_field="entities",  # a table in the UI: mention, concept, confidence, stage
-    display=entities_display,
-    review_edits=(ReviewEdit((CONCEPT,), edit_concepts),),
+    quality=QualityLoop(
+        display=entities_display,
+        gold_items=entities_gold_items,
+        review_edits=(ReviewEdit((CONCEPT,), edit_concepts),),
+    ),
 )
 
 
