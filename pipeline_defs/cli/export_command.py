@@ -9,42 +9,22 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from sqlalchemy import func, select
-from sqlalchemy.orm import Session
-
-from appdb.database import session_scope
 from appdb.local_files import make_private_dirs
 from console.progress import add_progress_argument
 from console.terminal import EXIT_ERROR, EXIT_OK
-from domain.core import progress
 from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import build_use_cases
 from plugins.postings.store.enriched_export import (
     FORMATS,
-    ExportReport,
     NotARegularFileError,
+    export_enriched,
     refuse_unless_regular,
     schema_path_for,
-    write_tables,
 )
-from plugins.postings.store.enriched_postings import (
-    CONCEPTS_SCHEMA,
-    DEFAULT_CHUNK_SIZE,
-    ENRICHED_SCHEMA,
-    OUTPUT_PREFIXES,
-    ReadFilter,
-    iter_concept_tables,
-    iter_enriched_tables,
-)
-from plugins.postings.store.tables import Posting
-
-if TYPE_CHECKING:
-    import pyarrow as pa
+from plugins.postings.store.enriched_postings import DEFAULT_CHUNK_SIZE, OUTPUT_PREFIXES, ReadFilter
 
 EXIT_WRITE_FAILED = 1  # the database was read but the file could not be written
 
@@ -123,40 +103,3 @@ def cmd_export(settings: Settings, args: argparse.Namespace) -> int:
     what = "(posting, concept) rows" if args.concepts else "postings"
     print(f"wrote {report.rows} {what} to {report.path} ({args.file_format}); schema: {report.schema_path}")
     return EXIT_OK
-
-
-def export_enriched(
-    database_url: str,
-    path: Path,
-    read: ReadFilter | None = None,
-    file_format: str = "parquet",
-    concepts: bool = False,
-    chunk_size: int = DEFAULT_CHUNK_SIZE,
-) -> ExportReport:
-    """Stream the enriched postings (or their concepts) from the database into `path`, with progress
-    (`domain.core.progress`): postings written of all postings, or rows written when a filter or the
-    long table leaves the total unknown."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with session_scope(database_url) as session:
-        filtered = concepts or (read is not None and read.since is not None)
-        total = None if filtered or not progress.watched() else _posting_count(session)
-        unit = "concept rows" if concepts else "postings"
-        with progress.progress_task("export", total, unit) as task:
-            tables = (
-                iter_concept_tables(session, read, chunk_size=chunk_size)
-                if concepts
-                else iter_enriched_tables(session, read, chunk_size=chunk_size)
-            )
-            return write_tables(
-                _counted(tables, task), path, CONCEPTS_SCHEMA if concepts else ENRICHED_SCHEMA, file_format
-            )
-
-
-def _posting_count(session: Session) -> int:
-    return session.execute(select(func.count()).select_from(Posting)).scalar_one()
-
-
-def _counted(tables: Iterable[pa.Table], task: progress.ProgressTask) -> Iterator[pa.Table]:
-    for table in tables:
-        yield table
-        task.advance(table.num_rows)

@@ -124,9 +124,7 @@ def build_output_assets(use_case_names: Sequence[str]) -> list[AssetsDefinition]
             context.add_output_metadata(
                 {"latest_output_at": MetadataValue.timestamp(latest.replace(tzinfo=UTC))}
             )
-        from plugins.postings.store.enriched_postings import COLUMN_DESCRIPTIONS, ENRICHED_SCHEMA
-
-        return TableChunks(ENRICHED_SCHEMA, _enriched_chunks(app_db), COLUMN_DESCRIPTIONS)
+        return _enriched_table(app_db)
 
     @asset(
         group_name=OUTPUTS_GROUP,
@@ -188,11 +186,16 @@ def weekly_concept_demand(concepts: Any) -> Any:
     )
 
 
-def _enriched_chunks(app_db: AppDatabase) -> "Iterator[pa.Table]":
-    from plugins.postings.store.enriched_postings import iter_enriched_tables
+def _enriched_table(app_db: AppDatabase) -> TableChunks:
+    """The table `pipeline export` writes (`enriched_postings.enriched_table`, the one producer), read
+    in a session held while the IO manager writes its chunks."""
+    from plugins.postings.store.enriched_postings import COLUMN_DESCRIPTIONS, ENRICHED_SCHEMA, enriched_table
 
-    with app_db.session() as session:
-        yield from iter_enriched_tables(session, chunk_size=READ_CHUNK)
+    def chunks() -> "Iterator[pa.Table]":
+        with app_db.session() as session:
+            yield from enriched_table(session, chunk_size=READ_CHUNK).chunks
+
+    return TableChunks(ENRICHED_SCHEMA, chunks(), COLUMN_DESCRIPTIONS)
 
 
 def _concept_chunks(source: "pq.ParquetFile") -> "Iterator[pa.Table]":

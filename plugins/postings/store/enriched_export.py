@@ -1,6 +1,8 @@
 """Writing the enriched postings to a file, chunk by chunk: Parquet, CSV or JSONL, with the schema beside.
 
-The rows stream from `enriched_postings.iter_enriched_tables`, so memory stays bounded by one chunk.
+`export_enriched` is what `pipeline export` and the demo run. The rows stream from
+`enriched_postings.enriched_table` (the producer the `enriched_postings` asset writes too), so memory
+stays bounded by one chunk.
 The file is written under a temporary name and renamed when complete: a failed export leaves the
 previous file as it was, never a half-written one under the real name. Only a regular file (or a new
 one) is written: the rename would put a file in place of a device, a FIFO, a socket or a directory.
@@ -14,7 +16,7 @@ from __future__ import annotations
 import csv
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -22,9 +24,18 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from sqlalchemy import func, select
 
+from appdb.database import session_scope
 from appdb.local_files import not_a_regular_file
-from plugins.postings.store.enriched_postings import schema_document
+from domain.core import progress
+from plugins.postings.store.enriched_postings import (
+    DEFAULT_CHUNK_SIZE,
+    ReadFilter,
+    enriched_table,
+    schema_document,
+)
+from plugins.postings.store.tables import Posting
 
 FORMATS = ("parquet", "csv", "jsonl")
 
@@ -47,6 +58,35 @@ class ExportReport:
 def schema_path_for(path: Path) -> Path:
     """Where the schema of an export is written: beside it, `PATH.schema.json`."""
     return path.with_name(path.name + ".schema.json")
+
+
+def export_enriched(
+    database_url: str,
+    path: Path,
+    read: ReadFilter | None = None,
+    file_format: str = "parquet",
+    concepts: bool = False,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+) -> ExportReport:
+    """Stream the enriched postings (or their concepts) from the database into `path`, with progress
+    (`domain.core.progress`): postings written of all postings, or rows written when a filter or the
+    long table leaves the total unknown."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with session_scope(database_url) as session:
+        filtered = concepts or (read is not None and read.since is not None)
+        total = None
+        if not filtered and progress.watched():
+            total = session.execute(select(func.count()).select_from(Posting)).scalar_one()
+        unit = "concept rows" if concepts else "postings"
+        with progress.progress_task("export", total, unit) as task:
+            table = enriched_table(session, read, concepts=concepts, chunk_size=chunk_size)
+            return write_tables(_counted(table.chunks, task), path, table.schema, file_format)
+
+
+def _counted(tables: Iterable[pa.Table], task: progress.ProgressTask) -> Iterator[pa.Table]:
+    for table in tables:
+        yield table
+        task.advance(table.num_rows)
 
 
 def write_tables(

@@ -1,7 +1,8 @@
 """The enriched postings as a table: one row per posting with its summary, skills and concepts.
 
 This is the read side users build on (pandas, `pipeline export`, the `enriched_postings` asset, the
-`enriched_postings` SQL view): the posting's fields beside the current output of each enrichment use
+`enriched_postings` SQL view; `enriched_table` is what the asset and the export write, and a test holds
+the view to it): the posting's fields beside the current output of each enrichment use
 case, read from `outputs.value` (what `pipeline trace` shows), with each output's version, model and
 time. A posting without an output of a use case has nulls there, never a missing row.
 
@@ -177,6 +178,35 @@ def iter_enriched_tables(
         yield pa.Table.from_pylist([_row(posting, outputs) for posting in postings], schema=ENRICHED_SCHEMA)
         if len(postings) < chunk_size:
             return
+
+
+@dataclass(frozen=True)
+class EnrichedTable:
+    """The enriched postings (or their long concepts table) as Arrow chunks of one schema: what the
+    `enriched_postings` asset, `pipeline export` and the demo's export write, each to its file."""
+
+    schema: pa.Schema
+    chunks: Iterator[pa.Table]
+    descriptions: Mapping[str, str]
+
+
+def enriched_table(
+    session: Session,
+    read: ReadFilter | None = None,
+    *,
+    concepts: bool = False,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+) -> EnrichedTable:
+    """The one producer of the table: a row per posting (or, with `concepts`, per resolved mention),
+    `chunk_size` postings at a time. The `enriched_postings` SQL view is held to it by a test
+    (tests/integration/test_one_enriched_table.py)."""
+    if concepts:
+        return EnrichedTable(
+            CONCEPTS_SCHEMA, iter_concept_tables(session, read, chunk_size=chunk_size), COLUMN_DESCRIPTIONS
+        )
+    return EnrichedTable(
+        ENRICHED_SCHEMA, iter_enriched_tables(session, read, chunk_size=chunk_size), COLUMN_DESCRIPTIONS
+    )
 
 
 def iter_concept_tables(
