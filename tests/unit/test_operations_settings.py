@@ -50,7 +50,7 @@ def test_runs_on_a_model_server_hold_at_least_250_postings_unless_the_batch_size
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """On the daemon path a run's start (a new process) took a third of a 100-posting run's server time
-    (docs/performance.md); script use cases run 500 postings a run, their work being cheaper still."""
+    (docs/results-log.md); script use cases run 500 postings a run, their work being cheaper still."""
     monkeypatch.delenv("PIPELINE_BATCH_SIZE", raising=False)
     monkeypatch.setenv("PIPELINE_LLM_BACKEND", "embedded")
     declared = {item.use_case.name: item.batch_size for item in build_use_cases(Settings.from_env())}

@@ -1,6 +1,6 @@
 """Every run is a process that imports the code location (its definitions): pandas and pyarrow, which
 only the output assets' runs and the readers use, are not imported by it (~0.5 CPU s a process, five
-to eight processes per 1,000 postings on the daemon path; docs/performance.md)."""
+to eight processes per 1,000 postings on the daemon path; docs/results-log.md)."""
 
 from __future__ import annotations
 
