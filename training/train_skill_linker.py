@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 import tempfile
 import time
@@ -76,6 +77,7 @@ from plugins.postings.skills.concept_reranker import (
     FEATURES,
     QUERY_KINDS,
     AcceptanceModel,
+    ConceptProjection,
     LinkerModel,
     LogisticModel,
     acceptance_features,
@@ -122,6 +124,10 @@ MULTI_SKILL_SENTENCES = 2000  # SkillSpan train sentences whose spans are all re
 HELD_OUT_PERCENT = 25  # of the groups (concepts, postings, technologies), for selection and calibration
 L2_GRID = (1e-3, 1e-2, 1e-1)
 LISTWISE = False  # --listwise: the grid also fits listwise rerankers (with word features)
+# --projection NPZ: the concept projection (issue 62) every vector goes through, and its card (the .json
+# beside it: sources, held-out selection, the concepts it was trained on, which count as seen)
+PROJECTION: ConceptProjection | None = None
+PROJECTION_CARD: dict[str, Any] = {}
 # Queries of the sources whose concepts the trainer samples uniformly from ESCO weigh
 # (1 + prior count) ** exponent (mean 1 per source), so the fitted mix of concepts is closer to the one
 # postings ask for (an ESCO skill listed by 100 occupations is asked for more often than one listed by
@@ -553,6 +559,7 @@ def prepare(args: argparse.Namespace) -> tuple[SkillResolver, Data]:
     embeddings = RememberingEmbeddings(MiniLMEmbeddings(), args.cache / "skill-linker-queries-minilm.npz")
     started = time.perf_counter()
     resolver = build_resolver(root / ESCO_FILE, args.cache, embeddings)
+    resolver.projection = PROJECTION
     resolver.label_index()
     print(f"resolver and label index ready in {time.perf_counter() - started:.0f} s", flush=True)
     concepts = read_esco(root / ESCO_FILE)
@@ -641,6 +648,7 @@ def train_variant(
     positives = Counter(e.pair.source for e in fit if e.pair is not None and e.labels.any())
     trained_concepts = sorted(
         {uri for e in fit if e.pair is not None and e.labels.any() for uri in e.pair.gold}
+        | set(PROJECTION_CARD.get("trained_concepts", ()))
     )
     card = {
         "name": "skill linker reranker",
@@ -695,6 +703,9 @@ def train_variant(
         "trained_concepts": len(trained_concepts),
         "command": "python -m training.train_skill_linker",
     }
+    if PROJECTION is not None:
+        card["projection"] = {k: v for k, v in PROJECTION_CARD.items() if k != "trained_concepts"}
+        card["embedding_model"] += " + concept projection (training/train_linking_projection.py)"
     parts = (
         {
             label: [data.prior.parts[source].get(label, 0) for source in PRIOR_SOURCES]
@@ -734,6 +745,10 @@ SOURCE_CARD = {
 
 def write_model(model: LinkerModel, trained: list[str], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
+    if PROJECTION is not None:  # the matrix beside the JSON, named after it (the JSON names the file)
+        projection = dataclasses.replace(PROJECTION, name=f"{path.stem}.projection.npz")
+        projection.save(path.parent)
+        model = dataclasses.replace(model, projection=projection)
     path.write_text(model.to_json() + "\n", encoding="utf-8")
     print(f"written: {path} (threshold {model.threshold:.4f})", flush=True)
 
@@ -802,6 +817,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="the selection grid also holds rerankers fitted listwise (per query, conditional logit)",
     )
     parser.add_argument(
+        "--projection",
+        type=Path,
+        default=None,
+        help="a concept projection .npz (python -m training.train_linking_projection) applied to every "
+        "label and query vector; the model written refers to a copy beside it",
+    )
+    parser.add_argument(
         "--refit-acceptance",
         type=Path,
         default=None,
@@ -859,8 +881,12 @@ def refit_acceptance(args: argparse.Namespace, data: Data) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    global LISTWISE
+    global LISTWISE, PROJECTION, PROJECTION_CARD
     LISTWISE = args.listwise
+    if args.projection is not None:
+        PROJECTION = ConceptProjection.load(args.projection)
+        card_path = args.projection.with_suffix(".json")
+        PROJECTION_CARD = json.loads(card_path.read_text(encoding="utf-8")) if card_path.is_file() else {}
     started = time.process_time()
     try:
         _, data = prepare(args)

@@ -24,7 +24,7 @@ and of a prior count, licences, hyper-parameters, the held-out selection) ship a
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
@@ -608,6 +608,9 @@ class LinkerModel:
     trained_concepts: tuple[str, ...] = ()  # URIs of the concepts that were positives in training
     prior_parts: dict[str, list[int]] = field(default_factory=dict)  # label -> count per prior source
     prior_part_names: tuple[str, ...] = ()  # the sources, in `prior_parts` order
+    # A learned linear map (dimension x dimension) applied to every vector the linker compares, label
+    # and query alike (`ConceptProjection`); None: the encoder's vectors as they are.
+    projection: ConceptProjection | None = None
 
     def model(self, kind: str) -> Reranker:
         return self.models[kind]
@@ -651,6 +654,7 @@ class LinkerModel:
                     "sources": list(self.prior_part_names),
                     "counts": dict(sorted(self.prior_parts.items())),
                 },
+                "projection": self.projection.reference() if self.projection is not None else None,
             },
             indent=1,
         )
@@ -690,4 +694,43 @@ def _load_linker_model(path: Path) -> LinkerModel:
         raise FileNotFoundError(
             f"skill linker model not found: {path} (train it: python -m training.train_skill_linker)"
         )
-    return LinkerModel.from_json(path.read_text(encoding="utf-8"))
+    text = path.read_text(encoding="utf-8")
+    model = LinkerModel.from_json(text)
+    reference = json.loads(text).get("projection")
+    if not reference:
+        return model
+    return replace(model, projection=ConceptProjection.load(path.parent / reference["file"]))
+
+
+@dataclass(frozen=True)
+class ConceptProjection:
+    """A linear map over the frozen encoder's unit vectors, v -> unit(v @ matrix), trained contrastively so
+    a mention lands near the labels of the concept it names (`training/train_linking_projection.py`).
+
+    Applied to queries and labels alike, so a label still finds itself (cosine 1) and the label index is
+    built over projected label vectors: the encoder still runs once a posting (issue 61's shared
+    encoding), the projection is one matrix product per query and one per taxonomy load. `name` (the
+    .npz file next to the model JSON) is part of the label index's cache key through the vectors.
+    """
+
+    matrix: np.ndarray  # dimension x dimension, float32
+    name: str = "projection.npz"
+
+    def apply(self, vectors: np.ndarray) -> np.ndarray:
+        projected = np.asarray(vectors, np.float32) @ self.matrix
+        norms = np.linalg.norm(projected, axis=-1, keepdims=True)
+        return (projected / np.where(norms == 0, 1.0, norms)).astype(np.float32)
+
+    def reference(self) -> dict[str, Any]:
+        return {"file": self.name, "shape": list(self.matrix.shape)}
+
+    def save(self, folder: Path) -> Path:
+        """Stored as float16 (147k numbers, ~0.3 MB): the cosines it changes are far coarser."""
+        path = Path(folder) / self.name
+        np.savez_compressed(path, matrix=self.matrix.astype(np.float16))
+        return path
+
+    @classmethod
+    def load(cls, path: Path) -> ConceptProjection:
+        with np.load(path) as stored:
+            return cls(stored["matrix"].astype(np.float32), Path(path).name)

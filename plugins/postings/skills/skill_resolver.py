@@ -38,7 +38,7 @@ from sqlalchemy.orm import Session
 
 from domain.core.progress import progress_task
 from plugins.postings.skills.concept_index import LabelVectorIndex
-from plugins.postings.skills.concept_reranker import CandidateSignals, LinkerModel
+from plugins.postings.skills.concept_reranker import CandidateSignals, ConceptProjection, LinkerModel
 from plugins.postings.skills.embeddings import EmbeddingBackend
 from plugins.postings.skills.word_stems import content_stems
 from plugins.postings.store.taxonomy import normalize_label, read_taxonomy_labels
@@ -226,6 +226,9 @@ class SkillResolver:
         if linker is not None and embeddings is None:
             raise ValueError("the learned linker needs an embedding backend")
         self.linker = linker
+        # The linker's learned map over the encoder's vectors (labels and queries alike), if it has one;
+        # set before the label index is first built (it is built over projected vectors).
+        self.projection: ConceptProjection | None = linker.projection if linker is not None else None
         self.link_threshold = (
             link_threshold if link_threshold is not None else (linker.threshold if linker else 1.0)
         )
@@ -623,6 +626,8 @@ class SkillResolver:
             assert self.embeddings is not None
             if self._label_vectors is None:
                 self._label_vectors = self._embed_labels(self.embeddings)
+            if self.projection is not None:
+                self._label_vectors = self.projection.apply(self._label_vectors)
             self._index = LabelVectorIndex(self._label_vectors, cache_dir=self.vector_cache_dir)
             sums = np.add.reduceat(self._label_vectors[self._pair_labels], self._concept_starts, axis=0)
             self._concept_vectors = _unit_rows(sums)
@@ -667,7 +672,8 @@ class SkillResolver:
             fresh = dict(zip(missing, vectors, strict=True))
             self._query_vectors.update(fresh)
             found.update(fresh)
-        return np.stack([found[text] for text in texts])
+        stacked = np.stack([found[text] for text in texts])
+        return stacked if self.projection is None else self.projection.apply(stacked)
 
     def _resolve_part(self, text: str) -> Resolution:
         return (
@@ -750,9 +756,14 @@ class SkillResolver:
     def _semantic_scores(self, text: str) -> np.ndarray:
         """Cosine similarity of `text` to every distinct label (label vectors embedded once)."""
         assert self.embeddings is not None
-        if self._label_vectors is None:
-            self._label_vectors = self._embed_labels(self.embeddings)
-        query = embedding_matrix(self.embeddings, [text])[0]
+        if self.projection is not None:  # the label vectors are projected: compare like with like
+            self.label_index()
+            query = self._embed_queries([text])[0]
+        else:
+            if self._label_vectors is None:
+                self._label_vectors = self._embed_labels(self.embeddings)
+            query = embedding_matrix(self.embeddings, [text])[0]
+        assert self._label_vectors is not None
         return self._label_vectors @ query
 
     def _embed_labels(self, embeddings: EmbeddingBackend) -> np.ndarray:
