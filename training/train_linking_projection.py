@@ -193,7 +193,9 @@ def reranker_concepts(concepts, lookup, skillspan, alt_concepts: int) -> set[str
 
 def build_anchors(args: argparse.Namespace) -> tuple[Anchors, Anchors, dict[str, object], object]:
     root = data_dir(args.data_dir)
-    embeddings = RememberingEmbeddings(MiniLMEmbeddings(), args.cache / "skill-linker-queries-minilm.npz")
+    embeddings = RememberingEmbeddings(
+        MiniLMEmbeddings(), args.cache / "linking-projection-queries-minilm.npz"
+    )
     resolver = build_resolver(root / ESCO_FILE, args.cache, embeddings)
     assert resolver.embeddings is not None
     raw = resolver._embed_labels(resolver.embeddings)

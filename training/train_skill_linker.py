@@ -253,7 +253,11 @@ class Variant:
         }
 
     def columns(self) -> list[int]:
-        left_out = set(ADAPTER_COLUMNS) | ({PRIOR_COLUMN} if not self.use_prior else set())
+        # the projected cosine is a feature only when a projection is used as one (`--projection-use`)
+        projected = PROJECTION is not None and PROJECTION.use == "feature"
+        left_out = (set() if projected else set(ADAPTER_COLUMNS)) | (
+            {PRIOR_COLUMN} if not self.use_prior else set()
+        )
         left_out |= set(WORD_COLUMNS) if not self.word_features else set()
         return [i for i in range(len(FEATURES)) if i not in left_out]
 
@@ -824,6 +828,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "label and query vector; the model written refers to a copy beside it",
     )
     parser.add_argument(
+        "--projection-use",
+        choices=("space", "feature"),
+        default="space",
+        help="space: every label and query vector is projected (candidates too); feature: the vectors "
+        "stay as they are and the projected cosine is one more reranker feature (cos_adapted)",
+    )
+    parser.add_argument(
         "--refit-acceptance",
         type=Path,
         default=None,
@@ -884,7 +895,7 @@ def main(argv: list[str] | None = None) -> int:
     global LISTWISE, PROJECTION, PROJECTION_CARD
     LISTWISE = args.listwise
     if args.projection is not None:
-        PROJECTION = ConceptProjection.load(args.projection)
+        PROJECTION = dataclasses.replace(ConceptProjection.load(args.projection), use=args.projection_use)
         card_path = args.projection.with_suffix(".json")
         PROJECTION_CARD = json.loads(card_path.read_text(encoding="utf-8")) if card_path.is_file() else {}
     started = time.process_time()

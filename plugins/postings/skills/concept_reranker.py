@@ -699,7 +699,10 @@ def _load_linker_model(path: Path) -> LinkerModel:
     reference = json.loads(text).get("projection")
     if not reference:
         return model
-    return replace(model, projection=ConceptProjection.load(path.parent / reference["file"]))
+    projection = replace(
+        ConceptProjection.load(path.parent / reference["file"]), use=reference.get("use", "space")
+    )
+    return replace(model, projection=projection)
 
 
 @dataclass(frozen=True)
@@ -715,6 +718,10 @@ class ConceptProjection:
 
     matrix: np.ndarray  # dimension x dimension, float32
     name: str = "projection.npz"
+    # "space": every vector the linker compares is projected (the label index too); "feature": the
+    # encoder's vectors stay as they are and the projected cosine is one more reranker feature
+    # (`cos_adapted`), so candidates and every other feature are the unprojected ones
+    use: str = "space"
 
     def apply(self, vectors: np.ndarray) -> np.ndarray:
         projected = np.asarray(vectors, np.float32) @ self.matrix
@@ -722,7 +729,7 @@ class ConceptProjection:
         return (projected / np.where(norms == 0, 1.0, norms)).astype(np.float32)
 
     def reference(self) -> dict[str, Any]:
-        return {"file": self.name, "shape": list(self.matrix.shape)}
+        return {"file": self.name, "shape": list(self.matrix.shape), "use": self.use}
 
     def save(self, folder: Path) -> Path:
         """Stored as float16 (147k numbers, ~0.3 MB): the cosines it changes are far coarser."""

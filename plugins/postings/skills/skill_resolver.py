@@ -275,6 +275,7 @@ class SkillResolver:
         # Labels with their words sorted, once, so token_sort_ratio is a plain (fast) ratio per query.
         self._sorted_keys = [_sorted_tokens(key) for key in self._fuzzy_keys]
         self._label_vectors: np.ndarray | None = None
+        self._projected_label_vectors: np.ndarray | None = None
         self._label_ids = label_index  # normalized label -> label id
         self._concept_ends = np.append(self._concept_starts[1:], len(self._pair_labels))
         by_label = np.argsort(self._pair_labels, kind="stable")
@@ -522,11 +523,13 @@ class SkillResolver:
         tiers = np.array([tier_of.get(int(c), 0) for c in concepts], dtype=np.int8)
         stem_jaccard, stem_cover, head_match = self._word_overlap(normalized, labels, owner, len(concepts))
         adapter = self.linker.adapter if self.linker is not None else None
-        cos_adapted = (
-            cos_mention
-            if adapter is None
-            else _group_max(vectors[labels] @ adapter.apply(query), owner, len(concepts))
-        )
+        if self.projection is not None and self.projection.use == "feature":
+            projected = self._projected_labels()[labels] @ self.projection.apply(query[None])[0]
+            cos_adapted = _group_max(projected, owner, len(concepts))
+        elif adapter is not None:
+            cos_adapted = _group_max(vectors[labels] @ adapter.apply(query), owner, len(concepts))
+        else:
+            cos_adapted = cos_mention
         prior = self._concept_prior()[concepts]
         assert self._concept_vectors is not None
         centroids = self._concept_vectors[concepts]
@@ -626,7 +629,8 @@ class SkillResolver:
             assert self.embeddings is not None
             if self._label_vectors is None:
                 self._label_vectors = self._embed_labels(self.embeddings)
-            if self.projection is not None:
+            if self._projects_space():
+                assert self.projection is not None
                 self._label_vectors = self.projection.apply(self._label_vectors)
             self._index = LabelVectorIndex(self._label_vectors, cache_dir=self.vector_cache_dir)
             sums = np.add.reduceat(self._label_vectors[self._pair_labels], self._concept_starts, axis=0)
@@ -673,7 +677,17 @@ class SkillResolver:
             self._query_vectors.update(fresh)
             found.update(fresh)
         stacked = np.stack([found[text] for text in texts])
-        return stacked if self.projection is None else self.projection.apply(stacked)
+        return self.projection.apply(stacked) if self._projects_space() else stacked  # type: ignore[union-attr]
+
+    def _projects_space(self) -> bool:
+        return self.projection is not None and self.projection.use == "space"
+
+    def _projected_labels(self) -> np.ndarray:
+        """Every label vector through the projection, once (the "feature" use: `cos_adapted`)."""
+        if self._projected_label_vectors is None:
+            assert self.projection is not None and self._label_vectors is not None
+            self._projected_label_vectors = self.projection.apply(self._label_vectors)
+        return self._projected_label_vectors
 
     def _resolve_part(self, text: str) -> Resolution:
         return (
@@ -756,7 +770,7 @@ class SkillResolver:
     def _semantic_scores(self, text: str) -> np.ndarray:
         """Cosine similarity of `text` to every distinct label (label vectors embedded once)."""
         assert self.embeddings is not None
-        if self.projection is not None:  # the label vectors are projected: compare like with like
+        if self._projects_space():  # the label vectors are projected: compare like with like
             self.label_index()
             query = self._embed_queries([text])[0]
         else:
