@@ -602,3 +602,30 @@ def test_the_projection_trainer_learns_a_map_that_brings_mentions_to_their_conce
     identity = held_out_mrr(np.eye(dimension, dtype=np.float32), held, centroids)
     assert history[0]["held_out_mrr"] == pytest.approx(identity, abs=1e-4)
     assert held_out_mrr(matrix, held, centroids) > identity + 0.1
+
+
+@needs_minilm
+def test_a_projection_used_as_a_feature_leaves_candidates_to_the_encoders_own_vectors() -> None:
+    """With `use="feature"` the label vectors and queries stay unprojected (the same candidates as
+    without it) and only `cos_adapted` reads the projection; the model file says which use it has."""
+    labels, preferred = [], {}
+    for slug, label, alternatives in CONCEPTS:
+        preferred[URI + slug] = label
+        labels.append(TaxonomyLabelEntry(URI + slug, label, normalize_label(label), True))
+        labels += [TaxonomyLabelEntry(URI + slug, alt, normalize_label(alt), False) for alt in alternatives]
+    shipped = load_linker_model()
+    squash = np.eye(384, dtype=np.float32)
+    squash[:, :192] *= 0.1  # shrinks half the dimensions: cosines change
+    feature = dataclasses.replace(shipped, projection=ConceptProjection(squash, use="feature"))
+    assert json.loads(feature.to_json())["projection"]["use"] == "feature"
+    embeddings = MiniLMEmbeddings()
+    plain = SkillResolver(labels, preferred, embeddings=embeddings, linker=shipped)
+    featured = SkillResolver(labels, preferred, embeddings=embeddings, linker=feature)
+    text, context = "writing SQL queries", "You will be writing SQL queries against Postgres."
+    query, sentence = featured._embed_queries([text, context])
+    assert np.allclose(query, plain._embed_queries([text])[0])
+    signals, concepts, _ = featured.candidate_signals(text, query, sentence)
+    plain_signals, plain_concepts, _ = plain.candidate_signals(text, query, sentence)
+    assert np.array_equal(concepts, plain_concepts)
+    assert np.allclose(signals.cos_mention, plain_signals.cos_mention)
+    assert not np.allclose(signals.cos_adapted, signals.cos_mention)
