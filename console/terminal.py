@@ -26,6 +26,12 @@ EXIT_FAILED = 1  # the command ran and something failed (a run's work, a closed 
 EXIT_REJECTED = 1  # ingest: some rows were rejected (the good ones went in)
 EXIT_DIFFERENT = 1  # discover --expect: discovery differs from the expected work
 EXIT_ERROR = 2
+
+DETAILS = (
+    "the details: `pipeline events --kind error` (errors by class), `pipeline trace KEY --full` (the "
+    "prompt, the answer and the error), `pipeline failures` (parked ones)"
+)
+"""Where a failed piece of work is explained, for the line that says work failed."""
 SHOWN_KEYS = 20
 JSON_HELP = "print the result as JSON (for scripts): the same facts, nothing clipped"
 ERROR_CHARS = 100

@@ -1,8 +1,9 @@
-"""The plugins this project ships, and which of them (and so which use cases) a deployment declares.
+"""Which of the registered plugins (`registry.py`), and so which use cases, a deployment declares.
 
 PIPELINE_DOMAINS chooses the plugins (`postings` by default; `postings,autodo` adds autodo's assets,
 use cases, jobs and sensors); each plugin's settings choose its use cases (for postings the summary,
-skills and linking styles and the extras: `plugins/postings/use_cases/shipped.py`).
+skills and linking styles and the extras: `plugins/postings/use_cases/shipped.py`). Nothing here names
+a plugin.
 """
 
 from __future__ import annotations
@@ -14,26 +15,37 @@ from domain.core.plugins import DomainPlugin
 from domain.language.declaration import UseCase
 from domain.language.subject_kinds import SubjectKind
 from domain.language.work_specs import work_spec
+from domain.quality.corrections import EditOption
 from pipeline_defs.model_choice import choose_models
+from pipeline_defs.registry import registered_plugins
 from pipeline_defs.settings import Settings
-from plugins.autodo.plugin import AUTODO_PLUGIN
-from plugins.postings.plugin import POSTINGS_PLUGIN
-from plugins.postings.use_cases.review_options import POSTINGS_REVIEW_OPTIONS
-
-PLUGINS: dict[str, DomainPlugin] = {plugin.name: plugin for plugin in (POSTINGS_PLUGIN, AUTODO_PLUGIN)}
-REVIEW_OPTIONS = POSTINGS_REVIEW_OPTIONS  # the options of `pipeline review correct` the plugins take
 
 
 def declared_plugins(settings: Settings) -> list[DomainPlugin]:
-    unknown = [name for name in settings.domains if name not in PLUGINS]
+    plugins = registered_plugins()
+    unknown = [name for name in settings.domains if name not in plugins]
     if unknown:
-        raise ValueError(f"PIPELINE_DOMAINS: no domain {unknown[0]!r} (choices: {', '.join(PLUGINS)})")
-    return [PLUGINS[name] for name in dict.fromkeys(settings.domains)]
+        raise ValueError(f"PIPELINE_DOMAINS: no domain {unknown[0]!r} (choices: {', '.join(plugins)})")
+    return [plugins[name] for name in dict.fromkeys(settings.domains)]
 
 
 def plugin_settings(settings: Settings, plugin: DomainPlugin) -> object:
     """A plugin's section of the settings (None for a plugin without one)."""
-    return getattr(settings, plugin.name, None)
+    return settings.section(plugin.name)
+
+
+def review_options() -> tuple[EditOption, ...]:
+    """The corrections `pipeline review correct` takes: every registered plugin's, each name once."""
+    options: dict[str, EditOption] = {}
+    for plugin in registered_plugins().values():
+        for option in plugin.review_options:
+            options.setdefault(option.name, option)
+    return tuple(options.values())
+
+
+def reference_jobs(settings: Settings) -> list[str]:
+    """The declared plugins' reference-data jobs, which `pipeline run` materializes before any use case."""
+    return [job for plugin in declared_plugins(settings) for job in plugin.reference_jobs]
 
 
 def declared_use_cases(settings: Settings) -> tuple[UseCase, ...]:

@@ -45,8 +45,7 @@ from domain.core.configuration import (
     whole_number,
 )
 from domain.language.chat_prompts import PROMPT_STYLES
-from plugins.autodo.autodo_settings import AutodoSettings
-from plugins.postings.postings_settings import PostingsSettings
+from pipeline_defs.registry import registered_plugins
 from resources.llm_hosts import LLMHost, parse_hosts
 from resources.run_heartbeat import DEFAULT_HEARTBEAT_SECONDS
 
@@ -166,7 +165,8 @@ def _prices(value: str) -> tuple[tuple[str, float, float], ...]:
 
 @dataclass(frozen=True)
 class Settings:
-    """The core settings, and each plugin's section (`postings`, `autodo`)."""
+    """The core settings, and each registered plugin's section (`settings.section(name)`, or
+    `settings.<name>`), declared by the plugin (`DomainPlugin.settings`)."""
 
     data_home: Path = setting(
         "XDG_DATA_HOME",
@@ -538,9 +538,21 @@ class Settings:
         Derived(lambda v: Path.home() / ".cache", "`~/.cache`"),
         parse=_path,
     )
-    postings: PostingsSettings = field(default_factory=PostingsSettings)
-    autodo: AutodoSettings = field(default_factory=AutodoSettings)
+    sections: Mapping[str, Any] = field(default_factory=lambda: _default_sections(), hash=False)
     origins: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    def section(self, name: str) -> Any:
+        """A plugin's section of the settings (None for a plugin without one)."""
+        return self.sections.get(name)
+
+    def __getattr__(self, name: str) -> Any:
+        """`settings.postings`: a registered plugin's section by its name."""
+        if name.startswith("_") or name == "sections":
+            raise AttributeError(name)
+        sections = self.__dict__.get("sections", {})
+        if name in sections:
+            return sections[name]
+        raise AttributeError(f"{type(self).__name__!r} has no setting or plugin section {name!r}")
 
     @property
     def server_backend(self) -> bool:
@@ -558,15 +570,19 @@ class Settings:
     def changed(self, **changes: Any) -> Settings:
         """These settings with some values changed, the core's or a plugin section's, by name."""
         core = {name for name, _ in declared_settings(Settings)} | {"origins"}
-        sections = {}
-        for section_name, section in PLUGIN_SECTIONS.items():
+        sections = dict(self.sections)
+        touched: set[str] = set()
+        for section_name, section in plugin_sections().items():
             own = {name: changes[name] for name, _ in declared_settings(section) if name in changes}
             if own:
-                sections[section_name] = replace(getattr(self, section_name), **own)
-        unknown = set(changes) - core - {name for own in sections.values() for name in own.__dict__}
+                sections[section_name] = replace(self.sections[section_name], **own)
+                touched |= set(own)
+        unknown = set(changes) - core - touched
         if unknown:
             raise TypeError(f"no setting {sorted(unknown)[0]!r}")
-        return replace(self, **{name: value for name, value in changes.items() if name in core}, **sections)
+        return replace(
+            self, **{name: value for name, value in changes.items() if name in core}, sections=sections
+        )
 
     def origin(self, name: str) -> str:
         """Where a setting's value came from: `environment PIPELINE_X`, `pipeline.toml`, or `default`."""
@@ -596,8 +612,14 @@ class Settings:
         return read_settings(os.environ if environ is None else environ)
 
 
-PLUGIN_SECTIONS: dict[str, type] = {"postings": PostingsSettings, "autodo": AutodoSettings}
-"""Each plugin's section: its name is the plugin's, the `Settings` field and the config file's table."""
+def plugin_sections() -> dict[str, type]:
+    """Each registered plugin's section, as it declares it (`DomainPlugin.settings`): its name is the
+    plugin's, `settings.<name>` and the config file's table."""
+    return {name: plugin.settings for name, plugin in registered_plugins().items() if plugin.settings}
+
+
+def _default_sections() -> dict[str, Any]:
+    return {name: section() for name, section in plugin_sections().items()}
 
 
 class SettingsError(ValueError):
@@ -629,13 +651,13 @@ def read_settings(environ: Mapping[str, str]) -> Settings:
     origins: dict[str, str] = {}
     core = _read_section(Settings, environ, table, path, "", values, origins)
     sections = {}
-    for name, section in PLUGIN_SECTIONS.items():
+    for name, section in plugin_sections().items():
         own = table.get(name, {})
         if not isinstance(own, dict):
             raise SettingsError(f"{path}: [{name}] must be a table of settings")
         sections[name] = section(**_read_section(section, environ, own, path, f"{name}.", values, origins))
     _refuse_unknown_keys(table, path)
-    settings = Settings(**core, **sections, origins=origins)
+    settings = Settings(**core, sections=sections, origins=origins)
     remember_environment(environ)
     configure_sqlite(settings.sqlite_busy_timeout, settings.sqlite_lock_wait)
     return settings
@@ -725,12 +747,13 @@ def json_text(value: Mapping[str, Any]) -> str:
 
 
 def _refuse_unknown_keys(table: Mapping[str, Any], path: Path | None) -> None:
-    known = {name for name, _ in declared_settings(Settings)} | set(PLUGIN_SECTIONS)
+    sections = plugin_sections()
+    known = {name for name, _ in declared_settings(Settings)} | set(sections)
     for key, value in table.items():
         if key not in known:
             raise SettingsError(f"{path}: unknown setting {key!r} (known: {', '.join(sorted(known))})")
-        if key in PLUGIN_SECTIONS:
-            own = {name for name, _ in declared_settings(PLUGIN_SECTIONS[key])}
+        if key in sections:
+            own = {name for name, _ in declared_settings(sections[key])}
             unknown = sorted(set(value) - own)
             if unknown:
                 raise SettingsError(
@@ -764,7 +787,7 @@ def settings_markdown() -> str:
         ("Core", Settings, ""),
         *(
             (f"Plugin `{name}` (`[{name}]` in the config file)", cls, f"{name}.")
-            for name, cls in PLUGIN_SECTIONS.items()
+            for name, cls in plugin_sections().items()
         ),
     ):
         lines += [f"### {title}", "", "| variable | config key | default | meaning |", "|---|---|---|---|"]

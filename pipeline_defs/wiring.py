@@ -12,7 +12,7 @@ from dagster import EnvVar
 from appdb.redaction import redact
 from assets.factory import UseCaseDefinitions, build_use_case
 from domain.language.declaration import UseCase
-from pipeline_defs.catalog import leased_use_cases, with_lease
+from pipeline_defs.catalog import declared_plugins, leased_use_cases, plugin_settings, with_lease
 from pipeline_defs.executors import step_tags
 from pipeline_defs.model_choice import judge_choice
 from pipeline_defs.settings import DEFAULT_OLLAMA_HOST, Settings
@@ -154,7 +154,14 @@ def build_gym_resource(settings: Settings) -> GymResource:
         calibrate_judge=settings.judge_calibration,
         rubric_path=settings.judge_rubric_path,
         review_below=settings.review_below,
-        public_gold_paths={"posting_skills": settings.postings.gold_skillspan_path}
-        if settings.postings.gold_skillspan_path
-        else {},
+        public_gold_paths=public_gold_paths(settings),
     )
+
+
+def public_gold_paths(settings: Settings) -> dict[str, str]:
+    """The declared plugins' public gold sets, use case -> file (the gym evaluates against them)."""
+    paths: dict[str, str] = {}
+    for plugin in declared_plugins(settings):
+        if plugin.gold_paths is not None:
+            paths.update(plugin.gold_paths(plugin_settings(settings, plugin)))
+    return paths

@@ -13,7 +13,7 @@ from console.terminal import EXIT_OK, EXIT_REJECTED, table
 from domain.core.configuration import declared_settings
 from pipeline_defs.catalog import declared_use_cases
 from pipeline_defs.model_choice import JUDGE, choices, judge_choice
-from pipeline_defs.settings import PLUGIN_SECTIONS, Settings
+from pipeline_defs.settings import Settings, plugin_sections
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -44,7 +44,7 @@ def shown(value: object, secret: bool) -> str:
 def effective(settings: Settings) -> list[dict[str, str]]:
     rows = []
     sections = [("", Settings, settings)] + [
-        (f"{name}.", section, getattr(settings, name)) for name, section in PLUGIN_SECTIONS.items()
+        (f"{name}.", section, settings.section(name)) for name, section in plugin_sections().items()
     ]
     for prefix, section, values in sections:
         for name, declared in declared_settings(section):

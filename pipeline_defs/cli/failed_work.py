@@ -17,10 +17,6 @@ from console.terminal import clip, safe_text
 
 ERROR_WIDTH = 160
 KEYS_SHOWN = 5
-DETAILS = (
-    "the details: `pipeline events --kind error` (errors by class), `pipeline trace KEY --full` (the "
-    "prompt, the answer and the error), `pipeline failures` (parked ones)"
-)
 
 
 def error_head(error: str) -> str:

@@ -75,12 +75,34 @@ def single_use_case_groups(groups: Sequence[WorkGroup], names: Sequence[str]) ->
 
 
 def load_reference_data(
-    defs: Definitions, instance: DagsterInstance, source: str = "cli", blips: DatabaseBlips | None = None
+    defs: Definitions,
+    instance: DagsterInstance,
+    jobs: Sequence[str],
+    source: str = "cli",
+    blips: DatabaseBlips | None = None,
 ) -> bool:
-    """Materialize the skills taxonomy (a no-op when the file is unchanged); True when it succeeded.
-    With `blips`, a load that failed on the database's connection is tried again once it answers."""
+    """Run these reference-data jobs (the declared plugins', `catalog.reference_jobs`: postings' taxonomy,
+    a no-op when its file is unchanged), in order; True when all of them succeeded. With `blips`, a
+    load that failed on the database's connection is tried again once it answers."""
+    return not failed_reference_jobs(defs, instance, jobs, source, blips)
+
+
+def failed_reference_jobs(
+    defs: Definitions,
+    instance: DagsterInstance,
+    jobs: Sequence[str],
+    source: str = "cli",
+    blips: DatabaseBlips | None = None,
+) -> list[str]:
+    """`load_reference_data`, with the names of the jobs that failed."""
+    return [job for job in jobs if not _load(defs, instance, job, source, blips)]
+
+
+def _load(
+    defs: Definitions, instance: DagsterInstance, job: str, source: str, blips: DatabaseBlips | None
+) -> bool:
     while True:
-        result = defs.resolve_job_def("skills_taxonomy_job").execute_in_process(
+        result = defs.resolve_job_def(job).execute_in_process(
             instance=instance,
             tags={SOURCE_TAG: source},
             run_config=QUIET_LOGS,

@@ -57,12 +57,14 @@ DISTRIBUTION = "posting-enrichment"
 
 
 class Command(NamedTuple):
-    module: str  # in pipeline_defs.cli: imported only when its command runs
+    module: str  # in pipeline_defs.cli (or a plugin's full module name): imported only when it runs
     help: str  # what `pipeline --help` lists (the module registers the same text; a test keeps them equal)
+    plugin: str = ""  # the plugin whose command it is: its handler takes a `CommandContext`
 
 
-# Every command, in the order `pipeline --help` lists them. `pipeline --help` imports none of the
-# modules; `pipeline status` imports state_commands alone (tests/unit/test_cli_startup.py).
+# The generic commands, in the order `pipeline --help` lists them, then each plugin's (`all_commands`).
+# `pipeline --help` imports none of the modules; `pipeline status` imports state_commands alone
+# (tests/unit/test_cli_startup.py).
 COMMANDS: dict[str, Command] = {
     "migrate": Command(
         "setup_commands", "create or upgrade the application database; create the Dagster home"
@@ -83,9 +85,7 @@ COMMANDS: dict[str, Command] = {
         "worker_command",
         "a Celery worker for the batch runs' steps (PIPELINE_EXECUTOR=celery), on the queues named",
     ),
-    "ingest": Command("ingest_command", "load postings from JSONL or CSV files"),
     "run": Command("run_commands", "process all pending work now"),
-    "demo": Command("run_commands", "ingest the demo postings and summarize them with the embedded model"),
     "status": Command("state_commands", "per use case: subjects with a current output, pending, failed"),
     "failures": Command("state_commands", "list parked items (failed too often) and their last error"),
     "retry": Command("state_commands", "re-queue parked items with a fresh set of attempts"),
@@ -109,11 +109,23 @@ COMMANDS: dict[str, Command] = {
     "events": Command(
         "events_command", "the event log: discovery counts, pauses and resumes, errors by class, cost per run"
     ),
-    "export": Command(
-        "export_command", "write the enriched postings (summary, skills, concepts) to Parquet, CSV or JSONL"
-    ),
-    "autodo": Command("autodo_commands", "TODO files and code comments as work items"),
 }
+
+
+def all_commands() -> dict[str, Command]:
+    """The generic commands, then each registered plugin's (from its light `commands` declaration)."""
+    from pipeline_defs.registry import registered_commands
+
+    commands = dict(COMMANDS)
+    for name, (plugin, declared) in registered_commands().items():
+        if name in commands:
+            raise ValueError(f"plugin {plugin}: `pipeline {name}` is a command of the CLI already")
+        commands[name] = Command(declared.module, declared.help, plugin)
+    return commands
+
+
+def module_name(command: Command) -> str:
+    return command.module if command.plugin else f"pipeline_defs.cli.{command.module}"
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
@@ -132,27 +144,32 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action=VersionAction, help="show the installed version and exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    chosen = chosen_command(argv)
+    every = all_commands()
+    chosen = chosen_command(argv, every)
     registered: set[str] = set()
-    for name, command in COMMANDS.items():
+    for name, command in every.items():
         if name in registered:
             continue
         if argv is None or command.module == chosen:
             before = set(commands.choices)
-            import_module(f"pipeline_defs.cli.{command.module}").register(commands)
-            registered |= set(commands.choices) - before
+            import_module(module_name(command)).register(commands)
+            added = set(commands.choices) - before
+            registered |= added
+            if command.plugin:  # its handler takes the plugin's `CommandContext`
+                for added_name in added:
+                    commands.choices[added_name].set_defaults(plugin=command.plugin)
         else:
             commands.add_parser(name, help=command.help)
             registered.add(name)
     return parser
 
 
-def chosen_command(argv: Sequence[str] | None) -> str | None:
+def chosen_command(argv: Sequence[str] | None, commands: dict[str, Command]) -> str | None:
     """The module of the command `argv` runs: the first word that is not an option (no option of
     `pipeline` itself takes a value). None for `pipeline --help`, `--version` or an unknown command."""
     for word in argv or ():
         if not word.startswith("-"):
-            return COMMANDS[word].module if word in COMMANDS else None
+            return commands[word].module if word in commands else None
     return None
 
 
@@ -245,6 +262,11 @@ def _run_command(argv: list[str] | None) -> int:
     # Dagster's warnings about its own APIs are for Dagster users; `--verbose` (run, demo, ui, ...) shows them
     show_dagster_warnings = hide_dagster_warnings() if not getattr(args, "verbose", False) else None
     try:
+        plugin = getattr(args, "plugin", "")
+        if plugin:
+            from pipeline_defs.cli.plugin_context import EntryContext
+
+            return args.handler(EntryContext(settings, plugin), args)
         return args.handler(settings, args)
     except DeclarationError as exc:  # a setting naming no use case, style or backend: found at build
         print(f"error: {exc}", file=sys.stderr)

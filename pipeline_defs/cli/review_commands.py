@@ -29,7 +29,7 @@ from console.terminal import EXIT_ERROR, JSON_HELP, clip, one_line, print_json, 
 from domain.language.declaration import display_output
 from domain.quality.corrections import CorrectionError, Edits
 from domain.quality.review_actions import accept, correct, reject
-from pipeline_defs.catalog import REVIEW_OPTIONS, declared_kinds, find_subject, leased_use_cases
+from pipeline_defs.catalog import declared_kinds, find_subject, leased_use_cases, review_options
 from pipeline_defs.settings import Settings
 
 STATUSES = ("open", "accepted", "rejected", "corrected", "all")
@@ -56,7 +56,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         verdict.add_argument("--note", help="why (kept with the verdict)")
     correct = actions.add_parser("correct", help="give the right value: it joins the corpus and is delivered")
     correct.add_argument("item_id", type=row_id, metavar="ID")
-    for option in REVIEW_OPTIONS:  # the corrections the plugins' use cases take
+    for option in review_options():  # the corrections the plugins' use cases take
         correct.add_argument(
             option.flag,
             dest=f"edit_{option.name}",
@@ -96,7 +96,7 @@ def cmd_review(settings: Settings, args: argparse.Namespace) -> int:
                 verdict = reject(session, args.item_id, args.note)
             else:
                 edits = Edits(
-                    {option.name: getattr(args, f"edit_{option.name}") for option in REVIEW_OPTIONS}
+                    {option.name: getattr(args, f"edit_{option.name}") for option in review_options()}
                 )
                 verdict = correct(session, args.item_id, registry, edits, args.note)
     except (review.ReviewError, CorrectionError) as exc:

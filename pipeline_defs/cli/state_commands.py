@@ -10,6 +10,7 @@ from appdb.database import session_scope
 from appdb.models import utcnow
 from appdb.redaction import redact
 from console.terminal import (
+    DETAILS,
     ERROR_CHARS,
     JSON_HELP,
     clip,
@@ -19,7 +20,7 @@ from console.terminal import (
     table,
     when,
 )
-from pipeline_defs.cli.failed_work import DETAILS, describe_failures, error_head, error_lines
+from pipeline_defs.cli.failed_work import describe_failures, error_head, error_lines
 from pipeline_defs.settings import Settings, export_for_dagster
 
 if TYPE_CHECKING:

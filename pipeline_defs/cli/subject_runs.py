@@ -1,7 +1,7 @@
-"""`pipeline autodo scope ID...` and `scope --all-new`: the autodo use cases (`autodo_context`, then
-`autodo_scope`) run on the core like any other: the same jobs, claims, traces and checks, in this
-process on the project's Dagster instance (source `cli`). In the UI the same is a backfill of the
-`autodo_scope` asset over its partitions (with PIPELINE_DOMAINS=postings,autodo)."""
+"""A plugin's use cases run in this process on some of its subjects, or on all of them pending (what
+`pipeline autodo scope ID...` and `scope --all-new` ask for): the same jobs, claims, traces and checks
+as the sensors' runs, on the project's Dagster instance (source `cli`). In the UI the same is a
+backfill of the use case's asset over its partitions."""
 
 from __future__ import annotations
 
@@ -15,49 +15,57 @@ from assets.partitions import add_partitions
 from assets.run_tags import SOURCE_TAG, partition_range_tags
 from pipeline_defs.cli.in_process_runs import QUIET_LOGS, run_pending
 from pipeline_defs.definitions import build_definitions
+from pipeline_defs.registry import registered_plugins
 from pipeline_defs.runtime.dagster_home import ensure_dagster_home
 from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import build_use_cases
-from plugins.autodo.autodo_kind import KIND
 from resources.app_database import AppDatabase
 from resources.llm import LLMResource
 
 
-def autodo_settings(settings: Settings) -> Settings:
-    """The settings with the autodo plugin in (whatever PIPELINE_DOMAINS says)."""
-    domains = settings.domains if "autodo" in settings.domains else (*settings.domains, "autodo")
+def with_plugin(settings: Settings, plugin: str) -> Settings:
+    """The settings with this plugin declared (whatever PIPELINE_DOMAINS says)."""
+    domains = settings.domains if plugin in settings.domains else (*settings.domains, plugin)
     return replace(settings, domains=domains)
 
 
-def scope_items(
+def run_subjects(
     settings: Settings,
+    plugin: str,
     keys: Sequence[str] | None,
     *,
     llm: LLMResource | None = None,
     instance: DagsterInstance | None = None,
     verbose: bool = False,
 ) -> tuple[list[str], list[str]]:
-    """Scope these items (None: every item without a current scope); (run ids, failed run ids)."""
-    settings = autodo_settings(settings)
+    """Run the plugin's use cases on these subjects (None: every one pending), upstream first;
+    (run ids, failed run ids)."""
+    settings = with_plugin(settings, plugin)
+    kind = registered_plugins()[plugin].kind.name
     if instance is None:
         ensure_dagster_home(settings)
         instance = DagsterInstance.get()
-    autodo_use_cases = [uc for uc in build_use_cases(settings) if uc.use_case.subject_kind == KIND]
-    groups = build_work_groups(autodo_use_cases)
-    defs = build_definitions(settings, built=autodo_use_cases, groups=groups, llm=llm)
+    own_use_cases = [uc for uc in build_use_cases(settings) if uc.use_case.subject_kind == kind]
+    groups = build_work_groups(own_use_cases)
+    defs = build_definitions(settings, built=own_use_cases, groups=groups, llm=llm)
     if keys is None:
         reports = run_pending(defs, groups, instance, AppDatabase(url=settings.database_url), verbose=verbose)
         return [r for rep in reports for r in rep.runs], [r for rep in reports for r in rep.failed_runs]
-    return _run_for_keys(defs, groups, instance, keys, verbose)
+    return _run_for_keys(defs, groups, instance, kind, keys, verbose)
 
 
 def _run_for_keys(
-    defs, groups: Sequence[WorkGroup], instance: DagsterInstance, keys: Sequence[str], verbose: bool
+    defs,
+    groups: Sequence[WorkGroup],
+    instance: DagsterInstance,
+    kind: str,
+    keys: Sequence[str],
+    verbose: bool,
 ):  # noqa: ANN001, ANN202
-    known = set(instance.get_dynamic_partitions(KIND))
-    add_partitions(instance, KIND, [key for key in keys if key not in known])
+    known = set(instance.get_dynamic_partitions(kind))
+    add_partitions(instance, kind, [key for key in keys if key not in known])
     runs, failed = [], []
-    for group in groups:  # upstream first: the context, then the scope
+    for group in groups:  # upstream first
         job = defs.resolve_job_def(group.job.name)
         for key in keys:
             result = job.execute_in_process(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from appdb.database import session_scope
 from console.terminal import EXIT_ERROR
-from pipeline_defs.catalog import PLUGINS, declared_work
+from pipeline_defs.catalog import declared_work
 from pipeline_defs.cli.trace_report import (
     SubjectNotFound,
     render_markdown,
@@ -18,6 +18,7 @@ from pipeline_defs.cli.trace_report import (
     trace_blocks,
     trace_summary,
 )
+from pipeline_defs.registry import registered_plugins
 from pipeline_defs.settings import Settings
 
 
@@ -50,9 +51,10 @@ def cmd_trace(settings: Settings, args: argparse.Namespace) -> int:
         print(f"error: cannot write the markdown report to {args.markdown}: {problem}", file=sys.stderr)
         return EXIT_ERROR
     # every plugin's use cases: the trace shows those of the key's kind (a posting's, an autodo item's)
-    every_plugin = replace(settings, domains=tuple(PLUGINS))
+    plugins = registered_plugins()
+    every_plugin = replace(settings, domains=tuple(plugins))
     specs = [item.spec for item in declared_work(every_plugin)]
-    kinds = [plugin.kind for plugin in PLUGINS.values()]
+    kinds = [plugin.kind for plugin in plugins.values()]
     try:
         with session_scope(settings.database_url) as session:
             full = args.full or args.markdown

@@ -2,5 +2,5 @@
 
 Framework-free: `scanner` reads files, `identity` matches what it read to stored items, `planning`
 picks, orders and checks dependencies; the statements are in `plugins/autodo/autodo_store.py`, the commands in
-`pipeline_defs/cli/autodo_commands.py`, the plugin (subject kind, scope use case) in `plugin.py`.
+`commands/`, the plugin (subject kind, scope use case) in `plugin.py`.
 """

@@ -9,6 +9,7 @@ from domain.core.plugins import DomainPlugin, PluginContext
 from plugins.autodo.autodo_kind import AUTODO
 from plugins.autodo.autodo_settings import AutodoSettings
 from plugins.autodo.autodo_use_cases import AUTODO_SCOPE, AUTODO_USE_CASES
+from plugins.autodo.commands import COMMANDS
 
 if TYPE_CHECKING:  # Dagster is imported when the code location is built, not for a light command
     from dagster import Definitions
@@ -28,11 +29,13 @@ def _use_cases(settings: Any) -> tuple:
     return AUTODO_USE_CASES
 
 
-AUTODO_PLUGIN = DomainPlugin(
+PLUGIN = DomainPlugin(
     kind=AUTODO,
     description=DESCRIPTION,
     use_cases=_use_cases,
     definitions=autodo_definitions,
     settings=AutodoSettings,
     default_model=AUTODO_SCOPE.model,
+    commands=COMMANDS,
 )
+AUTODO_PLUGIN = PLUGIN

@@ -7,9 +7,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from domain.core.plugins import DomainPlugin, PluginContext
+from plugins.postings.commands import COMMANDS
 from plugins.postings.postings_settings import PostingsSettings
 from plugins.postings.store.postings_kind import POSTINGS
 from plugins.postings.use_cases.posting_skills import MODEL
+from plugins.postings.use_cases.review_options import POSTINGS_REVIEW_OPTIONS
 from plugins.postings.use_cases.shipped import posting_use_cases
 
 if TYPE_CHECKING:  # Dagster is imported when the code location is built, not for a light command
@@ -60,11 +62,21 @@ def postings_definitions(context: PluginContext) -> Definitions:
     )
 
 
-POSTINGS_PLUGIN = DomainPlugin(
+def gold_paths(settings: PostingsSettings) -> dict[str, str]:
+    """The public gold sets the gym evaluates against: SkillSpan's for the skills, when configured."""
+    return {"posting_skills": settings.gold_skillspan_path} if settings.gold_skillspan_path else {}
+
+
+PLUGIN = DomainPlugin(
     kind=POSTINGS,
     description="Job postings, ingested from JSONL or CSV (`pipeline ingest`).",
     use_cases=posting_use_cases,
     definitions=postings_definitions,
     settings=PostingsSettings,
     default_model=MODEL,
+    commands=COMMANDS,
+    reference_jobs=("skills_taxonomy_job",),  # the taxonomy, before skill_entities runs
+    review_options=POSTINGS_REVIEW_OPTIONS,
+    gold_paths=gold_paths,
 )
+POSTINGS_PLUGIN = PLUGIN

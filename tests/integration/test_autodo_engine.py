@@ -21,9 +21,9 @@ from domain.language.declaration import UseCase
 from domain.language.declaration_parts import DeclarationError
 from domain.language.llm_types import Generation
 from domain.language.steps import Chain, LLMStep, Route
-from pipeline_defs.cli.autodo_scope import scope_items
 from pipeline_defs.cli.in_process_runs import run_pending
 from pipeline_defs.cli.main import main
+from pipeline_defs.cli.subject_runs import run_subjects
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import build_use_cases
@@ -98,7 +98,7 @@ def test_without_the_postings_plugin_the_engine_runs_autodo_items_to_done(
     assert len(result.run_requests) == 1
     assert len(dagster_instance.get_dynamic_partitions("autodo")) == 9
 
-    runs, failed = scope_items(settings, None, llm=FakeScoper(), instance=dagster_instance)
+    runs, failed = run_subjects(settings, "autodo", None, llm=FakeScoper(), instance=dagster_instance)
     assert len(runs) == 2 and len(failed) == 0  # one run per group; the bad answer is an item error
     with session_scope(app_db_url) as session:
         items = store.stored_items(session)
@@ -132,7 +132,7 @@ def test_an_edited_item_is_stale_and_rescoped(
     app_db_url: str, scanned: Path, dagster_instance: DagsterInstance
 ) -> None:
     settings = autodo_only(app_db_url)
-    scope_items(settings, None, llm=FakeScoper(), instance=dagster_instance)
+    run_subjects(settings, "autodo", None, llm=FakeScoper(), instance=dagster_instance)
     roadmap = scanned / "docs" / "ROADMAP.md"
     roadmap.write_text(
         roadmap.read_text().replace("Pace the remote Ollama hosts", "Pace remote Ollama hosts")
@@ -141,7 +141,7 @@ def test_an_edited_item_is_stale_and_rescoped(
         service.scan(session, [roadmap], scanned)
         context_spec = build_use_cases(settings)[0].spec
         assert discovery.find_pending_work(session, context_spec) == ["WI-042"]  # its content changed
-    scope_items(settings, ["WI-042"], llm=FakeScoper(), instance=dagster_instance)
+    run_subjects(settings, "autodo", ["WI-042"], llm=FakeScoper(), instance=dagster_instance)
     with session_scope(app_db_url) as session:
         assert (
             store.outputs_of(session, "WI-042")["autodo_scope"]["first_step"]
@@ -158,7 +158,7 @@ def test_scope_from_the_cli_with_the_default_domains(
 ) -> None:
     monkeypatch.setenv("PIPELINE_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("PIPELINE_DATABASE_URL", app_db_url)
-    monkeypatch.setattr("pipeline_defs.cli.autodo_scope.build_definitions", _with_fake_llm)
+    monkeypatch.setattr("pipeline_defs.cli.subject_runs.build_definitions", _with_fake_llm)
     assert main(["autodo", "scope", "WI-042"]) == 0
     out = capsys.readouterr().out
     assert "WI-042: effort S; files:" in out and "first step: Do: Pace the remote Ollama hosts" in out
@@ -180,7 +180,7 @@ def test_a_command_started_in_the_background_still_stops_on_sigterm_after_its_ru
     handler onto SIGTERM, which must not leave the command (or what it starts) deaf to `kill`."""
     monkeypatch.setenv("PIPELINE_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("PIPELINE_DATABASE_URL", app_db_url)
-    monkeypatch.setattr("pipeline_defs.cli.autodo_scope.build_definitions", _with_fake_llm)
+    monkeypatch.setattr("pipeline_defs.cli.subject_runs.build_definitions", _with_fake_llm)
     before = signal.signal(signal.SIGINT, signal.SIG_IGN), signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         assert main(["autodo", "scope", "WI-042"]) == 0

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from pytest_httpserver import HTTPServer
 
-from pipeline_defs.cli.run_commands import DEMO_POSTINGS
 from pipeline_defs.settings import PROJECT_ROOT
+from plugins.postings.commands.demo_command import DEMO_POSTINGS
 from tests.support.celery_workers import PIPELINE, delete_queues, queue_names, require_broker, worker
 from tests.support.fakes import FakeOllama
 from tests.support.live_pipeline import free_port

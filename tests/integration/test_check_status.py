@@ -18,6 +18,7 @@ from assets import batch_run
 from assets.batch_run import ITEMS_OK_CHECK
 from pipeline_defs.cli.in_process_runs import load_reference_data
 from pipeline_defs.definitions import build_definitions
+from plugins.postings.plugin import PLUGIN as POSTINGS_PLUGIN
 from tests.support.gym_fakes import GYM_POSTINGS, GymFake, gym_settings
 from tests.support.postings import run_use_case, seed_postings
 
@@ -48,7 +49,7 @@ def test_a_run_started_first_and_finished_last_leaves_its_checks_shown(
     process_held = batch_run._process_held
     with DagsterInstance.ephemeral() as instance:
         run_use_case(defs, instance, keys, use_case="posting_skills")
-        assert load_reference_data(defs, instance)
+        assert load_reference_data(defs, instance, POSTINGS_PLUGIN.reference_jobs)
         overlapped: list[str] = []
 
         def another_run_first(run: Any, held: list[str]) -> Iterator[Any]:

@@ -15,7 +15,7 @@ from appdb.database import session_scope
 from appdb.models import WorkItem
 from pipeline_defs.cli import run_commands
 from pipeline_defs.cli.main import main
-from pipeline_defs.cli.run_commands import render_postings
+from plugins.postings.commands.demo_command import render_postings
 from tests.support.postings import POSTINGS, seed_postings
 
 BLOCKED = "blocked by check summary_faithful: summary states what the posting does not: 'France'"
@@ -62,7 +62,7 @@ def test_the_demo_ends_by_writing_its_enriched_postings_to_parquet_and_says_wher
     skipped, so every output column is null, and every posting is still a row)."""
     monkeypatch.setenv("PIPELINE_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("PIPELINE_DATABASE_URL", sqlite_url)
-    monkeypatch.setattr(run_commands, "_run_all", lambda *args, **kwargs: run_commands.RunOutcome())
+    monkeypatch.setattr(run_commands, "run_all", lambda *args, **kwargs: run_commands.RunOutcome())
 
     assert main(["demo"]) == 0
     out = capsys.readouterr().out

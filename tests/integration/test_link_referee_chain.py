@@ -15,6 +15,7 @@ from appdb.models import Interaction, UseCaseOutput
 from domain.language.llm_types import Generation
 from pipeline_defs.cli.in_process_runs import load_reference_data
 from pipeline_defs.definitions import build_definitions
+from plugins.postings.plugin import PLUGIN as POSTINGS_PLUGIN
 from plugins.postings.skills.link_referee import ASK_BELOW, REFEREE_PROMPT
 from plugins.postings.store.tables import PostingSkillConcept
 from tests.support.gym_fakes import GYM_POSTINGS, GymFake, gym_settings
@@ -51,7 +52,7 @@ def test_the_referee_chooses_among_the_candidates_of_the_unsure_answers_only(
     )
     with DagsterInstance.ephemeral() as instance:
         run_use_case(linker_only, instance, keys, use_case="posting_skills")
-        assert load_reference_data(linker_only, instance)
+        assert load_reference_data(linker_only, instance, POSTINGS_PLUGIN.reference_jobs)
         run_use_case(linker_only, instance, keys, use_case="skill_entities")
         before = _entities(app_db_url)
         # another style is another version of skill_entities: every posting is done again

@@ -10,7 +10,7 @@ import pytest
 from pytest_httpserver import HTTPServer
 
 from benchmarks import llm_quality, skills_extraction
-from pipeline_defs.cli.run_commands import DEMO_POSTINGS
+from plugins.postings.commands.demo_command import DEMO_POSTINGS
 from plugins.postings.use_cases.posting_summary import POSTING_SUMMARY
 from tests.support.fakes import FakeOllama
 from tests.support.taxonomy_files import URI, write_taxonomy

@@ -17,6 +17,7 @@ from appdb.models import Correction, Interaction, ReviewItem, UseCaseOutput
 from pipeline_defs.cli.in_process_runs import load_reference_data
 from pipeline_defs.cli.main import main
 from pipeline_defs.definitions import build_definitions
+from plugins.postings.plugin import PLUGIN as POSTINGS_PLUGIN
 from plugins.postings.store.tables import PostingSkillConcept
 from tests.support.gym_fakes import GYM_POSTINGS, GymFake, gym_settings
 from tests.support.postings import run_use_case, seed_postings
@@ -142,7 +143,7 @@ def test_correcting_skills_and_concepts(reviewed: str, capsys, tmp_path: Path) -
     # resolve the corrected skills, then point "dbt" at another concept
     defs = build_definitions(gym_settings(reviewed), llm=GymFake())
     with DagsterInstance.ephemeral() as instance:
-        assert load_reference_data(defs, instance)
+        assert load_reference_data(defs, instance, POSTINGS_PLUGIN.reference_jobs)
         run_use_case(defs, instance, ["g-1"], use_case="skill_entities")
     entities = _flag_current(reviewed, "skill_entities", "g-1")
     assert main(["review", "correct", str(entities), "--concept", f"dbt={PYTHON_URI}"]) == 0
@@ -160,7 +161,7 @@ def test_correcting_skills_and_concepts(reviewed: str, capsys, tmp_path: Path) -
 def test_a_reviewer_picks_one_of_the_linkers_candidates_by_number(reviewed: str, capsys) -> None:  # noqa: ANN001
     defs = build_definitions(gym_settings(reviewed), llm=GymFake())
     with DagsterInstance.ephemeral() as instance:
-        assert load_reference_data(defs, instance)
+        assert load_reference_data(defs, instance, POSTINGS_PLUGIN.reference_jobs)
         run_use_case(defs, instance, ["g-1"], use_case="skill_entities")
     with session_scope(reviewed) as session:
         before = review.current_output(session, "skill_entities", "g-1").value["entities"]

@@ -15,9 +15,9 @@ from appdb import review
 from appdb.database import session_scope
 from domain.language.llm_types import Generation
 from pipeline_defs.cli.main import main
-from pipeline_defs.cli.run_commands import render_postings
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
+from plugins.postings.commands.demo_command import render_postings
 from resources.llm import LLMResource
 from tests.support.postings import run_use_case, seed_postings
 

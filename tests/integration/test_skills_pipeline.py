@@ -24,6 +24,7 @@ from pipeline_defs.cli.in_process_runs import load_reference_data, run_pending
 from pipeline_defs.definitions import build_definitions
 from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import build_use_cases
+from plugins.postings.plugin import PLUGIN as POSTINGS_PLUGIN
 from plugins.postings.store.tables import PostingSkillConcept
 from plugins.postings.use_cases.posting_skills import POSTING_SKILLS_LLM, ground_skill_mentions
 from resources.app_database import AppDatabase
@@ -105,7 +106,7 @@ def _pipeline(app_db_url: str, tmp_path: Path, dagster_instance: DagsterInstance
 def test_one_run_per_model_does_summary_and_skills_then_entities_need_no_model(pipeline) -> None:
     defs, groups, instance, url = pipeline
     assert [group.name for group in groups] == ["gemma3_270m", "skill_entities"]
-    assert load_reference_data(defs, instance)
+    assert load_reference_data(defs, instance, POSTINGS_PLUGIN.reference_jobs)
 
     reports = run_pending(defs, groups, instance, AppDatabase(url=url), source="test")
 
@@ -145,13 +146,15 @@ def test_one_run_per_model_does_summary_and_skills_then_entities_need_no_model(p
 
 def test_a_changed_taxonomy_makes_resolutions_stale(pipeline, tmp_path: Path) -> None:
     defs, groups, instance, url = pipeline
-    assert load_reference_data(defs, instance)
+    assert load_reference_data(defs, instance, POSTINGS_PLUGIN.reference_jobs)
     run_pending(defs, groups, instance, AppDatabase(url=url), source="test")
     entities = groups[1].members[0]
     with session_scope(url) as session:
         assert discovery.find_pending_work(session, entities.spec) == []
 
-    assert load_reference_data(defs, instance)  # same file: nothing becomes stale
+    assert load_reference_data(
+        defs, instance, POSTINGS_PLUGIN.reference_jobs
+    )  # same file: nothing becomes stale
     with session_scope(url) as session:
         assert discovery.find_pending_work(session, entities.spec) == []
 
@@ -175,7 +178,7 @@ def test_a_database_error_in_a_resolution_write_leaves_no_posting_half_written(
     from assets import write_groups
 
     defs, groups, instance, url = pipeline
-    assert load_reference_data(defs, instance)
+    assert load_reference_data(defs, instance, POSTINGS_PLUGIN.reference_jobs)
     original = skill_entities_module.replace_posting_skill_concepts
 
     def fails_on_p3(session: Any, entities_by_posting: dict[str, list[dict[str, Any]]]) -> None:
@@ -273,7 +276,7 @@ def test_each_resolution_records_the_skills_output_it_read_so_the_ui_shows_it_fr
     from dagster._utils.test.data_versions import get_stale_status_resolver
 
     defs, groups, instance, url = pipeline
-    assert load_reference_data(defs, instance)
+    assert load_reference_data(defs, instance, POSTINGS_PLUGIN.reference_jobs)
     run_pending(defs, groups, instance, AppDatabase(url=url), source="test")
 
     skills, entities = AssetKey("posting_skills"), AssetKey("skill_entities")
@@ -305,7 +308,7 @@ def test_resolution_waits_for_a_batch_while_upstream_still_writes_skills(pipelin
     llm_group, entities = groups
     assert feeding_jobs(entities, groups) == [llm_group.job.name] and feeding_jobs(llm_group, groups) == []
     assert [spec.use_case for spec in feeding_specs(entities)] == ["posting_skills"]
-    assert load_reference_data(defs, instance)
+    assert load_reference_data(defs, instance, POSTINGS_PLUGIN.reference_jobs)
     run_pending(defs, [llm_group], instance, AppDatabase(url=url), source="test")  # skills for 3 postings
     seed_postings(url, tmp_path, [{**POSTINGS[0], "key": "p-4"}])  # its skills still to write
     upstream = create_run_for_test(instance, job_name=llm_group.job.name, status=DagsterRunStatus.STARTED)
@@ -380,7 +383,7 @@ def test_a_resolution_run_starts_while_an_upstream_run_is_making_the_skills(pipe
 
     defs, groups, instance, url = pipeline
     llm_group, entities = groups
-    assert load_reference_data(defs, instance)
+    assert load_reference_data(defs, instance, POSTINGS_PLUGIN.reference_jobs)
     sensor = build_discovery_sensor(entities, groups=groups, continue_seconds=600)
     cursor: list[str | None] = [None]
 
@@ -445,7 +448,7 @@ def _resolution_run_ahead_of_held_skills(pipeline) -> tuple[Any, list[str], dict
     from assets.run_tags import CONTINUE_TAG, partition_range_tags
 
     defs, _, instance, url = pipeline
-    assert load_reference_data(defs, instance)
+    assert load_reference_data(defs, instance, POSTINGS_PLUGIN.reference_jobs)
     keys = [posting["key"] for posting in POSTINGS]
     instance.add_dynamic_partitions("postings", keys)
     with session_scope(url) as session:  # an upstream run is making them
@@ -549,7 +552,7 @@ def test_a_run_ahead_of_its_inputs_ends_at_once_when_none_are_coming(pipeline) -
 
     defs, groups, instance, url = pipeline
     llm_group, _ = groups
-    assert load_reference_data(defs, instance)
+    assert load_reference_data(defs, instance, POSTINGS_PLUGIN.reference_jobs)
     run_pending(defs, groups, instance, AppDatabase(url=url), source="test")  # everything current
     instance.add_dynamic_partitions("postings", [posting["key"] for posting in POSTINGS])
     started = time.monotonic()

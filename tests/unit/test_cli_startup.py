@@ -101,11 +101,11 @@ def test_the_fast_migration_check_knows_alembics_head() -> None:
 
 
 def test_the_command_table_lists_what_each_module_registers() -> None:
-    """`pipeline --help` lists the commands from main.COMMANDS without importing their modules: the same
+    """`pipeline --help` lists the commands from main.all_commands() without importing their modules: the same
     names and help texts as the modules register."""
-    from pipeline_defs.cli.main import COMMANDS, build_parser
+    from pipeline_defs.cli.main import all_commands, build_parser
 
     parser = build_parser()  # every module imported
     [subcommands] = [action for action in parser._actions if action.dest == "command"]
     registered = {choice.dest: (choice.help or "") for choice in subcommands._choices_actions}
-    assert registered == {name: command.help for name, command in COMMANDS.items()}
+    assert registered == {name: command.help for name, command in all_commands().items()}

@@ -22,7 +22,7 @@ from appdb import reports
 from appdb.database import session_scope
 from console.progress import add_progress_argument
 from console.terminal import EXIT_ERROR, EXIT_REJECTED, JSON_HELP, clip, print_json, table
-from pipeline_defs.settings import Settings
+from domain.core.commands import CommandContext
 from plugins.autodo import autodo_store as store
 from plugins.autodo import service
 from plugins.autodo.planning import STATUSES, pick, tree_lines
@@ -87,9 +87,9 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def _guarded(handler):  # noqa: ANN001, ANN202 - wraps a command: AutodoError -> exit 2 with the reason
-    def run(settings: Settings, args: argparse.Namespace) -> int:
+    def run(context: CommandContext, args: argparse.Namespace) -> int:
         try:
-            return handler(settings, args)
+            return handler(context, args)
         except service.AutodoError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_ERROR
@@ -97,16 +97,16 @@ def _guarded(handler):  # noqa: ANN001, ANN202 - wraps a command: AutodoError ->
     return run
 
 
-def cmd_scan(settings: Settings, args: argparse.Namespace) -> int:
+def cmd_scan(context: CommandContext, args: argparse.Namespace) -> int:
     paths = args.paths or [Path(".")]
-    with session_scope(settings.database_url) as session:
+    with session_scope(context.database_url) as session:
         outcome = service.scan(
             session,
             paths,
             Path.cwd(),
             write_anchors=args.write_anchors,
-            max_bytes=settings.autodo.scan_max_file_bytes,
-            follow_symlinks=args.follow_symlinks or settings.autodo.scan_follow_symlinks,
+            max_bytes=context.section.scan_max_file_bytes,
+            follow_symlinks=args.follow_symlinks or context.section.scan_follow_symlinks,
         )
     for problem in outcome.problems:
         print(f"warning: {problem}", file=sys.stderr)
@@ -150,8 +150,8 @@ def _item_json(item) -> dict[str, object]:  # noqa: ANN001 - a stored autodo ite
     }
 
 
-def cmd_list(settings: Settings, args: argparse.Namespace) -> int:
-    with session_scope(settings.database_url) as session:
+def cmd_list(context: CommandContext, args: argparse.Namespace) -> int:
+    with session_scope(context.database_url) as session:
         items = [
             item
             for item in store.stored_items(session).values()
@@ -168,8 +168,8 @@ def cmd_list(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_pick(settings: Settings, args: argparse.Namespace) -> int:
-    with session_scope(settings.database_url) as session:
+def cmd_pick(context: CommandContext, args: argparse.Namespace) -> int:
+    with session_scope(context.database_url) as session:
         chosen = pick(service.plan_items(session), args.count)
         stored = store.stored_items(session, [item.key for item in chosen])
     if args.json:
@@ -183,8 +183,8 @@ def cmd_pick(settings: Settings, args: argparse.Namespace) -> int:
 
 
 @_guarded
-def cmd_show(settings: Settings, args: argparse.Namespace) -> int:
-    with session_scope(settings.database_url) as session:
+def cmd_show(context: CommandContext, args: argparse.Namespace) -> int:
+    with session_scope(context.database_url) as session:
         item = service.require(session, args.id)
         outputs = store.outputs_of(session, args.id)
         usage = reports.llm_usage(session, args.id)
@@ -207,17 +207,17 @@ def cmd_show(settings: Settings, args: argparse.Namespace) -> int:
 
 
 @_guarded
-def cmd_done(settings: Settings, args: argparse.Namespace) -> int:
-    return _close(settings, args.id, "done")
+def cmd_done(context: CommandContext, args: argparse.Namespace) -> int:
+    return _close(context, args.id, "done")
 
 
 @_guarded
-def cmd_wontfix(settings: Settings, args: argparse.Namespace) -> int:
-    return _close(settings, args.id, "wontfix")
+def cmd_wontfix(context: CommandContext, args: argparse.Namespace) -> int:
+    return _close(context, args.id, "wontfix")
 
 
-def _close(settings: Settings, key: str, status: str) -> int:
-    with session_scope(settings.database_url) as session:
+def _close(context: CommandContext, key: str, status: str) -> int:
+    with session_scope(context.database_url) as session:
         service.require(session, key)
         store.set_status(session, key, status)
     print(f"{key}: {status}")
@@ -225,8 +225,8 @@ def _close(settings: Settings, key: str, status: str) -> int:
 
 
 @_guarded
-def cmd_note(settings: Settings, args: argparse.Namespace) -> int:
-    with session_scope(settings.database_url) as session:
+def cmd_note(context: CommandContext, args: argparse.Namespace) -> int:
+    with session_scope(context.database_url) as session:
         service.require(session, args.id)
         store.add_note(session, args.id, " ".join(args.text))
     print(f"{args.id}: note added")
@@ -234,32 +234,32 @@ def cmd_note(settings: Settings, args: argparse.Namespace) -> int:
 
 
 @_guarded
-def cmd_prio(settings: Settings, args: argparse.Namespace) -> int:
-    with session_scope(settings.database_url) as session:
+def cmd_prio(context: CommandContext, args: argparse.Namespace) -> int:
+    with session_scope(context.database_url) as session:
         service.set_priority(session, args.id, args.priority)
     print(f"{args.id}: priority {args.priority.upper()}")
     return 0
 
 
 @_guarded
-def cmd_split(settings: Settings, args: argparse.Namespace) -> int:
-    with session_scope(settings.database_url) as session:
+def cmd_split(context: CommandContext, args: argparse.Namespace) -> int:
+    with session_scope(context.database_url) as session:
         children = service.split(session, args.id, args.texts)
     print(f"{args.id} split into {', '.join(children)}")
     return 0
 
 
 @_guarded
-def cmd_dep(settings: Settings, args: argparse.Namespace) -> int:
-    with session_scope(settings.database_url) as session:
+def cmd_dep(context: CommandContext, args: argparse.Namespace) -> int:
+    with session_scope(context.database_url) as session:
         service.depend(session, args.id, args.other, args.reason)
     print(f"{args.id} waits for {args.other}" + (f": {args.reason}" if args.reason else ""))
     return 0
 
 
 @_guarded
-def cmd_tree(settings: Settings, args: argparse.Namespace) -> int:
-    with session_scope(settings.database_url) as session:
+def cmd_tree(context: CommandContext, args: argparse.Namespace) -> int:
+    with session_scope(context.database_url) as session:
         if args.id:
             service.require(session, args.id)
         lines = tree_lines(service.plan_items(session), args.id)
@@ -268,18 +268,16 @@ def cmd_tree(settings: Settings, args: argparse.Namespace) -> int:
 
 
 @_guarded
-def cmd_scope(settings: Settings, args: argparse.Namespace) -> int:
-    from pipeline_defs.cli.autodo_scope import scope_items  # loads Dagster: only for this command
-
+def cmd_scope(context: CommandContext, args: argparse.Namespace) -> int:
     if not args.ids and not args.all_new:
         print("error: name the items to scope, or --all-new", file=sys.stderr)
         return EXIT_ERROR
-    with session_scope(settings.database_url) as session:
+    with session_scope(context.database_url) as session:
         for key in args.ids:
             service.require(session, key)
-    print(f"scoping with the {settings.llm_backend} backend ...", flush=True)
-    runs, failed = scope_items(settings, None if args.all_new else args.ids, verbose=args.verbose)
-    with session_scope(settings.database_url) as session:
+    print(f"scoping with the {context.core.llm_backend} backend ...", flush=True)
+    runs, failed = context.run_subjects(None if args.all_new else args.ids, verbose=args.verbose)
+    with session_scope(context.database_url) as session:
         keys = args.ids or [k for k, i in store.stored_items(session).items() if i.status == "open"]
         for key in keys:
             scope = store.outputs_of(session, key).get("autodo_scope")

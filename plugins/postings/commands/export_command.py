@@ -15,8 +15,7 @@ from pathlib import Path
 from appdb.local_files import make_private_dirs
 from console.progress import add_progress_argument
 from console.terminal import EXIT_ERROR, EXIT_OK
-from pipeline_defs.settings import Settings
-from pipeline_defs.wiring import build_use_cases
+from domain.core.commands import CommandContext
 from plugins.postings.store.enriched_export import (
     FORMATS,
     NotARegularFileError,
@@ -66,19 +65,19 @@ def parse_since(text: str) -> datetime:
         ) from None
 
 
-def default_export_path(settings: Settings, concepts: bool, file_format: str) -> Path:
+def default_export_path(data_dir: Path, concepts: bool, file_format: str) -> Path:
     name = "posting_concepts" if concepts else "enriched_postings"
-    return settings.data_dir / "exports" / f"{name}.{file_format}"
+    return data_dir / "exports" / f"{name}.{file_format}"
 
 
-def cmd_export(settings: Settings, args: argparse.Namespace) -> int:
+def cmd_export(context: CommandContext, args: argparse.Namespace) -> int:
     try:
         since = parse_since(args.since) if args.since else None
         if args.chunk_size < 1:
             raise ValueError("--chunk-size must be at least 1")
         specs = None
         if args.current:
-            specs = {item.spec.use_case: item.spec for item in build_use_cases(settings)}
+            specs = context.work_specs()
         read = ReadFilter(
             since=since, use_cases=tuple(args.use_cases) if args.use_cases else None, current_specs=specs
         )
@@ -86,13 +85,13 @@ def cmd_export(settings: Settings, args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    path = args.out or default_export_path(settings, args.concepts, args.file_format)
+    path = args.out or default_export_path(context.core.data_dir, args.concepts, args.file_format)
     try:
         refuse_unless_regular(path, schema_path_for(path))  # before the database is read
         if args.out is None:  # in the data directory: a new one is the owner's alone
             make_private_dirs(path.parent)
         report = export_enriched(
-            settings.database_url, path, read, args.file_format, args.concepts, args.chunk_size
+            context.database_url, path, read, args.file_format, args.concepts, args.chunk_size
         )
     except NotARegularFileError as exc:
         print(f"error: {exc}", file=sys.stderr)
