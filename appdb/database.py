@@ -18,6 +18,7 @@ is kept to the commit), so retrying that statement is retrying the transaction.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sqlite3
 import threading
@@ -53,6 +54,7 @@ _Result = TypeVar("_Result")
 _engines: dict[str, Engine] = {}
 _factories: dict[Engine, sessionmaker[Session]] = {}  # session factories, one per engine
 _migrated: set[str] = set()
+_plugin_versions: list[Path] = []  # the plugins' own revision folders (`add_migrations`)
 _lock = threading.Lock()
 _upgrade_lock = threading.Lock()  # Alembic's migration context is module-global: one upgrade at a time
 
@@ -234,11 +236,50 @@ def _create_engine(url: str) -> Engine:
     return engine
 
 
+def add_migrations(folder: Path) -> None:
+    """A plugin's own Alembic revisions, applied with the engine's: a branch of its own that starts at
+    `down_revision = None` with `branch_labels = ("<plugin>",)`, so a database keeps one
+    `alembic_version` row per branch, the engine's history (0001-0012 and on) stays as it was, and a
+    process that does not know the plugin leaves its branch alone. (Its tables name no engine table in
+    a foreign key: branches are applied in no set order.) The entry's registry adds every registered
+    plugin's."""
+    folder = Path(folder).resolve()
+    with _lock:
+        if folder in _plugin_versions:
+            return
+        _plugin_versions.append(folder)
+        _migrated.clear()  # a database may now have revisions to apply
+    head_revisions.cache_clear()
+    head_revision.cache_clear()
+
+
+def remove_migrations(folder: Path) -> None:
+    """Undo `add_migrations` (tests that register a plugin of their own)."""
+    folder = Path(folder).resolve()
+    with _lock:
+        if folder in _plugin_versions:
+            _plugin_versions.remove(folder)
+        _migrated.clear()
+    head_revisions.cache_clear()
+    head_revision.cache_clear()
+
+
+def version_folders() -> list[Path]:
+    """Where the revisions are: the engine's folder, then each added plugin's."""
+    with _lock:
+        return [MIGRATIONS_DIR / "versions", *_plugin_versions]
+
+
 def alembic_config(url: str) -> Config:
     from alembic.config import Config
 
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.set_main_option("path_separator", "os")  # Alembic 1.16+
+    config.set_main_option("version_path_separator", "os")  # before 1.16 (1.16+ reads path_separator)
+    config.set_main_option(
+        "version_locations", os.pathsep.join(str(folder) for folder in version_folders()).replace("%", "%%")
+    )
     config.set_main_option("sqlalchemy.url", normalize_url(url).replace("%", "%%"))
     return config
 
@@ -267,7 +308,7 @@ def migrate(url: str) -> None:
         config = alembic_config(url)
         with engine.begin() as connection:
             config.attributes["connection"] = connection
-            command.upgrade(config, "head")
+            command.upgrade(config, "heads")  # the engine's and each plugin's branch
         with _lock:
             _migrated.add(url)
 
@@ -276,32 +317,40 @@ _REVISION = re.compile(r"^(down_)?revision\s*=\s*(?:\"([^\"]*)\"|'([^']*)'|None)
 
 
 @cache
-def head_revision() -> str | None:
-    """The newest migration's revision, read from the migration files (`revision = "..."`,
-    `down_revision = "..."`): the one no other names as its parent. None when that is not one
-    revision (branches, an unusual file): then `migrate` asks Alembic."""
+def head_revisions() -> frozenset[str] | None:
+    """The newest revision of each branch (the engine's, each added plugin's), read from the migration
+    files (`revision = "..."`, `down_revision = "..."`): those no other names as its parent. None when a
+    file is unusual: then `migrate` asks Alembic."""
     revisions, parents = set(), set()
-    for path in (MIGRATIONS_DIR / "versions").glob("*.py"):
-        for down, double, single in (match.groups() for match in _REVISION.finditer(path.read_text())):
-            value = double or single
-            if value:
-                (parents if down else revisions).add(value)
+    for folder in version_folders():
+        for path in folder.glob("*.py"):
+            for down, double, single in (match.groups() for match in _REVISION.finditer(path.read_text())):
+                value = double or single
+                if value:
+                    (parents if down else revisions).add(value)
     heads = revisions - parents
-    return heads.pop() if len(heads) == 1 else None
+    return frozenset(heads) if heads else None
+
+
+@cache
+def head_revision() -> str | None:
+    """The newest revision when there is one branch (the engine's alone), else None."""
+    heads = head_revisions()
+    return next(iter(heads)) if heads is not None and len(heads) == 1 else None
 
 
 def _at_head(url: str) -> bool:
-    """Whether the database's `alembic_version` is the newest migration already (False when unsure)."""
-    head = head_revision()
-    if head is None:
+    """Whether the database is at the newest revision of every known branch already (False when unsure).
+    A row of a branch this process does not know (a plugin it has not registered) is left alone."""
+    heads = head_revisions()
+    if heads is None:
         return False
     try:
         with get_engine(url).connect() as connection:
-            return connection.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == [
-                head
-            ]
+            stored = set(connection.execute(text("SELECT version_num FROM alembic_version")).scalars().all())
     except SQLAlchemyError:  # no such table yet: a new database
         return False
+    return heads <= stored
 
 
 @contextmanager

@@ -24,8 +24,12 @@ REGISTRY: dict[str, str] = {
 
 
 def registered_plugins() -> dict[str, DomainPlugin]:
-    """Every registered plugin's declaration, by name (each must be named as it is registered)."""
-    return {name: _plugin(name, package) for name, package in REGISTRY.items()}
+    """Every registered plugin's declaration, by name (each must be named as it is registered); their
+    migrations are added to the application database's (`appdb.database.add_migrations`)."""
+    plugins = {name: _plugin(name, package) for name, package in REGISTRY.items()}
+    for plugin in plugins.values():
+        _register_migrations(plugin)
+    return plugins
 
 
 @cache
@@ -33,7 +37,6 @@ def _plugin(name: str, package: str) -> DomainPlugin:
     plugin = import_module(f"{package}.plugin").PLUGIN
     if plugin.name != name:
         raise ValueError(f"{package}: its plugin is named {plugin.name!r}, registered as {name!r}")
-    _register_migrations(plugin)
     return plugin
 
 
