@@ -3,9 +3,10 @@
     python -m benchmarks.code_shape [--json]
 
 - kind names in the engine: names and string literals (comments and docstrings left out) in the engine's
-  packages that name a subject kind of a plugin ("posting", "postings", "autodo", any case);
+  packages that name a subject kind of a plugin ("posting", "postings", "autodo", any case; the package's
+  own name, posting-enrichment, is not one); and in the entry outside its plugin registry;
 - `posting_key` occurrences in the whole tree (product, tests, benchmarks);
-- modules per product folder and product lines;
+- modules and lines per product folder (and the entry's runtime/ and cli/), product lines;
 - the largest function of the product (lines, where);
 - modules of the product that read the environment other than the settings module.
 """
@@ -21,9 +22,12 @@ import tokenize
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PRODUCT = ("pipeline_defs", "sensors", "assets", "resources", "domain", "appdb", "plugins")
+PRODUCT = ("pipeline_defs", "console", "sensors", "assets", "resources", "domain", "appdb", "plugins")
 ENGINE = ("sensors", "assets", "resources", "domain", "appdb")
 KIND_NAME = re.compile(r"posting|autodo", re.IGNORECASE)
+PRODUCT_NAME = re.compile(r"posting[-_]enrichment", re.IGNORECASE)  # the package's name, not a kind
+ENTRY = "pipeline_defs"
+REGISTRY = "pipeline_defs/registry.py"  # the one module of the entry that names the plugins
 ENVIRONMENT_READ = re.compile(r"os\.environ|os\.getenv|getenv\(")
 SETTINGS_MODULES = ("pipeline_defs/settings.py", "pipeline_defs/configuration.py")
 
@@ -55,7 +59,7 @@ def kind_names(path: Path) -> list[str]:
     found = []
     for token in tokenize.generate_tokens(io.StringIO(source).readline):
         code = token.type in (tokenize.NAME, tokenize.STRING) and token.start[0] not in prose
-        if code and KIND_NAME.search(token.string):
+        if code and KIND_NAME.search(PRODUCT_NAME.sub("", token.string)):
             found.append(f"{token.start[0]}: {token.string[:60]}")
     return found
 
@@ -86,13 +90,24 @@ def measure() -> dict:
         for path in product
         if str(path.relative_to(ROOT)) not in SETTINGS_MODULES and ENVIRONMENT_READ.search(path.read_text())
     )
+    entry_kinds = {
+        str(path.relative_to(ROOT)): names
+        for path in python_files(ENTRY)
+        if str(path.relative_to(ROOT)) != REGISTRY and (names := kind_names(path))
+    }
     length, where = largest_function(product)
     return {
         "kind_names_in_engine": sum(len(names) for names in engine_kinds.values()),
+        "kind_names_in_entry_outside_registry": sum(len(names) for names in entry_kinds.values()),
         "engine_modules_naming_a_kind": len(engine_kinds),
         "posting_key_occurrences": posting_key,
         "modules_per_folder": {
             folder: len(python_files(folder)) for folder in PRODUCT if python_files(folder)
+        },
+        "lines_per_folder": {
+            folder: sum(len(path.read_text().splitlines()) for path in python_files(folder))
+            for folder in (*PRODUCT, "pipeline_defs/runtime", "pipeline_defs/cli")
+            if python_files(folder)
         },
         "product_lines": sum(len(path.read_text().splitlines()) for path in product),
         "largest_function": {"lines": length, "where": where},

@@ -21,6 +21,8 @@ REGISTRY: dict[str, str] = {
     "autodo": "plugins.autodo",
 }
 """Plugin name -> its package."""
+DEFAULT_DOMAINS = ("postings",)
+"""What PIPELINE_DOMAINS declares when it is not set."""
 
 
 def registered_plugins() -> dict[str, DomainPlugin]:

@@ -45,7 +45,7 @@ from domain.core.configuration import (
     whole_number,
 )
 from domain.language.chat_prompts import PROMPT_STYLES
-from pipeline_defs.registry import registered_plugins
+from pipeline_defs.registry import DEFAULT_DOMAINS, REGISTRY, registered_plugins
 from resources.llm_hosts import LLMHost, parse_hosts
 from resources.run_heartbeat import DEFAULT_HEARTBEAT_SECONDS
 
@@ -182,7 +182,7 @@ class Settings:
     )
     database_url: str = setting(
         "PIPELINE_DATABASE_URL",
-        "the application database, e.g. `postgresql://user@host:5432/postings`",
+        "the application database, e.g. `postgresql://user@host:5432/pipeline`",
         Derived(lambda v: f"sqlite:///{v['data_dir'] / 'app.db'}", "`sqlite:///<data dir>/app.db`"),
         parse=_database_url,
         secret=True,
@@ -238,7 +238,8 @@ class Settings:
     )
     use_case_models: tuple[tuple[str, str], ...] = setting(
         "PIPELINE_MODELS",
-        "per use case, `name=model,...` (e.g. `posting_summary=llama3.1:8b`); wins over PIPELINE_MODEL; "
+        "per use case, `name=model,...` (e.g. `<use case>=llama3.1:8b`; `pipeline config` lists them); "
+        "wins over PIPELINE_MODEL; "
         "`judge=...` for the judge. In the config file: `[use_cases.<name>] model = ...`",
         (),
         parse=name_pairs,
@@ -508,9 +509,10 @@ class Settings:
     )
     domains: tuple[str, ...] = setting(
         "PIPELINE_DOMAINS",
-        "the plugins in the code location: `postings,autodo` adds autodo's assets, jobs and sensors "
+        f"the plugins in the code location, a list of the registered ({', '.join(REGISTRY)}): each adds "
+        "its assets, use cases, jobs, sensors and commands "
         "([writing a domain plugin](writing-a-domain-plugin.md))",
-        ("postings",),
+        DEFAULT_DOMAINS,
         parse=name_list,
     )
     sqlite_busy_timeout: float = setting(

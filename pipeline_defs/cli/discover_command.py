@@ -210,7 +210,10 @@ def _print_shadow(
     print(f"shadow discovery on {redact(settings.database_url)}: nothing is claimed or written")
     for item in selected:
         name, keys = item.use_case.name, discovered[item.use_case.name]
-        print(f"{name} (version {item.use_case.version}): {len(keys)} postings would be processed now")
+        print(
+            f"{name} (version {item.use_case.version}): {len(keys)} {item.use_case.subject.plural} "
+            "would be processed now"
+        )
         if keys:
             print(f"  {key_list(keys)}")
         if name in active:
@@ -218,11 +221,12 @@ def _print_shadow(
     if differences is None:
         return
     print(f"\ncompared with {expect_path}:")
+    plurals = {item.use_case.name: item.use_case.subject.plural for item in selected}
     for name, difference in differences.items():
         if not difference.declared:
-            print(f"{name}: not a declared use case; {difference.expected} postings expected")
+            print(f"{name}: not a declared use case; {difference.expected} subjects expected")
         elif difference.matches:
-            print(f"{name}: matches ({difference.discovered} postings)")
+            print(f"{name}: matches ({difference.discovered} {plurals.get(name, 'subjects')})")
         else:
             print(
                 f"{name}: {difference.expected} expected, {difference.discovered} discovered: "

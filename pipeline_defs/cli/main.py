@@ -78,9 +78,7 @@ COMMANDS: dict[str, Command] = {
     "webserver": Command(
         "ui_command", "the guarded dagster-webserver alone (a service; the daemon runs apart)"
     ),
-    "daemon": Command(
-        "ui_command", "dagster-daemon alone (a service), its sensors woken when postings arrive"
-    ),
+    "daemon": Command("ui_command", "dagster-daemon alone (a service), its sensors woken when work arrives"),
     "worker": Command(
         "worker_command",
         "a Celery worker for the batch runs' steps (PIPELINE_EXECUTOR=celery), on the queues named",
@@ -93,7 +91,7 @@ COMMANDS: dict[str, Command] = {
     "resume": Command("state_commands", "end pauses now (all, or the named use cases)"),
     "trace": Command(
         "trace_command",
-        "a posting's or item's use cases, a line each (state, model, version); --full: the exact prompts, "
+        "a subject's use cases, a line each (state, model, version); --full: the exact prompts, "
         "responses and outputs",
     ),
     "discover": Command(
@@ -136,8 +134,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     so `--help` and the light commands answer at once."""
     parser = argparse.ArgumentParser(
         prog="pipeline",
-        description="Job-posting enrichment with local LLMs.",
-        epilog="exit codes: 0 done; 1 the command ran and something failed (rows rejected, a posting's "
+        description="The declared plugins' use cases on their subjects, with local LLMs.",
+        epilog="exit codes: 0 done; 1 the command ran and something failed (rows rejected, a subject's "
         "work or a run failed, discovery differs from --expect, the output pipe closed); 2 usage (bad "
         "arguments, an unknown name, an unreadable file, invalid settings, the database or the data "
         "directory unusable)",

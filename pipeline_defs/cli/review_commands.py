@@ -284,6 +284,6 @@ def _print_figures(figures: Mapping[str, Mapping[str, Any]], only: str | None = 
         if "skillspan_f1" in values:
             line += (
                 f"; SkillSpan P {values['skillspan_precision']:.2f} R {values['skillspan_recall']:.2f} "
-                f"F1 {values['skillspan_f1']:.2f} ({values['skillspan_compared']} postings)"
+                f"F1 {values['skillspan_f1']:.2f} ({values['skillspan_compared']} compared)"
             )
         print(line)

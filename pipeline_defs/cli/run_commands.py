@@ -35,7 +35,7 @@ class RunOutcome:
     reports: list = field(default_factory=list)
     runs_ok: bool = True
     failed: dict[str, list[FailedAttempt]] = field(default_factory=dict)
-    noun: str = "posting"
+    noun: str = "subject"
 
     @property
     def failed_count(self) -> int:
@@ -97,13 +97,15 @@ def run_all(settings: Settings, only: list[str] | None, verbose: bool, progress:
                 hosts=settings.resolved_hosts(),
             )
         )
+    plurals = {group.name: group.subject.plural for group in selected}
     for report in run_reports:
         for name, why in report.paused.items():
             print(f"{name}: paused, skipped: {why}")
         for line in report.hosts_lost:
             print(f"warning: {report.group}: {one_line(line)}", file=sys.stderr)
         print(
-            f"{report.group} ({', '.join(report.use_cases)}): {report.pending_before} postings pending, "
+            f"{report.group} ({', '.join(report.use_cases)}): {report.pending_before} "
+            f"{plurals.get(report.group, 'subjects')} pending, "
             f"{_runs(len(report.runs))}, {len(report.failed_runs)} failed runs in {report.seconds:.1f}s"
         )
         if report.stopped:

@@ -147,7 +147,7 @@ class RunWatch:
                 return
             if time.monotonic() >= deadline:
                 print(
-                    f"warning: {len(waiting)} runs still hold claims without beating: their postings wait "
+                    f"warning: {len(waiting)} runs still hold claims without beating: their subjects wait "
                     "for the next `pipeline run` or sensor tick",
                     file=sys.stderr,
                     flush=True,

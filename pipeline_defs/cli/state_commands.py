@@ -50,7 +50,12 @@ def register(commands: argparse._SubParsersAction) -> None:
     which.add_argument("--all", action="store_true", help="every parked item")
     which.add_argument("--use-case", help="the parked items of this use case")
     which.add_argument(
-        "--key", "--posting", action="append", dest="keys", metavar="KEY", help="this subject (repeatable)"
+        "--key",
+        *_kind_options(),
+        action="append",
+        dest="keys",
+        metavar="KEY",
+        help="this subject (repeatable)",
     )
     retry.set_defaults(handler=cmd_retry)
     pauses_parser = commands.add_parser(
@@ -63,6 +68,13 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--use-case", action="append", dest="use_cases", help="only this use case (repeatable)"
     )
     resume.set_defaults(handler=cmd_resume)
+
+
+def _kind_options() -> list[str]:
+    """`--KIND` for each registered plugin's kind (`--posting`, `--autodo-item`), as `--key`."""
+    from pipeline_defs.registry import registered_plugins
+
+    return [f"--{plugin.kind.noun.replace(' ', '-')}" for plugin in registered_plugins().values()]
 
 
 def cmd_status(settings: Settings, args: argparse.Namespace) -> int:

@@ -25,8 +25,8 @@ from pipeline_defs.settings import Settings
 def register(commands: argparse._SubParsersAction) -> None:
     trace = commands.add_parser(
         "trace",
-        help="a posting's or item's use cases, a line each (state, model, version); --full: the exact "
-        "prompts, responses and outputs",
+        help="a subject's use cases, a line each (state, model, version); --full: the exact prompts, "
+        "responses and outputs",
     )
     trace.add_argument("key")
     trace.add_argument(

@@ -51,7 +51,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     webserver.add_argument("--port", type=port_number, default=3000, help="the port (default 3000)")
     webserver.set_defaults(handler=cmd_webserver)
     daemon = commands.add_parser(
-        "daemon", help="dagster-daemon alone (a service), its sensors woken when postings arrive"
+        "daemon", help="dagster-daemon alone (a service), its sensors woken when work arrives"
     )
     daemon.set_defaults(handler=cmd_daemon)
 

@@ -176,7 +176,8 @@ def test_the_demo_succeeds_when_only_blocked_answers_wait_for_their_retry(
     """`make demo` (README's quick start) succeeds when the demo did its job: a summary a check blocked is
     retried by the next run (README); any other failure, or a failed run, is the demo not working."""
     from appdb.run_progress import FailedAttempt
-    from pipeline_defs.cli.run_commands import RunOutcome, _demo_exit
+    from pipeline_defs.cli.run_commands import RunOutcome
+    from plugins.postings.commands.demo_command import _demo_exit
 
     failed = {
         "posting_summary": [FailedAttempt("posting_summary", f"demo-{n}", e) for n, e in enumerate(errors)]

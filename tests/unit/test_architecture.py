@@ -82,6 +82,20 @@ def test_the_engine_names_no_kind_of_subject() -> None:
     assert {path: names for path, names in named.items() if names} == {}
 
 
+def test_the_entry_names_no_kind_outside_the_plugin_registry() -> None:
+    """The entry (location, runtime, CLI) works on whatever plugins are registered: only
+    `pipeline_defs/registry.py` names them (a third domain is its folder and one line there)."""
+    from benchmarks.code_shape import ENTRY, REGISTRY, ROOT, kind_names, python_files
+
+    named = {
+        str(path.relative_to(ROOT)): kind_names(path)
+        for path in python_files(ENTRY)
+        if str(path.relative_to(ROOT)) != REGISTRY
+    }
+    assert {path: names for path, names in named.items() if names} == {}
+    assert kind_names(ROOT / REGISTRY), "the registry names the shipped plugins"
+
+
 def test_the_kind_finder_finds_a_kind_in_code_and_not_in_prose(tmp_path: Path) -> None:
     from benchmarks.code_shape import kind_names
 
@@ -90,3 +104,5 @@ def test_the_kind_finder_finds_a_kind_in_code_and_not_in_prose(tmp_path: Path) -
         '"""Works on postings."""\n\nTABLE = "postings"  # a posting\n\n\ndef f(autodo_key):\n    pass\n'
     )
     assert kind_names(module) == ['3: "postings"', "6: autodo_key"]
+    module.write_text('DISTRIBUTION = "posting-enrichment"\n')
+    assert kind_names(module) == []  # the package's name is not a kind

@@ -79,7 +79,7 @@ def _demo_exit(outcome: Any, command: str) -> int:
     read, a failed run) is the demo not working: exit 1."""
     if not outcome.failed_count:
         return EXIT_OK if outcome.runs_ok else EXIT_FAILED
-    noun = outcome.noun if outcome.failed_count == 1 else f"{outcome.noun}s"
+    noun = POSTINGS.noun if outcome.failed_count == 1 else POSTINGS.plural
     if outcome.runs_ok and outcome.only_blocked_by_checks():
         print(
             f"note: the answers for {outcome.failed_count} {noun} were blocked by a check (the small model "
