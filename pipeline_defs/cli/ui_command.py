@@ -1,13 +1,9 @@
 """`pipeline ui` (dagster dev: webserver and daemon, the webserver behind `RequestGuard`), and
 `pipeline webserver` and `pipeline daemon` (each alone, for a service).
 
-`pipeline ui` runs `dagster dev` in this process with two changes: the webserver process it starts is
-`python -m pipeline_defs.runtime.webserver` (dagster-webserver with the same arguments, its app wrapped in
-`pipeline_defs.runtime.request_guard.RequestGuard`) instead of `python -m dagster_webserver`, and the
-daemon is `python -m pipeline_defs.runtime.daemon` (dagster-daemon, its sensors woken when postings
-arrive instead of waiting for Dagster's next 5 s look). The shared code server, logging and shutdown stay
-dagster dev's. Everything the processes it starts write goes through `safe_text` (credentials redacted,
-control sequences dropped) on its way to the terminal.
+`pipeline ui` runs `dagster dev` in this process, its webserver guarded and its daemon woken when work
+arrives (`pipeline_defs/runtime/dev.py`). Everything the processes it starts write goes through
+`safe_text` (credentials redacted, control sequences dropped) on its way to the terminal.
 """
 
 from __future__ import annotations
@@ -18,19 +14,13 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from console.arguments import port_number
 from console.terminal import safe_text
 from pipeline_defs.settings import PROJECT_ROOT, Settings, running_from_a_clone
 
-WEBSERVER_MODULE = "dagster_webserver"
-GUARDED_WEBSERVER_MODULE = "pipeline_defs.runtime.webserver"
-DAEMON_MODULE = "dagster._daemon"
-QUICK_DAEMON_MODULE = "pipeline_defs.runtime.daemon"
-SWAPPED_MODULES = {WEBSERVER_MODULE: GUARDED_WEBSERVER_MODULE, DAEMON_MODULE: QUICK_DAEMON_MODULE}
 PUMP_CHUNK = 65536
 PUMP_DRAIN_SECONDS = 5
 
@@ -57,8 +47,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def cmd_ui(settings: Settings, args: argparse.Namespace) -> int:
-    from dagster._cli import dev as dagster_dev
-    from dagster_shared.cli import WorkspaceOpts
+    from pipeline_defs.runtime.dev import run_dagster_dev
 
     home = _storage_ready(settings)
     print(f"DAGSTER_HOME={home}", flush=True)
@@ -72,31 +61,13 @@ def cmd_ui(settings: Settings, args: argparse.Namespace) -> int:
     # stopped: both raise KeyboardInterrupt, which dagster dev answers by shutting its processes down.
     stop_signals = (signal.SIGINT, signal.SIGTERM)
     handlers = {sig: signal.signal(sig, signal.default_int_handler) for sig in stop_signals}
-    original = dagster_dev.open_ipc_subprocess
-    dagster_dev.open_ipc_subprocess = swap_modules(original)
-    from pipeline_defs.runtime.run_processes import install_server_opener
-
-    install_server_opener()  # the code server dagster dev opens is pipeline_defs/runtime/run_processes.py
     workspace = workspace_file(settings)
     try:
         with output_through_safe_text():
-            # dagster dev's body, not its click command: the command warns on every start that it is
-            # superseded by `dg dev` (docs/operations.md says why `pipeline ui` stays the way in)
-            dagster_dev.dev_command_impl(
-                code_server_log_level="warning",
-                log_level="info",
-                log_format="colored",
-                port=str(args.port),
-                host="127.0.0.1",
-                use_legacy_code_server_behavior=False,
-                shutdown_pipe=None,
-                verbose=False,
-                workspace_opts=WorkspaceOpts(workspace=[workspace]),
-            )
+            run_dagster_dev(workspace, args.port)
     except KeyboardInterrupt:
         pass
     finally:
-        dagster_dev.open_ipc_subprocess = original
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
     return 0
@@ -150,19 +121,6 @@ def workspace_file(settings: Settings) -> str:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(WORKSPACE_YAML)
     return str(path)
-
-
-def swap_modules(open_subprocess: Callable[..., Any]) -> Callable[..., Any]:
-    """dagster dev's `open_ipc_subprocess`, starting the guarded webserver and the waking daemon
-    instead of the stock ones; any other command starts as it is."""
-
-    def open_swapped(command: Sequence[str], **kwargs: Any) -> Any:
-        parts = list(command)
-        if parts[1:2] == ["-m"] and len(parts) > 2 and parts[2] in SWAPPED_MODULES:
-            parts[2] = SWAPPED_MODULES[parts[2]]
-        return open_subprocess(parts, **kwargs)
-
-    return open_swapped
 
 
 @contextlib.contextmanager

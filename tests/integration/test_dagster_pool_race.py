@@ -143,7 +143,7 @@ def test_pipeline_ui_on_an_existing_home_and_a_fresh_postgres_database_writes_th
     ensure_dagster_home(Settings.from_env())  # the home, set up on the first database
     monkeypatch.setenv("PIPELINE_DAGSTER_POSTGRES_URL", fresh)
     seen_when_dagster_dev_starts: list[list[str]] = []
-    monkeypatch.setattr(  # what `pipeline ui` calls to start Dagster's processes (ui_command.py)
+    monkeypatch.setattr(  # what `pipeline ui` calls to start Dagster's processes (runtime/dev.py)
         dagster_dev, "dev_command_impl", lambda **_: seen_when_dagster_dev_starts.append(_pool_rows(fresh))
     )
 

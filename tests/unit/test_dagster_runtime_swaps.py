@@ -5,8 +5,8 @@ the project quietly running without it (the pooled storages have their own canar
 
 - the daemon's sensor loop (`pipeline_defs/runtime/daemon.py`: its waits cut short when work arrives);
 - dagster-webserver's `uvicorn` (`pipeline_defs/runtime/webserver.py`: the app served inside `RequestGuard`);
-- dagster dev's subprocess opener (`pipeline_defs/cli/ui_command.py`: the guarded webserver and the
-  waking daemon started in place of Dagster's own);
+- dagster dev's subprocess opener and body (`pipeline_defs/runtime/dev.py`: the guarded webserver and
+  the waking daemon started in place of Dagster's own);
 - the migrations folder Dagster reads to check a storage's revision
   (`pipeline_defs/runtime/dagster_storage.py`: read once per process, not at every opening of the instance);
 - the code server's run processes and the opener of code servers (`pipeline_defs/runtime/run_processes.py`:

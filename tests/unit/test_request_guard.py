@@ -13,7 +13,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.testclient import TestClient
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from pipeline_defs.cli.ui_command import swap_modules
+from pipeline_defs.runtime.dev import swap_modules
 from pipeline_defs.runtime.request_guard import RequestGuard, allowed_hosts
 from pipeline_defs.runtime.webserver import guarded_app_hosts
 from pipeline_defs.settings import Settings
