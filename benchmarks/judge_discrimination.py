@@ -50,9 +50,9 @@ from domain.language.declaration import UseCase
 from domain.language.llm_types import ItemError
 from domain.language.output_parsing import BlockedOutput, parse_output
 from domain.quality.judge_rubric import JUDGE_OPTIONS, Grader, llm_grader, load_rubric, needs_review, overall
-from pipeline_defs.cli.run_commands import DEMO_POSTINGS
 from pipeline_defs.settings import Settings
 from pipeline_defs.wiring import build_llm_resource
+from plugins.postings.commands.demo_command import DEMO_POSTINGS
 from plugins.postings.quality.faithfulness import (
     SIMILARITY_THRESHOLD,
     Claim,

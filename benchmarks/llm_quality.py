@@ -44,9 +44,9 @@ from domain.language.chat_prompts import AUTO_STYLE, CHAT_STYLE, COMPLETION_STYL
 from domain.language.llm_types import ItemError, LLMError
 from domain.language.output_parsing import parse_output
 from domain.language.steps import LLMStep
-from pipeline_defs.cli.run_commands import DEMO_POSTINGS
 from pipeline_defs.settings import PROJECT_ROOT, Settings
 from pipeline_defs.wiring import build_llm_resource
+from plugins.postings.commands.demo_command import DEMO_POSTINGS
 from plugins.postings.quality.faithfulness import FaithfulnessChecker, default_checker
 from plugins.postings.quality.judge_calibration import CalibrationCase, calibrate_judge, calibration_cases
 from plugins.postings.skills.concept_reranker import DEFAULT_MODEL_PATH

@@ -30,7 +30,7 @@ from typing import Any
 
 from benchmarks.report import DEFAULT_RESULTS_DIR, shared_data_dir, write_report
 from benchmarks.skillspan_postings import skillspan_pipeline_postings
-from pipeline_defs.cli.run_commands import DEMO_POSTINGS
+from plugins.postings.commands.demo_command import DEMO_POSTINGS
 from plugins.postings.quality.faithfulness import FaithfulnessChecker
 from plugins.postings.quality.planted import TERM_KINDS, TERM_PLANTS, plant_terms
 

@@ -22,7 +22,7 @@ from dagster._config import process_config
 from dagster._core.instance.config import dagster_instance_config
 
 from domain.core.configuration import declared_settings
-from pipeline_defs.settings import PLUGIN_SECTIONS, PROJECT_ROOT, Settings
+from pipeline_defs.settings import PROJECT_ROOT, Settings, plugin_sections
 
 DEPLOY = PROJECT_ROOT / "deploy"
 INSTANCE_FILES = {
@@ -35,7 +35,7 @@ PLATFORM_VARIABLES = {"DAGSTER_HOME"}
 
 def project_variables() -> set[str]:
     """Every environment variable the settings read (docs/configuration.md)."""
-    sections = [Settings, *PLUGIN_SECTIONS.values()]
+    sections = [Settings, *plugin_sections().values()]
     return {
         name
         for section in sections
