@@ -1,6 +1,7 @@
 """`pipeline config`: the effective configuration, every setting with its value and where it came from
-(the environment, the config file, or its default), and what each LLM use case runs on (model,
-backend, host, prompt style). `--check` asks each server whether it serves each model."""
+(the environment, the config file, or its default), what each LLM use case runs on (model,
+backend, host, prompt style), and the registered plugins (declared or not, their commands). `--check`
+asks each server whether it serves each model."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from console.terminal import EXIT_OK, EXIT_REJECTED, table
 from domain.core.configuration import declared_settings
 from pipeline_defs.catalog import declared_use_cases
 from pipeline_defs.model_choice import JUDGE, choices, judge_choice
+from pipeline_defs.registry import registered_plugins
 from pipeline_defs.settings import Settings, plugin_sections
 
 
@@ -145,8 +147,14 @@ def cmd_config(settings: Settings, args: argparse.Namespace) -> int:
             )
         return EXIT_OK if all(r["served"] == "yes" for r in checked) else EXIT_REJECTED
     settings_rows = effective(settings)
+    plugins = plugin_rows(settings)
     if args.json:
-        print(json.dumps({"settings": settings_rows, "models": [r.__dict__ for r in rows]}, indent=2))
+        print(
+            json.dumps(
+                {"settings": settings_rows, "models": [r.__dict__ for r in rows], "plugins": plugins},
+                indent=2,
+            )
+        )
         return EXIT_OK
     print(table(["setting", "variable", "value", "from"], [list(row.values()) for row in settings_rows]))
     print()
@@ -156,4 +164,21 @@ def cmd_config(settings: Settings, args: argparse.Namespace) -> int:
             [[r.use_case, r.model, r.backend, r.host, r.prompt_style, r.origin] for r in rows],
         )
     )
+    print()
+    print(
+        table(["plugin", "declared", "commands", "what it brings"], [list(row.values()) for row in plugins])
+    )
     return EXIT_OK
+
+
+def plugin_rows(settings: Settings) -> list[dict[str, str]]:
+    """Each registered plugin: whether PIPELINE_DOMAINS declares it, its commands, its description."""
+    return [
+        {
+            "plugin": name,
+            "declared": "yes" if name in settings.domains else "no",
+            "commands": ", ".join(command.name for command in plugin.commands) or "-",
+            "description": plugin.description,
+        }
+        for name, plugin in registered_plugins().items()
+    ]

@@ -4,6 +4,7 @@ and the generic CLI runs it alone (PIPELINE_DOMAINS=toy), on SQLite and on Postg
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -49,11 +50,22 @@ def test_the_toy_domain_is_stored_run_and_shown_by_the_generic_cli_alone(
     assert '"proverb_echo"' in capsys.readouterr().out
 
 
-def test_its_setting_is_read_validated_and_documented_from_its_declaration(toy_alone: str) -> None:
+def test_its_setting_is_read_validated_and_documented_from_its_declaration(
+    toy_alone: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     settings = Settings.from_env()
     assert settings.section("toy").greeting == "hej" and settings.toy.greeting == "hej"
     assert settings.origin("toy.greeting") == "environment PIPELINE_TOY_GREETING"
     assert "| `PIPELINE_TOY_GREETING` | `toy.greeting` | hello |" in settings_markdown()
+    assert main(["config", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert {"setting": "toy.greeting", "variable": "PIPELINE_TOY_GREETING", "value": "hej"}.items() <= next(
+        row for row in shown["settings"] if row["setting"] == "toy.greeting"
+    ).items()
+    assert {"plugin": "toy", "declared": "yes", "commands": "toy"}.items() <= shown["plugins"][-1].items()
+    monkeypatch.setenv("PIPELINE_TOY_GREETING", " ")
+    with pytest.raises(ValueError, match="PIPELINE_TOY_GREETING.*must not be blank"):
+        Settings.from_env()
 
 
 def test_its_command_is_listed_by_help(toy_registered: None, capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from domain.core.configuration import setting
+from domain.core.configuration import SettingError, setting
 
 
 def _greeting(text: str) -> str:
+    if not text.strip():
+        raise SettingError("must not be blank")
     return text.strip()
 
 
