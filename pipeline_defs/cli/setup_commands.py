@@ -37,7 +37,7 @@ def warn_if_readable_by_others(data_dir: Path) -> None:
         mode = stat.S_IMODE(data_dir.stat().st_mode)
         print(
             f"warning: the data directory {data_dir} is open to other users (mode {mode:04o}): "
-            f"`chmod 700 {data_dir}` keeps its subjects and outputs yours (pipeline does not change "
+            f"`chmod 700 {data_dir}` keeps its databases and outputs yours (pipeline does not change "
             "the mode of a directory that exists)",
             file=sys.stderr,
         )

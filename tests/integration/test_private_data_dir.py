@@ -74,5 +74,5 @@ def test_an_existing_data_directory_keeps_its_mode_and_migrate_says_others_can_r
     assert mode(data / "app.db") == 0o600
     assert capsys.readouterr().err.splitlines() == [
         f"warning: the data directory {data} is open to other users (mode 0755): `chmod 700 {data}` keeps "
-        "its postings and outputs yours (pipeline does not change the mode of a directory that exists)"
+        "its databases and outputs yours (pipeline does not change the mode of a directory that exists)"
     ]
