@@ -239,7 +239,7 @@ def _create_engine(url: str) -> Engine:
 def add_migrations(folder: Path) -> None:
     """A plugin's own Alembic revisions, applied with the engine's: a branch of its own that starts at
     `down_revision = None` with `branch_labels = ("<plugin>",)`, so a database keeps one
-    `alembic_version` row per branch, the engine's history (0001-0012 and on) stays as it was, and a
+    `alembic_version` row per branch, the engine's history (0001 and on) stays as it was, and a
     process that does not know the plugin leaves its branch alone. (Its tables name no engine table in
     a foreign key: branches are applied in no set order.) The entry's registry adds every registered
     plugin's."""

@@ -14,8 +14,9 @@ from appdb.database import session_scope
 from console.progress import add_progress_argument
 from console.terminal import DETAILS, EXIT_FAILED, EXIT_OK, clip, one_line
 from domain.core.commands import CommandContext
-from plugins.postings.commands.export_command import default_export_path, export_enriched
+from plugins.postings.commands.export_command import default_export_path
 from plugins.postings.commands.ingest_command import record_in_dagster
+from plugins.postings.store.enriched_export import export_enriched
 from plugins.postings.store.ingest import ingest_files
 from plugins.postings.store.postings_kind import POSTINGS
 
