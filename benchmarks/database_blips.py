@@ -47,12 +47,12 @@ from benchmarks.crash_recovery import _free_port_in, _ports
 from benchmarks.daemon_throughput import (
     _integrity,
     _pipeline,
-    _postings,
     postgres_databases,
     simulated_hosts,
     ui_env,
 )
 from benchmarks.report import write_report
+from benchmarks.skillspan_postings import tiny_postings
 from benchmarks.tcp_proxy import CuttableProxy
 from pipeline_defs.settings import PROJECT_ROOT
 
@@ -145,7 +145,7 @@ def measure(args: argparse.Namespace, cut_seconds: float) -> dict[str, Any]:
         )
         _pipeline(args.project_root, env, "migrate", python=args.python)
         postings_file = work / "postings.jsonl"
-        postings_file.write_text("".join(json.dumps(row) + "\n" for row in _postings(args.postings)))
+        postings_file.write_text("".join(json.dumps(row) + "\n" for row in tiny_postings(args.postings)))
         _pipeline(args.project_root, env, "ingest", str(postings_file), python=args.python)
         env["PIPELINE_DATABASE_URL"] = through_proxy
         log = work / "run.log"

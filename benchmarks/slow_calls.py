@@ -35,13 +35,13 @@ from benchmarks.daemon_throughput import (
     _get,
     _integrity,
     _pipeline,
-    _postings,
     postgres_databases,
     simulated_hosts,
     ui_env,
 )
 from benchmarks.process_tree_cpu import ProcessTreeCpu, become_subreaper, reap_orphans
 from benchmarks.report import write_report
+from benchmarks.skillspan_postings import tiny_postings
 from pipeline_defs.settings import PROJECT_ROOT
 
 LLM_USE_CASES = ("posting_summary", "posting_skills")
@@ -78,7 +78,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             ui.wait_idle()
             served_before = _get(f"{host.url}/stats")["generations"]  # type: ignore[attr-defined]
             postings_file = work / "postings.jsonl"
-            postings_file.write_text("".join(json.dumps(row) + "\n" for row in _postings(args.postings)))
+            postings_file.write_text("".join(json.dumps(row) + "\n" for row in tiny_postings(args.postings)))
             tree.start_window()
             tree.start()
             _pipeline(args.project_root, env, "ingest", str(postings_file), python=args.python)
