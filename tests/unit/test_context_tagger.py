@@ -239,3 +239,16 @@ def test_the_shipped_decoding_is_read_from_the_card() -> None:
     assert list(tagger().sparse_bias) == pytest.approx(
         [sparse.get("o_bias", {}).get(kind, 0.0) for kind in ("skill", "knowledge")]
     )
+
+
+def test_the_lstm_on_onnx_runtime_gives_the_numpy_steps_numbers() -> None:
+    """The BiLSTM runs on ONNX Runtime's kernel, sentences grouped by length; each sentence's states
+    are what stepping through it in NumPy gives (the reverse direction from its own last word)."""
+    rng = np.random.default_rng(7)
+    head = ContextHead(ensemble_weights([random_head_weights(rng) for _ in range(2)]), layers=1)
+    lengths = [5, 1, 30, 12, 9, 64, 65, 3, 17]  # several length groups, a one-word sentence
+    x = rng.normal(size=(2, sum(lengths), 6)).astype(np.float32)
+    np.testing.assert_allclose(head._bilstm(x, lengths), head.lstm_reference(x, lengths), atol=1e-5)
+    shipped = tagger().head
+    x = rng.normal(size=(len(shipped.members), sum(lengths), 256)).astype(np.float32)
+    np.testing.assert_allclose(shipped._bilstm(x, lengths), shipped.lstm_reference(x, lengths), atol=1e-5)

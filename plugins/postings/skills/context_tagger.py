@@ -120,6 +120,7 @@ class ContextHead:
         # Added to each kind's "O" emission when decoding (negative: more mentions); the card's
         # "decoding" (`training/calibrate_context_tagger.py`) sets it, and the sparse rule's.
         self.o_bias = np.zeros(len(MENTION_KINDS), np.float32)
+        self._lstm_session: Any = None  # built at the first emissions (a head without an LSTM has none)
 
     @property
     def mix(self) -> np.ndarray:
@@ -154,13 +155,48 @@ class ContextHead:
         x = np.maximum(
             np.matmul(features, s["proj.weight"].transpose(0, 2, 1)) + s["proj.bias"][:, None], 0.0
         )
-        forward = self._lstm(x, lengths, "", reverse=False)
-        backward = self._lstm(x, lengths, "_reverse", reverse=True)
-        hidden = np.concatenate([forward, backward], axis=2)  # (members, words, 2 * size)
+        hidden = self._bilstm(x, lengths)  # (members, words, 2 * size)
         out = np.matmul(hidden, s["out.weight"].transpose(0, 2, 1)) + s["out.bias"][:, None]
         out = out.mean(axis=0).reshape(-1, len(MENTION_KINDS), len(TAGS))
         offsets = np.cumsum([0, *lengths])
         return [out[offsets[i] : offsets[i + 1]].transpose(1, 0, 2) for i in range(len(lengths))]
+
+    def _bilstm(self, x: np.ndarray, lengths: list[int]) -> np.ndarray:
+        """Both LSTM directions of every member over the sentences, on ONNX Runtime's LSTM kernel (its
+        steps in C++: the NumPy loop over steps, `lstm_reference`, was half the tagger's CPU outside
+        the encoder); `x` is (members, words, input) of all sentences; returns (members, words, 2 size)."""
+        if self._lstm_session is None:
+            from plugins.postings.skills.minilm_onnx import session
+
+            self._lstm_session = session(lstm_graph(self.stacked).SerializeToString())
+        size = self.stacked["lstm.weight_hh_l0"].shape[2]
+        hidden = np.empty((x.shape[0], x.shape[1], 2 * size), np.float32)
+        starts = np.cumsum([0, *lengths])[:-1]
+        # Sentences of about one length run together (lengths up to 8, 16, 32, ...): each step runs every
+        # sentence of its call, and a posting's 60 sentences of 1-50 words padded to the longest were
+        # 4.2 times the words (SkillSpan dev)
+        buckets: dict[int, list[int]] = {}
+        for index, length in enumerate(lengths):
+            if length:
+                buckets.setdefault(max(8, 1 << (length - 1).bit_length()), []).append(index)
+        for group in buckets.values():
+            sizes = [lengths[i] for i in group]
+            row = np.repeat(np.arange(len(group)), sizes)  # each word's row and step in the call
+            step = np.concatenate([np.arange(length) for length in sizes])
+            token = np.concatenate([np.arange(starts[i], starts[i] + lengths[i]) for i in group])
+            padded = np.zeros((x.shape[0], max(sizes), len(group), x.shape[2]), np.float32)
+            padded[:, step, row] = x[:, token]
+            [y] = self._lstm_session.run(
+                ["y"], {"x": padded, "lengths": np.asarray(sizes, np.int32)}
+            )  # (members, steps, 2 directions, sentences, size)
+            hidden[:, token] = np.concatenate([y[:, step, 0, row], y[:, step, 1, row]], axis=2)
+        return hidden
+
+    def lstm_reference(self, x: np.ndarray, lengths: list[int]) -> np.ndarray:
+        """`_bilstm` in NumPy, step by step: what the ONNX Runtime kernel is checked against."""
+        forward = self._lstm(x, lengths, "", reverse=False)
+        backward = self._lstm(x, lengths, "_reverse", reverse=True)
+        return np.concatenate([forward, backward], axis=2)
 
     def _lstm(self, x: np.ndarray, lengths: list[int], suffix: str, reverse: bool) -> np.ndarray:
         """One LSTM direction of every member over the sentences side by side (each starts at step 0;
@@ -242,6 +278,63 @@ class ContextHead:
             [[TAGS[tag] for tag in path[row, :length]] for row, length in enumerate(lengths)],
             [marginals[row, :length] for row, length in enumerate(lengths)],
         )
+
+
+def lstm_graph(stacked: dict[str, np.ndarray]) -> Any:
+    """The members' bidirectional LSTMs as one ONNX graph: input `x` (members, steps, sentences, input)
+    padded, `lengths` (sentences,) int32; output `y` (members, steps, 2, sentences, size), zero past a
+    sentence's end; the reverse direction runs from each sentence's own last word."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    members, size = stacked["lstm.weight_hh_l0"].shape[:2]
+    size //= 4
+    gate_order = (0, 3, 1, 2)  # PyTorch's gates i, f, g, o as ONNX's i, o, f, c
+
+    def gates(matrix: np.ndarray) -> np.ndarray:
+        return np.concatenate([matrix[k * size : (k + 1) * size] for k in gate_order])
+
+    def directions(member: int, name: str) -> np.ndarray:
+        return np.stack([gates(stacked[f"lstm.{name}{suffix}"][member]) for suffix in ("_l0", "_l0_reverse")])
+
+    nodes, initializers, outputs = [], [], []
+    for member in range(members):
+        m = f"m{member}"
+        bias = np.concatenate([directions(member, "bias_ih"), directions(member, "bias_hh")], axis=1)
+        for name, value in (
+            (f"{m}_index", np.array(member, np.int64)),
+            (f"{m}_w", directions(member, "weight_ih")),
+            (f"{m}_r", directions(member, "weight_hh")),
+            (f"{m}_b", bias),
+        ):
+            kind = np.float32 if value.ndim else np.int64  # the member's index is a scalar
+            initializers.append(numpy_helper.from_array(np.array(value, kind), name))
+        nodes.append(helper.make_node("Gather", ["x", f"{m}_index"], [f"{m}_x"], axis=0))
+        nodes.append(
+            helper.make_node(
+                "LSTM",
+                [f"{m}_x", f"{m}_w", f"{m}_r", f"{m}_b", "lengths"],
+                [f"{m}_y"],
+                direction="bidirectional",
+                hidden_size=int(size),
+            )
+        )
+        nodes.append(helper.make_node("Unsqueeze", [f"{m}_y", "first_axis"], [f"{m}_y1"]))
+        outputs.append(f"{m}_y1")
+    initializers.append(numpy_helper.from_array(np.array([0], np.int64), "first_axis"))
+    nodes.append(helper.make_node("Concat", outputs, ["y"], axis=0))
+    graph = helper.make_graph(
+        nodes,
+        "context tagger BiLSTM",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [members, "steps", "sentences", "input"]),
+            helper.make_tensor_value_info("lengths", TensorProto.INT32, ["sentences"]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [members, "steps", 2, "sentences", size])],
+        initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
 
 
 def member_weights(weights: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
