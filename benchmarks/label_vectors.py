@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from appdb.database import dispose, migrate, session_scope
+from pipeline_defs.settings import Settings
 from plugins.postings.skills.embeddings import MiniLMEmbeddings
 from plugins.postings.skills.skill_resolver import SkillResolver
 from plugins.postings.store.taxonomy import load_taxonomy
@@ -48,7 +49,12 @@ def main(argv: list[str] | None = None) -> int:
         migrate(url)
         with session_scope(url) as session:
             load_taxonomy(session, args.taxonomy)
-        embeddings = MiniLMEmbeddings()
+        settings = Settings.from_env()
+        embeddings = MiniLMEmbeddings(
+            cache_dir=settings.cache_dir,
+            provider=settings.postings.encoder_provider,
+            precision=settings.postings.encoder_precision,
+        )
         with session_scope(url) as session:
             resolver = SkillResolver.from_session(
                 session, embeddings=embeddings, vector_cache_dir=Path(tmp) / "cache"

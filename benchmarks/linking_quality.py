@@ -40,7 +40,7 @@ import numpy as np
 
 from appdb.database import dispose, session_scope
 from benchmarks.report import run_and_report, shared_data_dir
-from pipeline_defs.settings import PROJECT_ROOT
+from pipeline_defs.settings import PROJECT_ROOT, Settings
 from plugins.postings.skills.concept_index import LabelVectorIndex
 from plugins.postings.skills.concept_reranker import DEFAULT_MODEL_PATH, LinkerModel, load_linker_model
 from plugins.postings.skills.embeddings import MiniLMEmbeddings, RememberingEmbeddings
@@ -201,8 +201,15 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     }
     if args.extractor:
         extractors[args.extractor] = load_extractor(args.extractor)
+    settings = Settings.from_env()
+    encoder = MiniLMEmbeddings(
+        cache_dir=settings.cache_dir,
+        provider=settings.postings.encoder_provider,
+        precision=settings.postings.encoder_precision,
+    )
+    # The query vectors' file is keyed by the encoder's version: another precision's are not read
     embeddings = RememberingEmbeddings(
-        MiniLMEmbeddings(), args.embedding_cache / "linking-benchmark-queries.npz"
+        encoder, args.embedding_cache / f"linking-benchmark-queries-{encoder.encoder_version}.npz"
     )
     results: dict[str, Any] = {
         "protocol": "Decorte et al. 2022 TECH and HOUSE validation splits; rank all ESCO v1.1.1 skills; "

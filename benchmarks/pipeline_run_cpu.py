@@ -2,7 +2,8 @@
 
     python -m benchmarks.pipeline_run_cpu [--split dev] [--postings-file FILE] [--limit N] [--data-dir D]
         [--taxonomy CSV] [--parallel 4] [--prefill-tokens-per-second N] [--decode-tokens-per-second N]
-        [--min-output-tokens N] [--latency-ms MS] [--own-server] [--label NAME]
+        [--min-output-tokens N] [--latency-ms MS] [--own-server] [--encoder-precision fp32|int8]
+        [--label NAME]
 
 SkillSpan's dev postings (58, rebuilt from the shared data as `benchmarks.skillspan_postings` writes them
 for the gym; `--postings-file` your own JSON lines) are ingested into a fresh database with ESCO as the
@@ -99,6 +100,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         host = hosts[0].url if hosts else None
         env = ui_env(PROJECT_ROOT, work, f"sqlite:///{work / 'app.db'}", None, host, args.parallel)
         env["PIPELINE_TAXONOMY_PATH"] = str(args.taxonomy)
+        if args.encoder_precision:
+            env["PIPELINE_ENCODER_PRECISION"] = args.encoder_precision
         (work / "data").mkdir()
         args.vector_cache.mkdir(parents=True, exist_ok=True)
         (work / "data" / "embedding_cache").symlink_to(args.vector_cache, target_is_directory=True)
@@ -138,6 +141,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "postings": postings,
         "posting_texts": args.posting_texts,
         "taxonomy": str(args.taxonomy),
+        "encoder_precision": args.encoder_precision or "default",
         "server": "own"
         if args.own_server
         else {"slots": args.parallel, "latency_ms": args.latency_ms, **dataclasses.asdict(args.rates)},
@@ -261,6 +265,11 @@ def main(argv: list[str] | None = None) -> int:
         help="the model server this shell configures, not a simulated one",
     )
     parser.add_argument("--vector-cache", type=Path, help="label vectors kept between invocations")
+    parser.add_argument(
+        "--encoder-precision",
+        choices=["fp32", "int8"],
+        help="PIPELINE_ENCODER_PRECISION for the run (default: the setting's default)",
+    )
     parser.add_argument("--label", default="this checkout")
     parser.add_argument("--name", default=RESULTS_NAME, help="report name in results/")
     parser.add_argument("--out", type=Path, default=None)

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pipeline_defs.settings import PROJECT_ROOT
+from pipeline_defs.settings import PROJECT_ROOT, Settings
 
 SHARED_DATA_ENV = "PIPELINE_SHARED_DATA"
 DEFAULT_RESULTS_DIR = PROJECT_ROOT / "results"
@@ -79,3 +79,16 @@ def run_and_report(name: str, run: Callable[[Any], tuple[dict[str, Any], str]], 
     print(markdown)
     print(f"written: {json_path} and {markdown_path}")
     return 0
+
+
+def configure_encoder(settings: Settings | None = None) -> str:
+    """The process's shared MiniLM made as the settings say (PIPELINE_ENCODER_PROVIDER and _PRECISION),
+    as the pipeline makes it; returns them, for the report."""
+    from plugins.postings.skills.embeddings import configure_shared_minilm
+
+    settings = settings or Settings.from_env()
+    postings = settings.postings
+    configure_shared_minilm(
+        cache_dir=settings.cache_dir, provider=postings.encoder_provider, precision=postings.encoder_precision
+    )
+    return f"{postings.encoder_provider}, {postings.encoder_precision}"

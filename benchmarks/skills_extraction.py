@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.report import shared_data_dir, write_report
+from benchmarks.report import configure_encoder, shared_data_dir, write_report
 from pipeline_defs.settings import Settings
 from plugins.postings.skills.context_tagger import CONTEXT_MODEL_NAME
 from plugins.postings.skills.mention_grounding import Mention, ground_mentions
@@ -372,6 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"taxonomy index: {loading['taxonomy']}", flush=True)
     llm_resources: dict[str, Any] = {}
     settings = Settings.from_env()
+    print(f"encoder: {configure_encoder(settings)}", flush=True)
     model = configured_model(settings, args.model)
     models = {"embedded": model, "ollama": args.ollama_model or model}
 

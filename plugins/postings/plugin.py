@@ -34,6 +34,7 @@ def taxonomy_resource(context: PluginContext) -> TaxonomyResource:
         embedding_cache_dir=str(core.data_dir / "embedding_cache"),
         model_cache_dir=str(core.cache_dir),
         encoder_provider=settings.encoder_provider,
+        encoder_precision=settings.encoder_precision,
     )
 
 
@@ -48,7 +49,11 @@ def postings_definitions(context: PluginContext) -> Definitions:
     from resources.parquet_io_manager import ParquetIOManager
 
     # The tagger, the linker and the faithfulness check share the process's MiniLM, made as the settings say.
-    configure_shared_minilm(cache_dir=context.core.cache_dir, provider=context.settings.encoder_provider)
+    configure_shared_minilm(
+        cache_dir=context.core.cache_dir,
+        provider=context.settings.encoder_provider,
+        precision=context.settings.encoder_precision,
+    )
     output_assets = build_output_assets([use_case.name for use_case in context.use_cases])
     return Definitions(
         assets=[postings, skills_taxonomy, *output_assets],

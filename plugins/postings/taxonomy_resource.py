@@ -28,6 +28,7 @@ class TaxonomyResource(ConfigurableResource):
         between runs; empty means not kept (then every run embeds all labels again, minutes for ESCO).
     model_cache_dir: where MiniLM's packed weights are unpacked and its ONNX graph kept (empty: ~/.cache).
     encoder_provider: ONNX Runtime's execution provider for MiniLM ("cpu", "cuda", ...).
+    encoder_precision: MiniLM's arithmetic, "fp32" or "int8" (label vectors are cached per precision).
     linker_model: the learned linker (plugins/postings/skills/concept_reranker.py): empty means the
         shipped model, used when its embedding model is the configured one (MiniLM); "none"
         keeps the rule-based stages.
@@ -42,6 +43,7 @@ class TaxonomyResource(ConfigurableResource):
     embedding_cache_dir: str = ""
     model_cache_dir: str = ""
     encoder_provider: str = "cpu"
+    encoder_precision: str = "fp32"
     linker_model: str = ""
     _resolver: SkillResolver | None = PrivateAttr(default=None)
     _resolver_hash: str | None = PrivateAttr(default=None)
@@ -58,7 +60,9 @@ class TaxonomyResource(ConfigurableResource):
             return OllamaEmbeddings(host=host, model=self.embedding_model)
         if self.embedding_backend == "minilm":
             cache_dir = Path(self.model_cache_dir) if self.model_cache_dir else None
-            return shared_minilm(cache_dir=cache_dir, provider=self.encoder_provider)
+            return shared_minilm(
+                cache_dir=cache_dir, provider=self.encoder_provider, precision=self.encoder_precision
+            )
         raise ValueError(
             f"embedding_backend must be one of {', '.join(EMBEDDING_BACKENDS)}, "
             f"not {self.embedding_backend!r}"

@@ -1,5 +1,6 @@
 """MiniLM on ONNX Runtime: PIPELINE_ENCODER_PROVIDER chooses the execution provider, a provider the
-installed onnxruntime lacks is one clear error, and the graph is built once into the cache folder."""
+installed onnxruntime lacks is one clear error, the graph is built once into the cache folder, and
+PIPELINE_ENCODER_PRECISION's int8 stays near fp32 with its vectors kept apart."""
 
 from __future__ import annotations
 
@@ -7,12 +8,18 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnxruntime
 import pytest
 
 from pipeline_defs.settings import Settings, SettingsError
 from plugins.postings.skills import minilm_onnx
-from plugins.postings.skills.embeddings import MINILM_INSTALL_HINT, MINILM_PACKAGE, MiniLMEmbeddings
+from plugins.postings.skills.embeddings import (
+    DEFAULT_PRECISION,
+    MINILM_INSTALL_HINT,
+    MINILM_PACKAGE,
+    MiniLMEmbeddings,
+)
 from plugins.postings.taxonomy_resource import TaxonomyResource
 
 needs_minilm = pytest.mark.skipif(
@@ -92,3 +99,33 @@ def test_the_graph_is_built_once_into_the_cache_folder(
 
     monkeypatch.setattr(minilm_onnx, "bert_graph", no_build)
     assert MiniLMEmbeddings(cache_dir=tmp_path).embed_array(["sql"]).shape == (1, 384)
+
+
+def test_the_precision_setting_is_fp32_or_int8(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PIPELINE_ENCODER_PRECISION", raising=False)
+    assert Settings.from_env().postings.encoder_precision == DEFAULT_PRECISION
+    monkeypatch.setenv("PIPELINE_ENCODER_PRECISION", "fp32")
+    assert Settings.from_env().postings.encoder_precision == "fp32"
+    monkeypatch.setenv("PIPELINE_ENCODER_PRECISION", "int4")
+    with pytest.raises(SettingsError, match="PIPELINE_ENCODER_PRECISION"):
+        Settings.from_env()
+
+
+@needs_minilm
+def test_int8_quantizes_the_taggers_layers_and_keys_its_vectors_apart(tmp_path: Path) -> None:
+    """int8 reads a quantized file for the first layers and the float one for the rest; its vectors are
+    near fp32's but not equal, so label vectors cached under one precision are never read by the other."""
+    fp32 = MiniLMEmbeddings(cache_dir=tmp_path, precision="fp32")
+    int8 = MiniLMEmbeddings(cache_dir=tmp_path, precision="int8")
+    built = sorted(path.name for path in (tmp_path / "posting-enrichment").glob("*.onnx"))
+    assert len(built) == 3, built  # 0-3 in fp32 and int8, 3-6 in fp32 only
+    quantized = f"-0-{minilm_onnx.INT8_LAYERS}-int8r{minilm_onnx.INT8_RECIPE}.onnx"
+    assert any(name.endswith(quantized) for name in built)
+    assert int8.encoder_version != fp32.encoder_version
+    texts = ["Experience with Kubernetes and Terraform in production", "care for critically ill patients"]
+    near = (fp32.embed_array(texts) * int8.embed_array(texts)).sum(axis=1)
+    assert np.all(near > 0.98) and np.all(near < 1 - 1e-6), near
+    words = [["Install", "cabling", ",", "switchboards", "and", "lighting"]]
+    float_states = fp32.word_states(words, layers=3)[0]
+    int8_states = int8.word_states(words, layers=3)[0]
+    assert np.abs(float_states - int8_states).mean() < 0.1 * np.abs(float_states).mean()

@@ -159,7 +159,8 @@ class MiniLMEmbeddings:
         settings; else ~/.cache), under `posting-enrichment/`.
     threads: Python threads `embed_array` spreads its batches over (each ONNX Runtime call on one).
     provider: ONNX Runtime's execution provider ("cpu", "cuda", ...; `minilm_onnx.PROVIDERS`).
-    precision: "fp32", or "int8" (dynamic quantization of the matrix products).
+    precision: "fp32", or "int8": the first layers' weight products quantized (`minilm_onnx.INT8_LAYERS`,
+        the context tagger's), the rest in float.
     vector_store: a file of sentence vectors shared with the machine's other processes
         (`vector_store.VectorStore`); None keeps them in this process only.
 
@@ -221,7 +222,9 @@ class MiniLMEmbeddings:
         """The numbers this encoder computes: label vectors cached on disk are keyed by it. In fp32 the
         ONNX graph computes what the NumPy forward pass before it did (max abs difference 2e-7 on
         unit vectors, tests/integration/test_label_vectors.py), so that pass's label vectors stay."""
-        return "numpy-2" if self.precision == "fp32" else f"onnx-{minilm_onnx.GRAPH_VERSION}-{self.precision}"
+        if self.precision == "fp32":
+            return "numpy-2"
+        return f"onnx-{minilm_onnx.GRAPH_VERSION}-{minilm_onnx.precision_tag(self.precision)}"
 
     def _session(
         self,
@@ -457,18 +460,24 @@ class MiniLMEmbeddings:
 
 
 _SHARED_LOCK = threading.Lock()
-_shared_options: dict[str, Any] = {"cache_dir": None, "provider": "cpu"}
+DEFAULT_PRECISION = "fp32"  # PIPELINE_ENCODER_PRECISION's default (docs/configuration.md says why)
+_shared_options: dict[str, Any] = {"cache_dir": None, "provider": "cpu", "precision": DEFAULT_PRECISION}
 _shared: dict[tuple[Any, ...], MiniLMEmbeddings] = {}
 
 
-def configure_shared_minilm(cache_dir: Path | None = None, provider: str = "cpu") -> None:
+def configure_shared_minilm(
+    cache_dir: Path | None = None, provider: str = "cpu", precision: str = DEFAULT_PRECISION
+) -> None:
     """The options `shared_minilm()` makes the process's encoder with, as the settings say (the postings
-    plugin sets them when it builds its definitions: XDG_CACHE_HOME, PIPELINE_ENCODER_PROVIDER)."""
+    plugin sets them when it builds its definitions: XDG_CACHE_HOME, PIPELINE_ENCODER_PROVIDER,
+    PIPELINE_ENCODER_PRECISION)."""
     with _SHARED_LOCK:
-        _shared_options.update(cache_dir=cache_dir, provider=provider)
+        _shared_options.update(cache_dir=cache_dir, provider=provider, precision=precision)
 
 
-def shared_minilm(cache_dir: Path | None = None, provider: str | None = None) -> MiniLMEmbeddings:
+def shared_minilm(
+    cache_dir: Path | None = None, provider: str | None = None, precision: str | None = None
+) -> MiniLMEmbeddings:
     """The process's MiniLM, loaded once: the context tagger, the linker and the faithfulness check read
     one encoder (and so one memo of what it encoded). Options left out are the configured ones."""
     model_path = _packaged_model_zip()  # raises, saying what to install, when the package is missing
@@ -477,11 +486,16 @@ def shared_minilm(cache_dir: Path | None = None, provider: str | None = None) ->
             model_path,
             cache_dir if cache_dir is not None else _shared_options["cache_dir"],
             provider if provider is not None else _shared_options["provider"],
+            precision if precision is not None else _shared_options["precision"],
         )
         if key not in _shared:
             cache = (key[1] or Path.home() / ".cache") / "posting-enrichment"
             _shared[key] = MiniLMEmbeddings(
-                model_path, cache_dir=key[1], provider=key[2], vector_store=cache / VECTOR_STORE_FILE
+                model_path,
+                cache_dir=key[1],
+                provider=key[2],
+                precision=key[3],
+                vector_store=cache / VECTOR_STORE_FILE,
             )
         return _shared[key]
 
