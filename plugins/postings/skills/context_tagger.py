@@ -13,9 +13,11 @@ Decoding can be biased (a constant on the O emission per kind, from the card's "
 chosen by `training/calibrate_context_tagger.py`): 0 for every posting, and a bias towards
 tagging for a posting where fewer than a few mentions are found (`tag_posting`).
 
-Everything here is NumPy: the head's weights (`skill_context_tagger.npz`, float16, about 1 MB)
-and its card (`skill_context_tagger.json`) are written by `training/train_context_tagger.py`,
-which trains them with torch on SkillSpan train and selects them on SkillSpan dev.
+The head is NumPy but for its BiLSTM, which runs on ONNX Runtime's LSTM kernel (`lstm_graph`, built
+from the weights at load; its steps in C++). The head's weights (`skill_context_tagger.npz`, float16,
+about 1 MB) and its card (`skill_context_tagger.json`) are written by
+`training/train_context_tagger.py`, which trains them with torch on SkillSpan train and selects them
+on SkillSpan dev.
 """
 
 from __future__ import annotations
