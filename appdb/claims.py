@@ -21,14 +21,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, or_, select, tuple_, update
+from sqlalchemy import ColumnElement, Select, and_, or_, select, true, tuple_, update
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.orm import Session
 
 from appdb.clock import database_now
 from appdb.dialects import CHUNK, insert_for, is_postgres, rows_by_columns
 from appdb.discovery import WorkSpec, pending_work_query
-from appdb.heartbeats import held_by_live_run
+from appdb.heartbeats import held_by_live_run, step_process_alive
 from appdb.models import UseCaseOutput, WorkItem, utcnow
 from appdb.redaction import redact
 from appdb.retry_policy import DEFAULT_RETRY_POLICY, RetryPolicy
@@ -137,19 +137,43 @@ def _held_by(use_case: str, key: str, run_id: str) -> ColumnElement[bool]:
     )
 
 
-def still_held(session: Session, use_case: str, key: str, run_id: str) -> bool:
+def _step_fence(use_case: str, run_id: str, step_process: str | None) -> ColumnElement[bool]:
+    """A step executing away from its run's process holds the run's claims only while its own row is
+    alive (`heartbeats.step_process_alive`): the step delivered again in the same run claims under the
+    same run id, and the lost process must then call and store nothing."""
+    return true() if step_process is None else step_process_alive(run_id, use_case, step_process)
+
+
+def still_held(
+    session: Session, use_case: str, key: str, run_id: str, *, step_process: str | None = None
+) -> bool:
     """Whether `run_id` still holds the claim on `key`: asked before each model call, so a run declared
-    dead (its claims given to another) calls the model for none of them, not only stores none."""
-    return session.scalar(select(WorkItem.subject_key).where(_held_by(use_case, key, run_id))) is not None
+    dead (its claims given to another) calls the model for none of them, not only stores none.
+    `step_process`: the instance id of a step's process away from its run (`_step_fence`)."""
+    condition = and_(_held_by(use_case, key, run_id), _step_fence(use_case, run_id, step_process))
+    return session.scalar(select(WorkItem.subject_key).where(condition)) is not None
 
 
-def complete_item(session: Session, use_case: str, key: str, run_id: str, output: dict[str, Any]) -> bool:
+def complete_item(
+    session: Session,
+    use_case: str,
+    key: str,
+    run_id: str,
+    output: dict[str, Any],
+    *,
+    step_process: str | None = None,
+) -> bool:
     """Store the output, but only while `run_id` still holds the claim; returns whether it did."""
-    return key in complete_items(session, use_case, run_id, {key: output})
+    return key in complete_items(session, use_case, run_id, {key: output}, step_process=step_process)
 
 
 def complete_items(
-    session: Session, use_case: str, run_id: str, outputs: Mapping[str, dict[str, Any]]
+    session: Session,
+    use_case: str,
+    run_id: str,
+    outputs: Mapping[str, dict[str, Any]],
+    *,
+    step_process: str | None = None,
 ) -> set[str]:
     """Store each subject's output while `run_id` still holds its claim; the keys it stored.
 
@@ -167,6 +191,7 @@ def complete_items(
                     WorkItem.subject_key.in_(keys[start : start + CHUNK]),
                     WorkItem.status == "claimed",
                     WorkItem.claimed_by == run_id,
+                    _step_fence(use_case, run_id, step_process),
                 )
                 .values(
                     status="done",

@@ -16,12 +16,12 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import ColumnElement, Select, delete, exists, func, select, update
+from sqlalchemy import ColumnElement, Select, and_, delete, exists, func, select, update
 from sqlalchemy.orm import Session
 
 from appdb.clock import database_now
 from appdb.dialects import CHUNK, insert_for
-from appdb.models import Interaction, RunHeartbeat, UseCaseOutput, WorkItem
+from appdb.models import Interaction, RunHeartbeat, StepHeartbeat, UseCaseOutput, WorkItem
 from appdb.process_identity import ProcessIdentity, this_process
 
 DEAD_ROWS_KEPT_DAYS = 7  # reaped runs stay visible (`pipeline status`) this long
@@ -159,6 +159,7 @@ def end_heartbeat(session: Session, run_id: str) -> int:
     )
     if result.rowcount != 1:
         return 0
+    _close_steps_of(session, run_id, "ended", "its run ended")
     released = session.execute(
         update(WorkItem)
         .where(WorkItem.status == "claimed", WorkItem.claimed_by == run_id)
@@ -203,7 +204,10 @@ def mark_dead(session: Session, run_id: str, reason: str) -> bool:
         .values(state="dead", ended_reason=reason)
         .execution_options(synchronize_session=False)
     )
-    return result.rowcount == 1
+    if result.rowcount != 1:
+        return False
+    _close_steps_of(session, run_id, "dead", f"its run is dead: {reason}")
+    return True
 
 
 def died_since(session: Session, since: datetime, jobs: Collection[str] = ()) -> list[Heartbeat]:
@@ -231,6 +235,9 @@ def prune_dead(session: Session, days: int = DEAD_ROWS_KEPT_DAYS) -> int:
     result = session.execute(
         delete(RunHeartbeat).where(RunHeartbeat.state != "alive", RunHeartbeat.beat_at < cutoff)
     )
+    session.execute(
+        delete(StepHeartbeat).where(StepHeartbeat.state != "alive", StepHeartbeat.beat_at < cutoff)
+    )
     return result.rowcount
 
 
@@ -255,3 +262,196 @@ def last_progress(session: Session, use_cases: Sequence[str]) -> datetime | None
     if known:
         return max(known)
     return session.scalar(select(func.min(WorkItem.created_at)).where(WorkItem.use_case.in_(names)))
+
+
+# Steps away from their run's process (the Celery executor): a row per (run, step, process), beaten by
+# the worker process executing the step. The run's own process beats `run_heartbeats` meanwhile, so a
+# step waiting in the broker's queue leaves its run alive, and a lost worker's step is dead by its own row.
+
+
+@dataclass(frozen=True)
+class StepBeat:
+    """One step's process, read at `seen_at` on the database's clock (judged like a run's heartbeat)."""
+
+    run_id: str
+    step: str
+    process: ProcessIdentity
+    state: str
+    beat_at: datetime
+    ended_reason: str | None
+    seen_at: datetime
+
+    @property
+    def host(self) -> str:
+        return self.process.host
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def age_seconds(self) -> float:
+        return (self.seen_at - self.beat_at).total_seconds()
+
+
+def _step_beats(session: Session, query: Select) -> list[StepBeat]:
+    return [
+        StepBeat(
+            row.run_id,
+            row.step,
+            ProcessIdentity(
+                row.instance_id, row.host, row.pid, row.boot_id, row.pid_namespace, row.process_started
+            ),
+            row.state,
+            row.beat_at,
+            row.ended_reason,
+            seen_at,
+        )
+        for row, seen_at in session.execute(query)
+    ]
+
+
+def start_step_heartbeat(
+    session: Session, run_id: str, step: str, process: ProcessIdentity | None = None
+) -> bool:
+    """The first beat of this process executing `step` of `run_id`; False when the run is no longer
+    alive (declared dead or ended: the step must do nothing) or this very row was declared dead."""
+    process = process or this_process()
+    run_alive = session.scalar(select(RunHeartbeat.state).where(RunHeartbeat.run_id == run_id)) in (
+        "alive",
+        None,
+    )  # no run row: a run whose own process does not beat (an older version)
+    if not run_alive:
+        return False
+    session.execute(
+        insert_for(session)(StepHeartbeat)
+        .values(
+            run_id=run_id,
+            step=step[:200],
+            instance_id=process.instance_id,
+            host=process.host[:255],
+            pid=process.pid,
+            boot_id=process.boot_id,
+            pid_namespace=process.pid_namespace,
+            process_started=process.started,
+            state="alive",
+            started_at=database_now(),
+            beat_at=database_now(),
+        )
+        .on_conflict_do_nothing()
+    )
+    return session.scalar(select(step_process_alive(run_id, step, process.instance_id or ""))) or False
+
+
+def step_process_alive(run_id: str, step: str, instance_id: str) -> ColumnElement[bool]:
+    """Whether this process's row for the step is alive: the fence of a step's process, beside the claim
+    (the step delivered again in the same run holds the same run's claims; a lost process that comes
+    back must call and store nothing)."""
+    return exists().where(
+        StepHeartbeat.run_id == run_id,
+        StepHeartbeat.step == step,
+        StepHeartbeat.instance_id == instance_id,
+        StepHeartbeat.state == "alive",
+    )
+
+
+def _claims_of_step(run_id: str, step: str) -> ColumnElement[bool]:
+    return and_(WorkItem.status == "claimed", WorkItem.claimed_by == run_id, WorkItem.use_case == step)
+
+
+def beat_step(
+    session: Session, run_id: str, step: str, instance_id: str, *, lease_seconds: float | None = None
+) -> bool:
+    """Renew the step's row (and the leases of its use case's claims, as `beat` does for a run); False
+    when it was declared dead or ended meanwhile."""
+    result = session.execute(
+        update(StepHeartbeat)
+        .where(
+            StepHeartbeat.run_id == run_id,
+            StepHeartbeat.step == step,
+            StepHeartbeat.instance_id == instance_id,
+            StepHeartbeat.state == "alive",
+        )
+        .values(beat_at=database_now())
+        .execution_options(synchronize_session=False)
+    )
+    alive = result.rowcount == 1
+    if alive and lease_seconds:
+        session.execute(
+            update(WorkItem)
+            .where(
+                _claims_of_step(run_id, step), WorkItem.lease_expires_at <= database_now(lease_seconds / 2)
+            )
+            .values(lease_expires_at=database_now(lease_seconds))
+            .execution_options(synchronize_session=False)
+        )
+    return alive
+
+
+def _release_step_claims(session: Session, run_id: str, step: str) -> int:
+    """The step's use case's claims of the run back to pending, no attempt spent."""
+    return session.execute(
+        update(WorkItem)
+        .where(_claims_of_step(run_id, step))
+        .values(status="pending", claimed_by=None, lease_expires_at=None, updated_at=database_now())
+        .execution_options(synchronize_session=False)
+    ).rowcount
+
+
+def end_step_heartbeat(session: Session, run_id: str, step: str, instance_id: str) -> int:
+    """The step ended in its process: its row `ended`, and the claims it still holds back (none when the
+    row was declared dead meanwhile: the claims are another process's now); returns how many."""
+    result = session.execute(
+        update(StepHeartbeat)
+        .where(
+            StepHeartbeat.run_id == run_id,
+            StepHeartbeat.step == step,
+            StepHeartbeat.instance_id == instance_id,
+            StepHeartbeat.state == "alive",
+        )
+        .values(state="ended", beat_at=database_now())
+        .execution_options(synchronize_session=False)
+    )
+    return _release_step_claims(session, run_id, step) if result.rowcount == 1 else 0
+
+
+def alive_step_heartbeats(
+    session: Session, run_id: str | None = None, step: str | None = None
+) -> list[StepBeat]:
+    """The step processes still called alive (of one run's step, when given), the oldest beat first."""
+    query = select(StepHeartbeat, database_now()).where(StepHeartbeat.state == "alive")
+    if run_id is not None:
+        query = query.where(StepHeartbeat.run_id == run_id)
+    if step is not None:
+        query = query.where(StepHeartbeat.step == step)
+    return _step_beats(session, query.order_by(StepHeartbeat.beat_at))
+
+
+def mark_step_dead(session: Session, beat: StepBeat, reason: str) -> int | None:
+    """Declare the step's process dead and give its use case's claims of the run back (no attempt spent);
+    how many, or None when another reaper got it first. Its run is not touched: its process is alive and
+    the broker delivers the step again."""
+    result = session.execute(
+        update(StepHeartbeat)
+        .where(
+            StepHeartbeat.run_id == beat.run_id,
+            StepHeartbeat.step == beat.step,
+            StepHeartbeat.instance_id == beat.process.instance_id,
+            StepHeartbeat.state == "alive",
+        )
+        .values(state="dead", ended_reason=reason)
+        .execution_options(synchronize_session=False)
+    )
+    if result.rowcount != 1:
+        return None
+    # a delivery of the same step taking over waits for this (`claims` of the run's step are one
+    # process's at a time), so these are the dead process's
+    return _release_step_claims(session, beat.run_id, beat.step)
+
+
+def _close_steps_of(session: Session, run_id: str, state: str, reason: str) -> None:
+    session.execute(
+        update(StepHeartbeat)
+        .where(StepHeartbeat.run_id == run_id, StepHeartbeat.state == "alive")
+        .values(state=state, ended_reason=reason)
+        .execution_options(synchronize_session=False)
+    )

@@ -293,3 +293,27 @@ class RunHeartbeat(Base):
     boot_id: Mapped[str | None] = mapped_column(String(40))
     pid_namespace: Mapped[str | None] = mapped_column(String(40))
     process_started: Mapped[int | None] = mapped_column(BigInteger)  # clock ticks since boot
+
+
+class StepHeartbeat(Base):
+    """A step of a run executing in a process other than the run's own (a Celery worker on another host):
+    that process beats here, per (run, step, process), while the run's own process (which sent the step
+    and waits for it) beats `run_heartbeats`. A step waiting in the broker's queue has no row and its run
+    is alive; a step whose process stopped beating is dead: the claims of its use case come back (its
+    run goes on: the broker delivers the step again). Migration 0013."""
+
+    __tablename__ = "step_heartbeats"
+    __table_args__ = (Index("ix_step_heartbeats_beat_at", "state", "beat_at"),)
+
+    run_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    step: Mapped[str] = mapped_column(String(200), primary_key=True)  # the use case's step key
+    instance_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    host: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    boot_id: Mapped[str | None] = mapped_column(String(40))
+    pid_namespace: Mapped[str | None] = mapped_column(String(40))
+    process_started: Mapped[int | None] = mapped_column(BigInteger)
+    state: Mapped[str] = mapped_column(String(10), default="alive")  # alive | ended | dead
+    started_at: Mapped[datetime] = mapped_column(default=utcnow)
+    beat_at: Mapped[datetime] = mapped_column(default=utcnow)
+    ended_reason: Mapped[str | None] = mapped_column(Text)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from typing import Any
 
 from dagster import (
@@ -44,7 +44,7 @@ from domain.language.declaration import UseCase, code_version
 from domain.language.declaration_parts import ScriptContext
 from domain.language.llm_types import BackendUnavailable
 from domain.language.output_parsing import blocked_subjects
-from resources.app_database import AppDatabase
+from resources.app_database import AppDatabase, RunNotAlive
 from resources.llm import LLMResource
 
 ITEMS_OK_CHECK = "outputs_valid"
@@ -63,7 +63,24 @@ def process_batch(
     force: bool = False,
 ) -> Iterator[Any]:
     """Process the run's subjects; yields Dagster events, returns the outcome."""
+    try:
+        with app_db.step_heartbeat(context.run.run_id, use_case.name) as step_process:
+            return (yield from _process_batch(context, use_case, spec, app_db, llm, force, step_process))
+    except RunNotAlive as exc:
+        raise Failure(description=str(exc)) from None
+
+
+def _process_batch(
+    context: AssetExecutionContext,
+    use_case: UseCase,
+    spec: discovery.WorkSpec,
+    app_db: AppDatabase,
+    llm: LLMResource | None,
+    force: bool,
+    step_process: str | None,
+) -> Generator[Any, None, BatchOutcome]:
     run = BatchRun(context, use_case, app_db, llm, context.run.run_id, run_source(context.run.tags), force)
+    run.step_process = step_process
     keys = list(context.partition_keys)
     with app_db.session() as session:
         todo = discovery.find_pending_work(session, spec, within=keys, include_current=force)

@@ -77,6 +77,9 @@ class BatchRun:
     outcome: BatchOutcome = field(default_factory=BatchOutcome)
     last_renewal: float = field(default_factory=time.monotonic)
     warmed: bool = False  # the use case's warm-up ran (`batch_run.warm_up`)
+    # this process's instance id when the step runs away from its run's process (a Celery worker): its
+    # own row fences it (`claims._step_fence`); None in the run's own process
+    step_process: str | None = None
 
     @property
     def backend(self) -> str:
@@ -121,7 +124,9 @@ class BatchRun:
         is fenced as well (`claims.complete_items`), so at worst a call is wasted, never stored twice."""
         try:
             with self.app_db.session() as session:
-                held = claims.still_held(session, self.use_case.name, key, self.run_id)
+                held = claims.still_held(
+                    session, self.use_case.name, key, self.run_id, step_process=self.step_process
+                )
         except Exception:  # noqa: BLE001 - see above
             return None
         return None if held else ClaimLost(CLAIM_LOST)

@@ -358,7 +358,9 @@ def _store_settled(
             )
             for done, interaction_id in ending
         ]
-        stored = store_outputs(session, use_case, run.run_id, outputs, backend=run.backend)
+        stored = store_outputs(
+            session, use_case, run.run_id, outputs, backend=run.backend, step_process=run.step_process
+        )
     ended = {id(done): (interaction_id, done.subject.key in stored) for done, interaction_id in ending}
     return [(done, ended.get(id(done))) for done in settled]
 

@@ -80,10 +80,17 @@ class NewOutput:
 
 
 def store_outputs(
-    session: Any, use_case: UseCase, run_id: str, outputs: Sequence[NewOutput], *, backend: str
+    session: Any,
+    use_case: UseCase,
+    run_id: str,
+    outputs: Sequence[NewOutput],
+    *,
+    backend: str,
+    step_process: str | None = None,
 ) -> set[str]:
     """Write the current outputs of the subjects this run still holds, then the use case's `after_store`
-    hook for them, in the caller's transaction; the keys stored (a lost claim writes nothing)."""
+    hook for them, in the caller's transaction; the keys stored (a lost claim writes nothing).
+    `step_process`: the step's own process row, when it runs away from its run (`claims._step_fence`)."""
     if not outputs:
         return set()
     rows = {
@@ -92,7 +99,7 @@ def store_outputs(
         )
         for output in outputs
     }
-    stored = claims.complete_items(session, use_case.name, run_id, rows)
+    stored = claims.complete_items(session, use_case.name, run_id, rows, step_process=step_process)
     if stored and use_case.after_store is not None:
         use_case.after_store(
             session, {output.key: output.value for output in outputs if output.key in stored}
@@ -185,7 +192,9 @@ def keep_unchanged(run: BatchRun, key: str, previous: UseCaseOutput) -> None:
             subject["content_hash"],
             previous.interaction_id,
         )
-        held = claims.complete_item(session, run.use_case.name, key, run.run_id, row)
+        held = claims.complete_item(
+            session, run.use_case.name, key, run.run_id, row, step_process=run.step_process
+        )
     if held:
         run.outcome.unchanged.append(key)
     else:

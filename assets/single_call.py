@@ -155,7 +155,9 @@ def _store_group(
                         result.item.key, result.parsed, result.item.input_hash, subject_hash, interaction_id
                     )
                 )
-        stored = store_outputs(session, run.use_case, run.run_id, outputs, backend=run.backend)
+        stored = store_outputs(
+            session, run.use_case, run.run_id, outputs, backend=run.backend, step_process=run.step_process
+        )
     return [
         (
             result.item,

@@ -9,6 +9,7 @@ The run itself stays where the run launcher puts it and only sends the steps and
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from dagster import ExecutorDefinition, in_process_executor
@@ -16,6 +17,8 @@ from dagster import ExecutorDefinition, in_process_executor
 from assets.factory import CELERY_QUEUE_TAG
 from domain.language.declaration import UseCase
 from pipeline_defs.settings import Settings
+from resources.app_database import source_of_run
+from resources.run_heartbeat import DEFAULT_LEASE_SECONDS, RunHeartbeat
 
 # The Celery app's settings on the sending side (each run); a worker's own are in
 # pipeline_defs/runtime/worker.py.
@@ -30,9 +33,7 @@ CELERY_APP_CONFIG: dict[str, Any] = {
 def batch_executor(settings: Settings) -> ExecutorDefinition:
     """The executor of the work groups' batch jobs (the runs the discovery sensors start)."""
     if settings.executor == "celery":
-        from dagster_celery import celery_executor
-
-        return celery_executor.configured(
+        return run_beating_celery_executor(settings).configured(
             {
                 "broker": config_source(settings, "celery_broker_url"),
                 "backend": config_source(settings, "celery_backend_url"),
@@ -45,6 +46,50 @@ def batch_executor(settings: Settings) -> ExecutorDefinition:
 
         return k8s_job_executor  # configured by the run config (deploy/k8s/step_pods.yaml)
     return in_process_executor
+
+
+def run_beating_celery_executor(settings: Settings) -> ExecutorDefinition:
+    """dagster-celery's executor whose run process beats the run's heartbeat while it sends the steps and
+    waits for them. Without it a run's only heartbeat came from its step's worker process, so a step
+    waiting in the broker's queue (or its run waiting on the `llm` pool) had none, and the liveness
+    sensor failed a run that was merely queued. The step's worker process beats a row of its own
+    (`resources/app_database.AppDatabase.step_heartbeat`)."""
+    from dagster import executor, multiple_process_executor_requirements
+    from dagster_celery import celery_executor
+    from dagster_celery.executor import CeleryExecutor
+
+    class RunBeatingCeleryExecutor(CeleryExecutor):
+        def execute(self, plan_context: Any, execution_plan: Any) -> Iterator[Any]:
+            run = plan_context.dagster_run
+            heartbeat = RunHeartbeat(
+                settings.database_url,
+                run.run_id,
+                run.job_name,
+                source_of_run(dict(run.tags)),
+                settings.heartbeat_seconds,
+                settings.lease_seconds or DEFAULT_LEASE_SECONDS,
+            ).start(plan_context.instance)
+            try:
+                yield from super().execute(plan_context, execution_plan)
+            finally:
+                heartbeat.stop(timeout=settings.heartbeat_seconds)
+
+    @executor(
+        name="celery",
+        config_schema=celery_executor.config_schema,
+        requirements=multiple_process_executor_requirements(),
+    )
+    def _celery(init_context: Any) -> RunBeatingCeleryExecutor:
+        inner = celery_executor.executor_creation_fn(init_context)
+        return RunBeatingCeleryExecutor(
+            retries=inner.retries,
+            broker=inner.broker,
+            backend=inner.backend,
+            include=inner.include,
+            config_source=dict(inner.config_source),
+        )
+
+    return _celery
 
 
 def step_tags(use_case: UseCase, settings: Settings) -> dict[str, str]:

@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from appdb import heartbeats
 from appdb.database import get_engine, session_scope
+from appdb.process_identity import this_process
 
 DEFAULT_HEARTBEAT_SECONDS = 10.0
 DEAD_AFTER_BEATS = 5  # a run whose last beat is older than this many intervals is dead (50 s by default)
@@ -92,13 +93,21 @@ class RunHeartbeat:
         self._end_failed = False
         self._thread = threading.Thread(target=self._loop, name=f"heartbeat-{run_id[:8]}", daemon=True)
         self._instance: Any = None
+        # False in a process executing a step of a run whose own process beats elsewhere (a Celery
+        # worker): that process beats the step's row instead (`StepHeartbeat`, from the step itself)
+        self.beats_here = True
 
     def start(self, instance: Any = None) -> RunHeartbeat:
         """The first beat now (in the caller's thread, so it is there before the run waits on anything).
-        With Dagster's `instance`, the thread ends itself once the run is finished."""
+        With Dagster's `instance`, the thread ends itself once the run is finished. When the row is
+        another process's (the run's own, sending its steps to Celery), nothing here."""
         self._instance = instance
         with session_scope(self.url) as session:
             heartbeats.start_heartbeat(session, self.run_id, job=self.job, source=self.source)
+            row = heartbeats.heartbeats_of(session, [self.run_id]).get(self.run_id)
+        if row is not None and row.process.instance_id != this_process().instance_id:
+            self.beats_here = False  # another's: alive, or declared dead (then the step does nothing)
+            return self
         _running.add(self)
         _end_on_exit_of_this_process()
         self._thread.start()
@@ -190,3 +199,59 @@ def end_run_heartbeat(run_id: str, timeout: float) -> bool:
         if heartbeat.run_id == run_id:
             return heartbeat.stop(timeout)
     return True
+
+
+class StepHeartbeat:
+    """Beats for one step executing away from its run's process (a Celery worker), on a daemon thread,
+    until `stop()` (the step ended: its row `ended`, its claims back) or the row is declared dead (the
+    process was lost: its claims went back, and the fence `claims._step_fence` keeps it from calling or
+    storing anything). Each beat renews the leases of its use case's claims of the run."""
+
+    def __init__(self, url: str, run_id: str, step: str, interval: float, lease_seconds: float) -> None:
+        self.url, self.run_id, self.step, self.interval = url, run_id, step, interval
+        self.lease_seconds = lease_seconds
+        self.instance_id = this_process().instance_id or ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"step-heartbeat-{step[:20]}", daemon=True)
+
+    def start(self) -> bool:
+        """The first beat; False when the run is no longer alive (the step must do nothing)."""
+        with _beat_session(self.url) as session:
+            alive = heartbeats.start_step_heartbeat(session, self.run_id, self.step)
+        if alive:
+            self._thread.start()
+        return alive
+
+    def _loop(self) -> None:
+        failing = False
+        while not self._stop.wait(self.interval):
+            try:
+                with _beat_session(self.url) as session:
+                    alive = heartbeats.beat_step(
+                        session, self.run_id, self.step, self.instance_id, lease_seconds=self.lease_seconds
+                    )
+            except Exception as exc:  # noqa: BLE001 - a missed beat is retried; the step goes on
+                if not failing:
+                    log.warning(
+                        "step %s of run %s: heartbeat not written (%s); retrying",
+                        self.step,
+                        self.run_id,
+                        _first_line(exc),
+                    )
+                failing = True
+                continue
+            failing = False
+            if not alive:
+                log.error(
+                    "step %s of run %s was declared dead (its heartbeat stopped for too long): its claims "
+                    "went back and it calls the model for none of them and stores none",
+                    self.step,
+                    self.run_id,
+                )
+                return
+
+    def stop(self) -> int:
+        """The step ended here: its row `ended`, the claims it still holds back; how many."""
+        self._stop.set()
+        with _beat_session(self.url) as session:
+            return heartbeats.end_step_heartbeat(session, self.run_id, self.step, self.instance_id)

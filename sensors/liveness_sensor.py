@@ -15,7 +15,7 @@ from appdb import discovery
 from assets.factory import WorkGroup
 from resources.app_database import AppDatabase
 from resources.run_heartbeat import dead_after_seconds
-from sensors.run_liveness import reap_dead_runs, stuck_work, sweep_expired_leases
+from sensors.run_liveness import reap_dead_runs, reap_dead_steps, stuck_work, sweep_expired_leases
 
 LIVENESS_SENSOR = "run_liveness_sensor"
 
@@ -36,6 +36,12 @@ def check_liveness(context: SensorEvaluationContext, app_db: AppDatabase, groups
             f"its pool slots freed, {dead.claims_released} claims given back"
         )
         done.append(f"run {dead.run_id[:8]} reaped ({dead.claims_released} claims back)")
+    for step in reap_dead_steps(app_db, dead_after_seconds(app_db.heartbeat_seconds)):
+        context.log.warning(
+            f"step {step.step} of run {step.run_id} is dead ({step.reason}): {step.claims_released} claims "
+            "given back; the run goes on (the broker delivers the step to another worker)"
+        )
+        done.append(f"step {step.step} of run {step.run_id[:8]} reaped ({step.claims_released} claims back)")
     freed, failed = sweep_expired_leases(context.instance, app_db)
     if freed:
         context.log.warning(

@@ -87,6 +87,38 @@ def reap_dead_runs(
     return reaped
 
 
+@dataclass(frozen=True)
+class ReapedStep:
+    run_id: str
+    step: str
+    reason: str
+    claims_released: int
+
+
+def reap_dead_steps(app_db: AppDatabase, dead_after_seconds: float) -> list[ReapedStep]:
+    """Steps executing away from their run's process (Celery workers) whose process stopped beating or is
+    gone: declared dead, their use case's claims of the run given back without spending attempts. The
+    run is left alone: its own process is alive (its heartbeat says so) and waits for the step, which
+    the broker delivers again to another worker (acknowledged late), and which claims the work again."""
+    with app_db.session() as session:
+        beats = heartbeats.alive_step_heartbeats(session)
+    reaped = []
+    for beat in beats:
+        age = beat.age_seconds()
+        process = local_process(beat)
+        if process == GONE:
+            reason = f"its process (pid {beat.pid} on {beat.host}) is gone"
+        elif age > max(dead_after_seconds, LIVE_PROCESS_PATIENCE_SECONDS if process == ALIVE else 0):
+            reason = f"heartbeat stopped {age:.0f}s ago (pid {beat.pid} on {beat.host})"
+        else:
+            continue
+        with app_db.session() as session:
+            released = heartbeats.mark_step_dead(session, beat, reason)
+        if released is not None:
+            reaped.append(ReapedStep(beat.run_id, beat.step, reason, released))
+    return reaped
+
+
 PROCESS_CHECK_AFTER_SECONDS = 2.0  # a beat this young is trusted: its process wrote it a moment ago
 # A run whose process is provably alive is not dead because its heartbeat is late: on a loaded machine
 # (or behind a long SQLite write lock) the beat thread can stall past the minute, and reaping a working
@@ -97,7 +129,7 @@ ALIVE, GONE, UNKNOWN = "alive", "gone", "unknown"
 ZOMBIE_STATES = ("Z", "X")
 
 
-def local_process(beat: heartbeats.Heartbeat) -> str:
+def local_process(beat: heartbeats.Heartbeat | heartbeats.StepBeat) -> str:
     """Whether the run's process is ALIVE (this very process, or provably the same process in this PID
     namespace on this boot), GONE (in this PID namespace on this boot, and its pid no longer exists, is a
     zombie, or names a process started at another moment: a reused pid), or UNKNOWN (anywhere else: another
