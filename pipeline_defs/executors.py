@@ -86,7 +86,7 @@ def run_beating_celery_executor(settings: Settings) -> ExecutorDefinition:
             broker=inner.broker,
             backend=inner.backend,
             include=inner.include,
-            config_source=dict(inner.config_source),
+            config_source=init_context.executor_config.get("config_source"),
         )
 
     return _celery
