@@ -30,7 +30,7 @@ from tempfile import TemporaryDirectory
 from typing import Any
 
 from benchmarks.daemon_throughput import postgres_databases, simulated_hosts
-from benchmarks.process_tree_cpu import descendants, read_all_stats
+from benchmarks.process_tree_cpu import descendants, process_kind, read_all_stats
 from benchmarks.report import shared_data_dir
 from benchmarks.skillspan_postings import skillspan_pipeline_postings
 from pipeline_defs.settings import PROJECT_ROOT, Settings
@@ -86,6 +86,30 @@ def all_current(settings: Settings) -> bool:
 def tree_cpu_seconds(root: int) -> float:
     stats = read_all_stats()
     return sum(stats[pid].own + stats[pid].reaped_children for pid in descendants(root, stats))
+
+
+def tree_breakdown(root: int) -> dict[str, float]:
+    """Where a tree's CPU went, by process: the root's own, each live process below it by kind (a Celery
+    worker's pool processes, the daemon's code server and run processes, ...), and what processes that
+    ended left in their parents' reaped time."""
+    stats = read_all_stats()
+    found: Counter = Counter()
+    for pid in descendants(root, stats):
+        stat = stats[pid]
+        kind = "root" if pid == root else _kind_of(pid, stat.name)
+        found[kind] += stat.own
+        found["ended processes (reaped)"] += stat.reaped_children
+    return {kind: round(seconds, 1) for kind, seconds in found.most_common()}
+
+
+def _kind_of(pid: int, name: str) -> str:
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        command = name
+    if " worker " in command:
+        return "worker pool process"
+    return process_kind(command) if process_kind(command) != "other" else f"other ({name})"
 
 
 def postings_by_use_case(log: Path) -> dict[str, int]:
@@ -167,6 +191,8 @@ def measure(rows: list[dict[str, str]], workers: int, admin_url: str, work: Path
             seconds = time.monotonic() - begin
             cpu = {"daemon": tree_cpu_seconds(daemon.pid)}
             cpu |= {name: tree_cpu_seconds(process.pid) for name, (process, _) in worker_processes.items()}
+            breakdown = {"daemon": tree_breakdown(daemon.pid)}
+            breakdown |= {name: tree_breakdown(proc.pid) for name, (proc, _) in worker_processes.items()}
         if workers:
             _delete_queues(list(queues))
     total = sum(cpu.values())
@@ -175,6 +201,7 @@ def measure(rows: list[dict[str, str]], workers: int, admin_url: str, work: Path
         "postings": len(rows),
         "seconds_until_all_current": round(seconds, 1),
         "cpu_seconds": {name: round(value, 1) for name, value in cpu.items()},
+        "cpu_seconds_by_process": breakdown,
         "cpu_seconds_total": round(total, 1),
         "cpu_seconds_a_posting": round(total / len(rows), 3),
         "postings_by_worker": {

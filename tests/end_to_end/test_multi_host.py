@@ -200,7 +200,14 @@ def test_a_worker_host_lost_mid_run_loses_nothing_and_answers_nothing_twice(
             started = time.monotonic()
             wait_for(lambda: tagged() >= len(rows) * CUT_AFTER_SHARE, DONE_BOUND_SECONDS, "a third tagged", 2)
             _, lost_log = workers["worker1"]
-            wait_for(lambda: _mid_cpu_step_only(lost_log), 600, "worker1 in a script step alone", 0.5)
+            # in a script step alone and holding its claims (a step that only began has none yet: cut
+            # then, nothing of the host is lost and the recovery measured would be nothing)
+            wait_for(
+                lambda: _mid_cpu_step_only(lost_log) and bool(lost_claims(app_url, lost_log)),
+                600,
+                "worker1 in a script step alone, holding claims",
+                0.5,
+            )
             net.hosts["worker1"].cut_off()
             cut = time.monotonic()
             lost = lost_claims(app_url, lost_log)
@@ -227,6 +234,7 @@ def test_a_worker_host_lost_mid_run_loses_nothing_and_answers_nothing_twice(
     report["duplicate_model_calls"] = sum(count - 1 for count in answered.values() if count > 1)
     print("\nmulti-host report: " + json.dumps(report, indent=2))
     assert final.all_current, f"not every posting current: {final}"
+    assert report["claims_on_the_lost_host"], f"the cut came when the lost host held nothing: {report}"
     assert report["duplicate_model_calls"] == 0, report
     assert all(report["postings_done_by_host"][name] for name in workers), f"a worker host idle: {report}"
 
