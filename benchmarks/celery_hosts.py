@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -30,7 +31,13 @@ from tempfile import TemporaryDirectory
 from typing import Any
 
 from benchmarks.daemon_throughput import postgres_databases, simulated_hosts
-from benchmarks.process_tree_cpu import descendants, process_kind, read_all_stats
+from benchmarks.process_tree_cpu import (
+    become_subreaper,
+    descendants,
+    process_kind,
+    read_all_stats,
+    reap_orphans,
+)
 from benchmarks.report import shared_data_dir
 from benchmarks.skillspan_postings import skillspan_pipeline_postings
 from pipeline_defs.settings import PROJECT_ROOT, Settings
@@ -182,17 +189,24 @@ def measure(rows: list[dict[str, str]], workers: int, admin_url: str, work: Path
                 worker_processes[f"worker{index}"] = (stack.enter_context(started(command, env, log)), log)
             for _, log in worker_processes.values():
                 wait_for_text(log, " ready.", 300)
+            reap_orphans()
+            reaped_before = _reaped_cpu()
             begin = time.monotonic()
             daemon = stack.enter_context(started([PIPELINE, "daemon"], env, work / "daemon.log"))
             while not all_current(settings):
                 if time.monotonic() - begin > DONE_BOUND_SECONDS:
                     raise TimeoutError(f"not every posting current within {DONE_BOUND_SECONDS:.0f} s")
+                reap_orphans()
                 time.sleep(2)
             seconds = time.monotonic() - begin
+            reap_orphans()
             cpu = {"daemon": tree_cpu_seconds(daemon.pid)}
             cpu |= {name: tree_cpu_seconds(process.pid) for name, (process, _) in worker_processes.items()}
             breakdown = {"daemon": tree_breakdown(daemon.pid)}
             breakdown |= {name: tree_breakdown(proc.pid) for name, (proc, _) in worker_processes.items()}
+            # a process orphaned by its parent is reparented here (a subreaper): its CPU left the trees
+            started_here = {daemon.pid, server.pid} | {proc.pid for proc, _ in worker_processes.values()}  # type: ignore[attr-defined]
+            cpu["orphans"] = _reaped_cpu() - reaped_before + _live_orphans_cpu(started_here)
         if workers:
             _delete_queues(list(queues))
     total = sum(cpu.values())
@@ -208,6 +222,18 @@ def measure(rows: list[dict[str, str]], workers: int, admin_url: str, work: Path
             name: postings_by_use_case(log) for name, (_, log) in worker_processes.items()
         },
     }
+
+
+def _reaped_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _live_orphans_cpu(started_here: set[int]) -> float:
+    """CPU of processes reparented to this one (orphans still running), and what lies below them."""
+    stats = read_all_stats()
+    orphans = [pid for pid, stat in stats.items() if stat.ppid == os.getpid() and pid not in started_here]
+    return sum(tree_cpu_seconds(pid) for pid in orphans)
 
 
 def _delete_queues(names: list[str]) -> None:
@@ -226,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=PROJECT_ROOT / "results" / "celery_hosts.json")
     args = parser.parse_args(argv)
     rows = real_postings(args.postings)
+    become_subreaper()  # an orphaned process's CPU is counted here, not lost to init
     with TemporaryDirectory(prefix="celery-hosts-") as folder:
         single = measure(rows, 0, args.postgres, Path(folder) / "single")
         spread = measure(rows, args.workers, args.postgres, Path(folder) / "celery")
