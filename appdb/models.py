@@ -300,7 +300,7 @@ class StepHeartbeat(Base):
     that process beats here, per (run, step, process), while the run's own process (which sent the step
     and waits for it) beats `run_heartbeats`. A step waiting in the broker's queue has no row and its run
     is alive; a step whose process stopped beating is dead: the claims of its use case come back (its
-    run goes on: the broker delivers the step again). Migration 0013."""
+    run goes on: the broker delivers the step again). Migration 0014."""
 
     __tablename__ = "step_heartbeats"
     __table_args__ = (Index("ix_step_heartbeats_beat_at", "state", "beat_at"),)

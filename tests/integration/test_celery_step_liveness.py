@@ -29,7 +29,7 @@ from sqlalchemy import select
 from appdb import heartbeats
 from appdb.database import session_scope
 from appdb.models import StepHeartbeat
-from pipeline_defs.dagster_home import POSTGRES_URL_VARIABLE
+from pipeline_defs.runtime.dagster_home import POSTGRES_URL_VARIABLE
 from pipeline_defs.settings import PROJECT_ROOT
 from resources.app_database import AppDatabase
 from sensors.run_liveness import SILENT_GRACE_SECONDS, reap_dead_runs, reap_dead_steps

@@ -5,16 +5,16 @@ process, possibly on another host. The run's process beats `run_heartbeats` (so 
 the broker leaves its run alive), and each worker process running a step beats here: a lost worker's
 step is found dead by its own row, its claims come back, and the run goes on.
 
-Revision ID: 0013
-Revises: 0012
+Revision ID: 0014
+Revises: 0013
 Create Date: 2026-12-07
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0013"
-down_revision = "0012"
+revision = "0014"
+down_revision = "0013"
 branch_labels = None
 depends_on = None
 
