@@ -77,9 +77,9 @@ def database_goes_away_on(monkeypatch: pytest.MonkeyPatch, key: str) -> None:
 
     real_complete = claims.complete_items
 
-    def fails_on_key(session, use_case, run_id, outputs):  # noqa: ANN001, ANN202
+    def fails_on_key(session, use_case, run_id, outputs, **fencing):  # noqa: ANN001, ANN003, ANN202
         if key in outputs:
             raise RuntimeError("database went away")
-        return real_complete(session, use_case, run_id, outputs)
+        return real_complete(session, use_case, run_id, outputs, **fencing)
 
     monkeypatch.setattr(claims, "complete_items", fails_on_key)
